@@ -1,0 +1,411 @@
+"""What a job file must satisfy beyond its schema.
+
+Templates compile and refer only to variables that will exist (down to which rung sets
+which ``rung.vars``), referenced limits exist, durations read sensibly, cron schedules
+and time zones are valid, globs and regular expressions are well formed, and no secret
+value is written into the file.  Every check reads the raw document defensively: a
+value of the wrong type was already reported by the schema and is skipped here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import cron, globs, schema
+from .errors import Problem, did_you_mean
+from .quantities import parse_duration
+from .templates import (
+    JOB_SHAPE,
+    LAST_SHAPE,
+    TRIGGER_SHAPE,
+    UNIT_SHAPE,
+    Shape,
+    Templates,
+    chain_lines,
+)
+from .tomlpos import KeyPath, Positions
+
+# Token formats of well-known providers; a match anywhere in a job file is refused.
+_SECRET_FORMATS = (
+    (re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}"), "an Anthropic API key"),
+    (re.compile(r"sk-(proj-)?[A-Za-z0-9_-]{32,}"), "an OpenAI API key"),
+    (re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"), "a GitHub token"),
+    (re.compile(r"AKIA[0-9A-Z]{16}"), "an AWS access key"),
+    (re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}"), "a Slack token"),
+    (re.compile(r"AIza[0-9A-Za-z_-]{35}"), "a Google API key"),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
+)
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+
+_RUNG_SHAPE: dict[str, Shape] = {
+    "name": None,
+    "index": None,
+    "attempts": None,
+    "timeout": None,
+    "vars": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    file: str
+    positions: Positions
+    templates: Templates
+    text: str
+
+    def at_value(self, path: KeyPath, message: str) -> Problem:
+        line, col = self.positions.value(path)
+        return Problem(
+            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
+        )
+
+    def at_key(self, path: KeyPath, message: str) -> Problem:
+        line, col = self.positions.key(path)
+        return Problem(
+            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
+        )
+
+    def in_template(self, path: KeyPath, lineno: int, message: str) -> Problem:
+        """A problem on line ``lineno`` of the template at ``path``."""
+        line, col = self.positions.value(path)
+        if path in self.positions.trimmed_newline:
+            line, col = line + lineno, 1
+        elif lineno > 1:
+            line, col = line + lineno - 1, 1
+        return Problem(
+            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
+        )
+
+
+def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems: list[Problem] = []
+    problems += _check_durations(doc, ctx)
+    problems += _check_templates(doc, ctx)
+    problems += _check_limits(doc, ctx)
+    problems += _check_inputs(doc, ctx)
+    problems += _check_runtime(doc, ctx)
+    problems += _check_retry(doc, ctx)
+    problems += _check_triggers(doc, ctx)
+    problems += _check_secrets(doc, ctx)
+    return problems
+
+
+def schema_values(
+    value: Any, node: Mapping[str, Any], ref: str, path: KeyPath = ()
+) -> Iterator[tuple[KeyPath, Any]]:
+    """Every (path, value) in ``value`` that the schema types as ``ref`` (e.g. a duration)."""
+    definitions = schema.job_schema()["definitions"]
+    while "$ref" in node:
+        if node["$ref"] == ref:
+            yield path, value
+            return
+        node = definitions[node["$ref"].rsplit("/", 1)[1]]
+    if isinstance(value, dict):
+        properties = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        for key, item in value.items():
+            sub = properties.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                yield from schema_values(item, sub, ref, (*path, key))
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for index, item in enumerate(value):
+            yield from schema_values(item, node["items"], ref, (*path, index))
+    for option in node.get("oneOf", ()):
+        if "$ref" in option or "items" in option:
+            yield from schema_values(value, option, ref, path)
+
+
+def _check_durations(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems = []
+    for path, value in schema_values(doc, schema.job_schema(), "#/definitions/duration"):
+        if isinstance(value, str) and re.fullmatch(r"([0-9]+(ms|[dhms]))+", value):
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                problems.append(ctx.at_value(path, str(exc)))
+    backoff = _table(_table(doc, "retry"), "backoff")
+    if _durations_inverted(backoff):
+        problems.append(
+            ctx.at_value(("retry", "backoff", "max"), "must not be shorter than 'initial'")
+        )
+    throttle = _table(_table(doc, "retry"), "throttle")
+    if _durations_inverted(throttle):
+        problems.append(
+            ctx.at_value(("retry", "throttle", "max"), "must not be shorter than 'initial'")
+        )
+    return problems
+
+
+def _durations_inverted(table: Mapping[str, Any]) -> bool:
+    try:
+        return parse_duration(table["max"]) < parse_duration(table["initial"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _template_roots(path: KeyPath) -> dict[str, Shape]:
+    """Which variables a template at ``path`` can see."""
+    outside_units: dict[str, Shape] = {"job": JOB_SHAPE, "trigger": TRIGGER_SHAPE}
+    if path[0] in ("inputs", "aggregate"):
+        return outside_units
+    if path[:2] == ("units", "id"):
+        without_id = {k: v for k, v in UNIT_SHAPE.items() if k != "id"}
+        return {**outside_units, "unit": without_id}
+    if path[0] == "units":
+        return {**outside_units, "unit": UNIT_SHAPE, "round": None}
+    return {
+        **outside_units,
+        "unit": UNIT_SHAPE,
+        "round": None,
+        "rung": _RUNG_SHAPE,
+        "attempt": None,
+        "last": LAST_SHAPE,
+    }
+
+
+def _rungs_using(path: KeyPath, doc: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any]]]:
+    """The ladder rungs on which the template at ``path`` is rendered."""
+    ladder = [r for r in _list(_table(doc, "retry"), "ladder") if isinstance(r, dict)]
+    rungs: list[tuple[int, Mapping[str, Any]]] = list(enumerate(ladder))
+    rungs = rungs or [(-1, {"name": "default"})]
+    if path[:2] == ("retry", "ladder"):
+        index = path[2]
+        return [(i, r) for i, r in rungs if i == index]
+    if path[:2] == ("task", "command"):
+        return [(i, r) for i, r in rungs if "command" not in r]
+    return rungs
+
+
+def _check_templates(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems: list[Problem] = []
+    for path, source in schema_values(doc, schema.job_schema(), "#/definitions/template"):
+        if not isinstance(source, str):
+            continue
+        roots = _template_roots(path)
+        found = ctx.templates.check(source, roots)
+        for problem in found:
+            problems.append(ctx.in_template(path, problem.lineno, problem.message))
+        if found or "rung" not in roots:
+            continue
+        for chain, lineno in _rung_var_uses(source, ctx):
+            for index, rung in _rungs_using(path, doc):
+                names = rung.get("vars", {}) if isinstance(rung.get("vars"), dict) else {}
+                if chain not in names:
+                    where = (
+                        f" (retry.ladder[{index}])"
+                        if index >= 0
+                        else " (no [[retry.ladder]] is declared)"
+                    )
+                    message = f"'rung.vars.{chain}' is not set by rung {rung.get('name')!r}{where}"
+                    problems.append(ctx.in_template(path, lineno, message))
+    return problems
+
+
+def _rung_var_uses(source: str, ctx: Context) -> list[tuple[str, int]]:
+    return [
+        (chain[2], lineno)
+        for chain, lineno in chain_lines(source, ctx.templates)
+        if len(chain) >= 3 and chain[:2] == ("rung", "vars")
+    ]
+
+
+def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems = []
+    names: dict[str, int] = {}
+    for index, limit in enumerate(_list(doc, "limits")):
+        name = limit.get("name") if isinstance(limit, dict) else None
+        if isinstance(name, str):
+            if name in names:
+                problems.append(
+                    ctx.at_value(
+                        ("limits", index, "name"),
+                        f"limit {name!r} is already declared by limits[{names[name]}]",
+                    )
+                )
+            names.setdefault(name, index)
+    wanted = _table(doc, "task").get("limits")
+    if isinstance(wanted, list):
+        for index, name in enumerate(wanted):
+            if isinstance(name, str) and name not in names:
+                guess = did_you_mean(name, names)
+                hint = (
+                    f" (did you mean {guess!r}?)"
+                    if guess
+                    else (
+                        f"; declared: {', '.join(names)}"
+                        if names
+                        else "; no [[limits]] are declared"
+                    )
+                )
+                problems.append(
+                    ctx.at_value(("task", "limits", index), f"unknown limit {name!r}{hint}")
+                )
+    return problems
+
+
+def _check_inputs(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems = []
+    inputs = _table(doc, "inputs")
+    for key in ("files", "exclude"):
+        patterns = inputs.get(key)
+        if isinstance(patterns, list):
+            for index, pattern in enumerate(patterns):
+                if isinstance(pattern, str) and pattern:
+                    try:
+                        globs.compile_glob(pattern)
+                    except ValueError as exc:
+                        problems.append(ctx.at_value(("inputs", key, index), str(exc)))
+    if "pointer" in inputs and not ("json" in inputs or inputs.get("format") == "json"):
+        problems.append(
+            ctx.at_key(
+                ("inputs", "pointer"),
+                "only applies to 'json' inputs or a command with format = 'json'",
+            )
+        )
+    if "command" in inputs and "format" not in inputs:
+        problems.append(
+            ctx.at_key(
+                ("inputs", "command"),
+                "needs 'format' (json, jsonl, lines, csv or lint) to read its output",
+            )
+        )
+    patterns = _table(doc, "task").get("throttlePatterns")
+    if isinstance(patterns, list):
+        for index, pattern in enumerate(patterns):
+            if isinstance(pattern, str):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    problems.append(
+                        ctx.at_value(
+                            ("task", "throttlePatterns", index), f"not a regular expression: {exc}"
+                        )
+                    )
+    return problems
+
+
+def _check_runtime(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems = []
+    runtime = _table(doc, "runtime")
+    if runtime.get("sandbox") == "podman" and "image" not in runtime:
+        problems.append(ctx.at_value(("runtime", "sandbox"), "podman needs runtime.image"))
+    if "image" in runtime and runtime.get("sandbox") != "podman":
+        problems.append(ctx.at_key(("runtime", "image"), "only applies with sandbox = 'podman'"))
+    hosts = runtime.get("hosts")
+    if isinstance(hosts, list):
+        seen: dict[str, int] = {}
+        for index, host in enumerate(hosts):
+            if isinstance(host, dict) and isinstance(host.get("address"), str):
+                name = str(host.get("name", host["address"]))
+                if name in seen:
+                    problems.append(
+                        ctx.at_key(
+                            ("runtime", "hosts", index),
+                            f"host {name!r} is already declared by runtime.hosts[{seen[name]}]; "
+                            "give one a distinct 'name'",
+                        )
+                    )
+                seen.setdefault(name, index)
+    return problems
+
+
+def _check_retry(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems = []
+    ladder = _table(doc, "retry").get("ladder")
+    if isinstance(ladder, list):
+        seen: dict[str, int] = {}
+        for index, rung in enumerate(ladder):
+            name = rung.get("name") if isinstance(rung, dict) else None
+            if isinstance(name, str):
+                if name in seen:
+                    problems.append(
+                        ctx.at_value(
+                            ("retry", "ladder", index, "name"),
+                            f"rung {name!r} is already declared by retry.ladder[{seen[name]}]",
+                        )
+                    )
+                seen.setdefault(name, index)
+    return problems
+
+
+def _check_triggers(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems: list[Problem] = []
+    triggers = doc.get("triggers")
+    if not isinstance(triggers, list):
+        return problems
+    for index, trigger in enumerate(triggers):
+        if not isinstance(trigger, dict):
+            continue
+        expression = trigger.get("schedule")
+        if isinstance(expression, str) and expression:
+            try:
+                cron.parse(expression)
+            except ValueError as exc:
+                problems.append(ctx.at_value(("triggers", index, "schedule"), str(exc)))
+        zone = trigger.get("timezone")
+        if isinstance(zone, str) and zone:
+            try:
+                cron.zone(zone)
+            except ValueError as exc:
+                problems.append(ctx.at_value(("triggers", index, "timezone"), str(exc)))
+    return problems
+
+
+def _check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems: list[Problem] = []
+    for path, value in _strings(doc):
+        for pattern, what in _SECRET_FORMATS:
+            if pattern.search(value):
+                message = (
+                    f"looks like {what}; never write a secret in a job file: export it on "
+                    "the coordinator and list its name in task.secrets"
+                )
+                problems.append(ctx.at_value(path, message))
+                break
+    secrets = _list(_table(doc, "task"), "secrets")
+    ladder = _list(_table(doc, "retry"), "ladder")
+    places: list[tuple[KeyPath, Any]] = [(("task",), doc.get("task"))]
+    places += [(("retry", "ladder", i), rung) for i, rung in enumerate(ladder)]
+    for place, table in places:
+        env = table.get("env") if isinstance(table, dict) else None
+        for name, value in env.items() if isinstance(env, dict) else ():
+            path = (*place, "env", name)
+            if name in secrets:
+                message = (
+                    f"{name!r} is listed in task.secrets; its value comes from the "
+                    "coordinator's environment, not from env"
+                )
+                problems.append(ctx.at_key(path, message))
+            elif (
+                _SECRET_NAME.search(name) and isinstance(value, str) and value and "{{" not in value
+            ):
+                message = (
+                    f"{name!r} looks like a secret; do not write its value here: export "
+                    f"{name} on the coordinator and list it in task.secrets"
+                )
+                problems.append(ctx.at_key(path, message))
+    return problems
+
+
+def _strings(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, (*path, index))
+
+
+def _table(doc: Any, key: str) -> Mapping[str, Any]:
+    value = doc.get(key) if isinstance(doc, Mapping) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _list(doc: Any, key: str) -> list[Any]:
+    value = doc.get(key) if isinstance(doc, Mapping) else None
+    return value if isinstance(value, list) else []

@@ -1,0 +1,198 @@
+"""What a run would do, for a reviewer: ``fanout plan``.
+
+A Plan holds the resolved job, the units selected now, the first unit's rendered task,
+the effective concurrency, the pace the tightest rate limit allows and the next cron
+fires.  ``render_text`` turns it into the text the CLI prints.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import tomli_w
+
+from . import invocation, limits
+from .invocation import Invocation
+from .quantities import duration_text, format_duration
+from .spec import Spec, to_document
+from .templates import RenderError
+from .units import Unit, select
+
+SHOWN_UNITS = 10
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fire:
+    trigger: str
+    expression: str
+    timezone: str
+    explanation: str
+    times: tuple[datetime, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    spec: Spec
+    records: int
+    units: int
+    truncated: bool
+    first_units: tuple[Unit, ...]
+    first_task: Invocation | None
+    first_task_error: str | None
+    concurrency: int
+    sandbox: str
+    fires: tuple[Fire, ...]
+
+
+def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
+    """Select the units and render the first task, without running anything but the
+    input command."""
+    selection = select(spec, environ=environ, count_all=True)
+    shown: list[Unit] = []
+    for unit in selection:
+        if len(shown) < SHOWN_UNITS:
+            shown.append(unit)
+    first_task, error = None, None
+    if shown:
+        try:
+            first_task = invocation.render(spec, shown[0])
+        except RenderError as exc:
+            error = str(exc)
+    return Plan(
+        spec=spec,
+        records=selection.records,
+        units=selection.selected,
+        truncated=selection.truncated,
+        first_units=tuple(shown),
+        first_task=first_task,
+        first_task_error=error,
+        concurrency=limits.concurrency(spec),
+        sandbox=describe_sandbox(spec),
+        fires=next_fires(spec, now, fires),
+    )
+
+
+def next_fires(spec: Spec, now: datetime, count: int) -> tuple[Fire, ...]:
+    return tuple(
+        Fire(
+            trigger=trigger.name,
+            expression=trigger.schedule.text,
+            timezone=trigger.timezone,
+            explanation=trigger.schedule.explain(),
+            times=tuple(trigger.schedule.next_fires(now, count)),
+        )
+        for trigger in spec.triggers
+    )
+
+
+def describe_sandbox(spec: Spec) -> str:
+    runtime = spec.runtime
+    where = (
+        f"{len(runtime.hosts)} SSH host(s), {sum(h.slots for h in runtime.hosts)} slots"
+        if runtime.hosts
+        else "this machine"
+    )
+    kind: str = runtime.sandbox
+    if kind == "auto" and not runtime.hosts:
+        kind = "bwrap" if shutil.which("bwrap") else "none (bwrap not found: plain directories)"
+    network = "network on" if runtime.network else "no network"
+    return f"{where}, sandbox {kind}, {network}"
+
+
+def iso(moment: datetime) -> str:
+    text = moment.isoformat()
+    return text.replace("+00:00", "Z") if moment.utcoffset() == UTC.utcoffset(None) else text
+
+
+def render_text(plan: Plan) -> str:
+    spec = plan.spec
+    lines = [f"Job       {spec.name}" + (f": {spec.description}" if spec.description else "")]
+    lines.append(f"File      {spec.file}")
+    source = spec.inputs.source
+    detail = shlex.join(t.source for t in spec.inputs.command) if source == "command" else ""
+    lines.append(f"Inputs    {source}" + (f": {detail} ({spec.inputs.format})" if detail else ""))
+    count = f"{plan.units:,} unit(s) from {plan.records:,} record(s)"
+    if spec.units.group_by:
+        count += f", grouped by {spec.units.group_by}"
+    if plan.truncated:
+        count += f" (limit {spec.units.limit:,} per round)"
+    lines.append(f"Units     {count}")
+    lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
+    lines += _pace_lines(spec, plan.units)
+    ladder = " -> ".join(
+        f"{r.name} x{r.attempts}" + (f" ({duration_text(r.timeout)})" if r.timeout else "")
+        for r in spec.retry.ladder
+    )
+    lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")
+    apply = (
+        "collected files applied" if spec.collect.apply else "collected files kept (use --apply)"
+    )
+    lines.append(f"Rounds    up to {spec.rounds.max}; {apply}")
+    for fire in plan.fires:
+        lines.append(f"Trigger   {fire.trigger!r} ({fire.timezone}): {fire.explanation}")
+        for moment in fire.times:
+            lines.append(f"            {iso(moment)}  ({iso(moment.astimezone(UTC))})")
+    if plan.first_units:
+        lines += ["", "First units:"]
+        width = max(len(u.id) for u in plan.first_units)
+        for unit in plan.first_units:
+            items = f"{len(unit.items)} record(s)" if spec.units.group_by else unit.origin
+            lines.append(f"  {unit.index + 1:>4}. {unit.id:<{width}}  {items}")
+        if plan.units > len(plan.first_units):
+            lines.append(f"        ... and {plan.units - len(plan.first_units):,} more")
+    if plan.first_task_error:
+        lines += ["", f"First unit's task does not render: {plan.first_task_error}"]
+    if plan.first_task:
+        lines += ["", *_task_lines(plan.first_task)]
+    resolved = tomli_w.dumps(to_document(spec), multiline_strings=True)
+    lines += ["", "Resolved job (defaults filled in):", textwrap.indent(resolved.rstrip(), "  ")]
+    return "\n".join(lines) + "\n"
+
+
+def _pace_lines(spec: Spec, units: int) -> list[str]:
+    paces = limits.paces(spec)
+    if not paces:
+        return ["Pace      no rate limits declared: dispatch is bounded by concurrency only"]
+    lines = []
+    for n, pace in enumerate(paces):
+        limit = pace.limit
+        per_minute = pace.tasks_per_second * 60
+        mark = "  <- tightest" if n == 0 else ""
+        lines.append(
+            f"{'Pace' if n == 0 else '':<10}{limit.name}: {per_minute:,.4g} task(s)/min "
+            f"({limit.requests} requests per {duration_text(limit.per)}, "
+            f"{limit.requests_per_task} per task){mark}"
+        )
+    wall = limits.minimum_wall_time(spec, units)
+    assert wall is not None
+    lines.append(
+        f"          {units:,} unit(s) x {paces[0].limit.requests_per_task} request(s) at "
+        f"{paces[0].limit.requests}/{duration_text(paces[0].limit.per)}: at least "
+        f"{format_duration(wall)}, {paces[0].limit.name} is the bottleneck"
+    )
+    return lines
+
+
+def _task_lines(task: Invocation) -> list[str]:
+    lines = [f"First unit's task ({task.unit_id}, rung {task.rung}, attempt {task.attempt}):"]
+    lines.append(f"  command  {shlex.join(task.argv)}")
+    if task.verify:
+        lines.append(f"  verify   {shlex.join(task.verify)}")
+    if task.env:
+        lines.append("  env      " + " ".join(f"{k}={shlex.quote(v)}" for k, v in task.env.items()))
+    if task.secrets:
+        lines.append(f"  secrets  {', '.join(task.secrets)} (values come from the environment)")
+    lines.append(f"  timeout  {duration_text(task.timeout)}")
+    if task.stage:
+        lines.append(f"  stage    {' '.join(task.stage)}")
+    if task.collect:
+        lines.append(f"  collect  {' '.join(task.collect)}")
+    if task.prompt:
+        lines.append("  prompt (stdin):")
+        lines += [f"    | {line}" for line in task.prompt.rstrip("\n").split("\n")]
+    return lines

@@ -1,0 +1,77 @@
+"""Human-written quantities in job files: durations ("1h30m") and sizes ("10MiB")."""
+
+from __future__ import annotations
+
+import re
+
+DURATION_PATTERN = r"^([0-9]+(ms|[dhms]))+$"
+SIZE_PATTERN = r"^[0-9]+(B|KB|KiB|MB|MiB|GB|GiB)$"
+
+_DURATION_PART = re.compile(r"([0-9]+)(ms|[dhms])")
+_DURATION_ORDER = ("d", "h", "m", "s", "ms")
+_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_SIZE = re.compile(r"^([0-9]+)(B|KB|KiB|MB|MiB|GB|GiB)$")
+_BYTES = {"B": 1, "KB": 1000, "KiB": 1024, "MB": 10**6, "MiB": 2**20, "GB": 10**9, "GiB": 2**30}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text`` such as ``"90s"``, ``"10m"``, ``"1h30m"`` or ``"250ms"``.
+
+    Units must appear largest first and at most once, so ``"30s1m"`` is rejected
+    rather than silently read as 90 seconds.  Raises ValueError with a readable message.
+    """
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not a duration; write it like '90s', '10m' or '1h30m'")
+    total = 0.0
+    last_rank = -1
+    for number, unit in _DURATION_PART.findall(text):
+        rank = _DURATION_ORDER.index(unit)
+        if rank <= last_rank:
+            raise ValueError(
+                f"{text!r} is not a duration; give each unit once, largest first, as in '1h30m'"
+            )
+        last_rank = rank
+        total += int(number) * _SECONDS[unit]
+    if total <= 0:
+        raise ValueError(f"{text!r} is zero; a duration must be positive")
+    return total
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text`` such as ``"512KiB"`` or ``"10MB"``."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size; write it like '512KiB' or '10MB'")
+    return int(match.group(1)) * _BYTES[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """A short human reading of ``seconds``: ``'1h 20m'``, ``'45s'``, ``'1.2s'``."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    shown = [f"{value}{unit}" for value, unit in parts if value]
+    return " ".join(shown[:2]) or "0s"
+
+
+def duration_text(seconds: float) -> str:
+    """The job-file spelling of ``seconds``: 5400 -> ``'1h30m'``, 0.25 -> ``'250ms'``."""
+    millis = round(seconds * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        count, millis = divmod(millis, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+def size_text(size: int) -> str:
+    """The job-file spelling of ``size`` bytes: 10485760 -> ``'10MiB'``."""
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 1024)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}B"

@@ -1,0 +1,231 @@
+"""The job file's JSON Schema: loading it, and turning jsonschema's findings into Problems.
+
+The schema in ``schemas/fanout.schema.json`` is the single source of truth for what a
+job file may say.  This is the only module that imports jsonschema.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from .errors import Problem, did_you_mean
+from .quantities import DURATION_PATTERN, SIZE_PATTERN
+from .tomlpos import KeyPath, Positions
+
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def schema_text() -> str:
+    """The schema as shipped: inside the wheel, or in ``schemas/`` of a source checkout."""
+    packaged = resources.files("fanout").joinpath("fanout.schema.json")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    source = Path(__file__).resolve().parents[2] / "schemas" / "fanout.schema.json"
+    return source.read_text(encoding="utf-8")
+
+
+@functools.cache
+def job_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(schema_text())
+    return schema
+
+
+def subschema(name: str) -> dict[str, Any]:
+    """A schema for one definition (``hostsFile``), resolving refs against the job schema."""
+    whole = job_schema()
+    return {"$ref": f"#/definitions/{name}", "definitions": whole["definitions"]}
+
+
+def key_name(path: KeyPath) -> str:
+    """``("retry", "ladder", 2, "vars")`` -> ``retry.ladder[2].vars``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            shown = part if _BARE.match(part) else json.dumps(part)
+            text += f".{shown}" if text else shown
+    return text
+
+
+def check(
+    document: Mapping[str, Any],
+    *,
+    schema: Mapping[str, Any],
+    file: str,
+    positions: Positions,
+) -> list[Problem]:
+    """Every schema violation in ``document`` as a located Problem."""
+    validator = jsonschema.Draft7Validator(schema)
+    problems: list[Problem] = []
+    seen: set[tuple[KeyPath, str]] = set()
+    for error in validator.iter_errors(document):
+        for path, at_key, message in _explain(error):
+            if (path, message) in seen:
+                continue
+            seen.add((path, message))
+            line, col = positions.key(path) if at_key else positions.value(path)
+            problems.append(
+                Problem(file=file, line=line, col=col, key=key_name(path), message=message)
+            )
+    return problems
+
+
+def _quote_list(values: Iterable[object]) -> str:
+    shown = [repr(v) if isinstance(v, str) else json.dumps(v) for v in values]
+    return ", ".join(shown[:-1]) + f" or {shown[-1]}" if len(shown) > 1 else "".join(shown)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"  # TOML dates and times
+
+
+_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "an array",
+    "object": "a table",
+}
+
+_PATTERN_MESSAGES: dict[str, Callable[[str], str]] = {
+    DURATION_PATTERN: lambda v: f"{v!r} is not a duration; write it like '90s', '10m' or '1h30m'",
+    SIZE_PATTERN: lambda v: f"{v!r} is not a size; write it like '4KiB' or '10MiB'",
+    "^[A-Za-z_][A-Za-z0-9_]*$": lambda v: (
+        f"{v!r} is not an environment variable name (letters, digits and '_')"
+    ),
+    "^[a-z][a-z0-9_-]*$": lambda v: (
+        f"{v!r} is not a limit name (lowercase letters, digits, '_' and '-')"
+    ),
+    "^[a-z0-9][a-z0-9._-]{0,63}$": lambda v: (
+        f"{v!r} is not a job name (at most 64 lowercase letters, digits, '.', '_' and '-')"
+    ),
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": lambda v: (
+        f"{v!r} is not a rung name (letters, digits, '.', '_' and '-')"
+    ),
+    "^(/.*)?$": lambda v: f"{v!r} is not a JSON Pointer; write '' or one starting with '/'",
+}
+
+
+def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str]]:
+    """(key path, point at the key rather than the value, message) for one error."""
+    path: KeyPath = tuple(error.absolute_path)
+    # jsonschema's stubs type these as "Any | Unset"; on a reported error they are set.
+    instance: Any = error.instance
+    validator: Any = error.validator
+    value: Any = error.validator_value
+    node: Any = error.schema
+    if validator == "additionalProperties":
+        allowed = list(node.get("properties", {}))
+        found: list[tuple[KeyPath, bool, str]] = []
+        for extra in sorted(set(instance) - set(allowed)):
+            guess = did_you_mean(extra, allowed)
+            hint = (
+                f" (did you mean {guess!r}?)"
+                if guess
+                else f"; expected one of: {', '.join(allowed)}"
+            )
+            found.append(((*path, extra), True, f"unknown key{hint}"))
+        return found
+    if validator == "required":
+        missing = [name for name in value if name not in instance]
+        return [(path, True, f"missing required key {name!r}") for name in missing]
+    if validator == "type":
+        wanted = [value] if isinstance(value, str) else list(value)
+        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
+        return [(path, False, f"expected {words}, got {_kind(instance)}")]
+    if validator == "enum":
+        guess = did_you_mean(str(instance), [str(v) for v in value])
+        hint = f" (did you mean {guess!r}?)" if guess else ""
+        return [(path, False, f"must be {_quote_list(value)}, not {instance!r}{hint}")]
+    if validator == "const":
+        return [(path, False, f"must be {_quote_list([value])}, not {instance!r}")]
+    if validator == "pattern":
+        explain = _PATTERN_MESSAGES.get(value)
+        text = explain(instance) if explain else f"{instance!r} does not match {value!r}"
+        return [(path, False, text)]
+    if validator in ("minimum", "maximum"):
+        word = "at least" if validator == "minimum" else "at most"
+        return [(path, False, f"must be {word} {value}, not {instance}")]
+    if validator in ("minItems", "minLength"):
+        return [(path, False, "must not be empty")]
+    if validator == "uniqueItems":
+        repeated = sorted({repr(v) for v in instance if instance.count(v) > 1})
+        return [(path, False, f"lists {', '.join(repeated)} more than once")]
+    if validator == "propertyNames":
+        return [_explain_property_name(error, path)]
+    if validator == "dependencies":
+        return [
+            ((*path, key), True, f"only applies together with {_quote_list(needed)}")
+            for key, needed in value.items()
+            if key in instance and any(n not in instance for n in needed)
+        ]
+    if validator == "oneOf":
+        return _explain_one_of(error, path)
+    return [(path, False, error.message)]
+
+
+def _explain_property_name(
+    error: jsonschema.ValidationError, path: KeyPath
+) -> tuple[KeyPath, bool, str]:
+    # The failing name is the instance of the nested error; point at that key.
+    instance: Any = error.instance
+    names = [e.instance for e in error.context or [] if isinstance(e.instance, str)]
+    bad = names[0] if names else next(iter(instance), "")
+    return (
+        (*path, bad),
+        True,
+        f"{bad!r} is not an environment variable name (letters, digits and '_')",
+    )
+
+
+def _explain_one_of(
+    error: jsonschema.ValidationError, path: KeyPath
+) -> list[tuple[KeyPath, bool, str]]:
+    options: Any = error.validator_value
+    instance: Any = error.instance
+    if all(set(o) == {"required"} for o in options):
+        names = [o["required"][0] for o in options]
+        present = [n for n in names if n in instance]
+        found = _quote_list(present).replace(" or ", " and ") if present else "none"
+        return [(path, True, f"declare exactly one of {_quote_list(names)}; found {found}")]
+    # A value of the right type for one branch failed inside it: explain that branch.
+    for index, option in enumerate(options):
+        if _matches_type(instance, option.get("type")):
+            inner = [e for e in error.context or [] if e.relative_schema_path[0] == index]
+            return [found for e in inner for found in _explain(e)]
+    kinds = [_TYPE_WORDS.get(str(o.get("type")), "a value") for o in options]
+    return [(path, False, f"expected {' or '.join(kinds)}, got {_kind(instance)}")]
+
+
+def _matches_type(instance: object, kind: object) -> bool:
+    python_types: dict[object, type | tuple[type, ...]] = {
+        "string": str,
+        "array": list,
+        "object": dict,
+        "integer": int,
+        "boolean": bool,
+    }
+    wanted = python_types.get(kind)
+    return wanted is not None and isinstance(instance, wanted)

@@ -1,0 +1,293 @@
+"""Reading the backlog: records from files, JSONL, CSV, JSON, inline items or a command.
+
+Every source is a generator of ``Record``s, so a 100,000-line JSONL file yields its
+first record after parsing one line.  A record is plain data plus where it came from
+(``data/contacts.jsonl:17``), which error messages quote.  File contents are never
+read: a file record is its path and name parts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from . import globs
+from .errors import InputFailed
+from .spec import Spec, thaw
+from .templates import RenderError
+
+_LINT = re.compile(r"^(?P<path>[^:\n]+?):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<message>.*)$")
+_LINT_CODE_FIRST = re.compile(r"^(?P<code>[A-Z]{1,4}[0-9]{2,4})\b\s*")
+_LINT_CODE_LAST = re.compile(r"\s*\[(?P<code>[a-z][a-z0-9-]*)\]$")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    data: Any
+    origin: str
+
+
+def records(
+    spec: Spec, *, environ: Mapping[str, str], context: Mapping[str, Any]
+) -> Iterator[Record]:
+    """The records of ``spec``'s single input source, in source order."""
+    inputs = spec.inputs
+    workspace = spec.runtime.workspace
+    kind = inputs.source
+    if kind == "files":
+        yield from _files(spec)
+    elif kind == "items":
+        for index, item in enumerate(inputs.items):
+            yield Record(thaw(item), f"inputs.items[{index}]")
+    elif kind == "jsonl":
+        assert inputs.jsonl is not None
+        with _open(workspace, inputs.jsonl) as stream:
+            yield from parse_jsonl(stream, inputs.jsonl)
+    elif kind == "csv":
+        assert inputs.csv is not None
+        with _open(workspace, inputs.csv) as stream:
+            yield from parse_csv(stream, inputs.csv)
+    elif kind == "json":
+        assert inputs.json is not None
+        with _open(workspace, inputs.json) as stream:
+            yield from parse_json(stream.read(), inputs.json, inputs.pointer)
+    else:
+        yield from _command(spec, environ, context)
+
+
+def _open(workspace: Path, name: str) -> IO[str]:
+    path = workspace / name
+    try:
+        return path.open(encoding="utf-8", newline="")
+    except OSError as exc:
+        raise InputFailed(f"cannot read input {name}: {exc.strerror or exc}") from None
+
+
+def parse_jsonl(stream: IO[str], name: str) -> Iterator[Record]:
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield Record(json.loads(line), f"{name}:{number}")
+        except json.JSONDecodeError as exc:
+            raise InputFailed(f"{name}:{number}: not a JSON line: {exc.msg}") from None
+
+
+def parse_csv(stream: IO[str], name: str) -> Iterator[Record]:
+    reader = csv.DictReader(stream)
+    try:
+        for row in reader:
+            yield Record(dict(row), f"{name}:{reader.line_num}")
+    except csv.Error as exc:
+        raise InputFailed(f"{name}:{reader.line_num}: not CSV: {exc}") from None
+
+
+def parse_json(text: str, name: str, pointer: str) -> Iterator[Record]:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFailed(f"{name}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    value = document
+    for token in pointer.split("/")[1:] if pointer else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, list) and token.isdigit() and int(token) < len(value):
+            value = value[int(token)]
+        elif isinstance(value, dict) and token in value:
+            value = value[token]
+        else:
+            raise InputFailed(f"{name}: JSON Pointer {pointer!r} finds nothing at {token!r}")
+    if not isinstance(value, list):
+        where = f"at {pointer!r}" if pointer else "at the top level"
+        raise InputFailed(
+            f"{name}: expected an array of records {where}, found {type(value).__name__}"
+        )
+    for index, item in enumerate(value):
+        yield Record(item, f"{name}{pointer}/{index}")
+
+
+def parse_lint(stream: IO[str], name: str) -> Iterator[Record]:
+    """``path:line:col: message`` lines (col optional); other lines (summaries) are skipped."""
+    for number, line in enumerate(stream, start=1):
+        match = _LINT.match(line.rstrip("\r\n"))
+        if match is None:
+            continue
+        message = match.group("message")
+        code = None
+        if first := _LINT_CODE_FIRST.match(message):
+            code = first.group("code")
+        elif last := _LINT_CODE_LAST.search(message):
+            code = last.group("code")
+        record = {
+            "path": match.group("path"),
+            "line": int(match.group("line")),
+            "col": int(match.group("col")) if match.group("col") else None,
+            "message": message,
+            "code": code,
+        }
+        yield Record(record, f"{name}:{number}")
+
+
+def parse_lines(stream: IO[str], name: str) -> Iterator[Record]:
+    for number, line in enumerate(stream, start=1):
+        text = line.rstrip("\r\n")
+        if text.strip():
+            yield Record(text, f"{name}:{number}")
+
+
+def _command(
+    spec: Spec, environ: Mapping[str, str], context: Mapping[str, Any]
+) -> Iterator[Record]:
+    inputs = spec.inputs
+    try:
+        argv = [part.render(context) for part in inputs.command]
+    except RenderError as exc:
+        raise InputFailed(f"inputs.command: {exc}") from None
+    shown = " ".join(argv)
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            process = subprocess.Popen(
+                argv,
+                cwd=spec.runtime.workspace,
+                env=dict(environ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise InputFailed(
+                f"input command {shown!r} did not start: {exc.strerror or exc}"
+            ) from None
+        timer = threading.Timer(inputs.timeout, _kill_group, (process,))
+        timer.start()
+        try:
+            assert process.stdout is not None
+            stream = io.TextIOWrapper(
+                process.stdout, encoding="utf-8", errors="replace", newline=""
+            )
+            name = f"output of {argv[0]}"
+            if inputs.format == "json":
+                parsed: Iterator[Record] = parse_json(stream.read(), name, inputs.pointer)
+            else:
+                readers = {
+                    "jsonl": parse_jsonl,
+                    "csv": parse_csv,
+                    "lint": parse_lint,
+                    "lines": parse_lines,
+                }
+                parsed = readers[str(inputs.format)](stream, name)
+            # Records are yielded only once the command has succeeded, except for the
+            # streaming formats, where they flow as the command prints them.
+            if inputs.format == "json":
+                returncode = process.wait()
+                _check_exit(
+                    process, returncode, timer, stderr, shown, inputs.ok_exit_codes, inputs.timeout
+                )
+                yield from parsed
+                return
+            yield from parsed
+            returncode = process.wait()
+            _check_exit(
+                process, returncode, timer, stderr, shown, inputs.ok_exit_codes, inputs.timeout
+            )
+        finally:
+            timer.cancel()
+            if process.poll() is None:
+                _kill_group(process)
+                process.wait()
+
+
+def _check_exit(
+    process: subprocess.Popen[bytes],
+    returncode: int,
+    timer: threading.Timer,
+    stderr: IO[bytes],
+    shown: str,
+    ok: tuple[int, ...],
+    timeout: float,
+) -> None:
+    if not timer.is_alive() and returncode < 0:
+        raise InputFailed(f"input command {shown!r} timed out after {timeout:g}s")
+    if returncode in ok:
+        return
+    stderr.seek(0)
+    tail = stderr.read()[-4000:].decode("utf-8", "replace").rstrip()
+    detail = f":\n{tail}" if tail else " (it printed nothing on stderr)"
+    raise InputFailed(f"input command {shown!r} exited with status {returncode}{detail}")
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _files(spec: Spec) -> Iterator[Record]:
+    inputs = spec.inputs
+    workspace = spec.runtime.workspace
+    include = [globs.compile_glob(p) for p in inputs.files]
+    exclude = [globs.compile_glob(p) for p in inputs.exclude]
+    state = _relative(spec.runtime.state_dir, workspace)
+    for path in sorted(_candidates(workspace, inputs.gitignore)):
+        if state and (path == state or path.startswith(state + "/")):
+            continue
+        if any(p.match(path) for p in include) and not any(p.match(path) for p in exclude):
+            yield Record(file_record(path), path)
+
+
+def file_record(path: str) -> dict[str, str]:
+    pure = Path(path)
+    return {
+        "path": path,
+        "name": pure.name,
+        "stem": pure.stem,
+        "suffix": pure.suffix,
+        "dir": pure.parent.as_posix(),
+    }
+
+
+def _relative(path: Path, root: Path) -> str | None:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def _candidates(workspace: Path, gitignore: bool) -> list[str]:
+    """Workspace-relative paths of regular files, without what git ignores (if asked)."""
+    if gitignore:
+        listed = _git_files(workspace)
+        if listed is not None:
+            return [p for p in listed if (workspace / p).is_file()]
+    found: list[str] = []
+    for root, dirs, files in os.walk(workspace):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        base = Path(root).relative_to(workspace)
+        found.extend((base / name).as_posix() for name in files)
+    return found
+
+
+def _git_files(workspace: Path) -> list[str] | None:
+    try:
+        result = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=workspace,
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if result.returncode != 0:
+        return None  # not a git repository
+    return sorted({p for p in result.stdout.decode("utf-8", "surrogateescape").split("\0") if p})

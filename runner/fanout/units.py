@@ -1,0 +1,216 @@
+"""Splitting the backlog into units, each with a stable, unique id.
+
+``select`` streams: without ``groupBy`` each record becomes a unit as soon as it is
+read.  With ``groupBy`` every record must be read first (a group is complete only at
+the end), but only record data is kept, never file contents.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import sources
+from .errors import JobError, Problem
+from .spec import Spec
+from .templates import RenderError
+from .tomlpos import scan
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One unit of work: its id, its position in the round, and its records."""
+
+    id: str
+    index: int
+    items: tuple[Any, ...]
+    origin: str
+    group: Any = None
+
+    @property
+    def record(self) -> Any:
+        return self.items[0]
+
+    def context(self) -> dict[str, Any]:
+        """The ``unit`` variable templates see."""
+        return {
+            "id": self.id,
+            "index": self.index,
+            "group": self.group,
+            "items": list(self.items),
+            "record": self.items[0],
+        }
+
+
+@dataclass(slots=True)
+class Selection:
+    """A stream of units; counts fill in as it is consumed."""
+
+    units: Iterator[Unit]
+    records: int = 0
+    selected: int = 0
+    # With a limit: whether records remained beyond it (known once the stream ends).
+    truncated: bool = False
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Unit]:
+        return self.units
+
+
+def base_context(spec: Spec, trigger: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Template variables that do not depend on the unit: ``job`` and ``trigger``."""
+    return {
+        "job": {"name": spec.name, "description": spec.description, "file": str(spec.file)},
+        "trigger": dict(trigger) if trigger else {"name": "manual", "schedule": "", "vars": {}},
+    }
+
+
+def select(
+    spec: Spec,
+    *,
+    environ: Mapping[str, str],
+    trigger: Mapping[str, Any] | None = None,
+    count_all: bool = False,
+) -> Selection:
+    """The units ``spec`` selects now.  With ``count_all`` the stream keeps reading past
+    ``units.limit`` so ``records`` counts the whole backlog (``fanout plan`` shows it)."""
+    context = base_context(spec, trigger)
+    selection = Selection(units=iter(()))
+    selection.units = _select(spec, environ, context, selection, count_all)
+    return selection
+
+
+def _select(
+    spec: Spec,
+    environ: Mapping[str, str],
+    context: dict[str, Any],
+    selection: Selection,
+    count_all: bool,
+) -> Iterator[Unit]:
+    limit = spec.units.limit
+    stream = sources.records(spec, environ=environ, context=context)
+    seen: dict[str, str] = {}
+    for draft in _drafts(spec, stream, selection):
+        if limit is not None and selection.selected >= limit:
+            selection.truncated = True
+            if not count_all:
+                return
+            continue
+        unit = _finish(spec, draft, selection.selected, context)
+        if unit.id in seen:
+            raise _job_error(
+                spec,
+                ("units", "id") if spec.units.id else ("inputs",),
+                f"duplicate unit id {unit.id!r} (from {seen[unit.id]} and {unit.origin})",
+            )
+        seen[unit.id] = unit.origin
+        selection.selected += 1
+        yield unit
+
+
+@dataclass(slots=True)
+class _Draft:
+    items: list[Any]
+    origin: str
+    group: Any = None
+
+
+def _drafts(spec: Spec, stream: Iterator[sources.Record], selection: Selection) -> Iterator[_Draft]:
+    group_by = spec.units.group_by
+    if group_by is None:
+        for record in stream:
+            selection.records += 1
+            yield _Draft([record.data], record.origin)
+        return
+    groups: dict[str, _Draft] = {}
+    for record in stream:
+        selection.records += 1
+        value = _field(record.data, group_by)
+        if value is _MISSING:
+            raise _job_error(
+                spec,
+                ("units", "groupBy"),
+                f"record {record.origin} has no field {group_by!r} to group by",
+            )
+        key = repr(value)
+        if key in groups:
+            groups[key].items.append(record.data)
+        else:
+            groups[key] = _Draft([record.data], record.origin, group=value)
+    yield from groups.values()
+
+
+_MISSING = object()
+
+
+def _field(data: Any, dotted: str) -> Any:
+    value = data
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _finish(spec: Spec, draft: _Draft, index: int, context: dict[str, Any]) -> Unit:
+    partial = Unit(
+        id="", index=index, items=tuple(draft.items), origin=draft.origin, group=draft.group
+    )
+    if spec.units.id is not None:
+        unit_vars = {k: v for k, v in partial.context().items() if k != "id"}
+        try:
+            unit_id = spec.units.id.render({**context, "unit": unit_vars})
+        except RenderError as exc:
+            raise _job_error(
+                spec, ("units", "id"), f"{exc} (rendering for {draft.origin})"
+            ) from None
+    else:
+        unit_id = _default_id(spec, draft)
+    unit_id = unit_id.strip()
+    if not unit_id:
+        raise _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} is empty")
+    if any(ch in unit_id for ch in "\n\r\0"):
+        raise _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} spans lines")
+    return Unit(
+        id=unit_id, index=index, items=partial.items, origin=draft.origin, group=draft.group
+    )
+
+
+def _default_id(spec: Spec, draft: _Draft) -> str:
+    if draft.group is not None:
+        return str(draft.group)
+    record = draft.items[0]
+    if spec.inputs.source == "files":
+        return str(record["path"])
+    if isinstance(record, str):
+        return record
+    if (
+        isinstance(record, dict)
+        and isinstance(record.get("id"), str | int)
+        and not isinstance(record.get("id"), bool)
+    ):
+        return str(record["id"])
+    raise _job_error(
+        spec,
+        ("units",) if spec.units.id is None else ("units", "id"),
+        f"record {draft.origin} has no 'id' field; set units.id, e.g. "
+        'id = "{{ unit.record.email }}"',
+    )
+
+
+def _job_error(spec: Spec, path: tuple[str, ...], message: str) -> JobError:
+    text = spec.file.read_text(encoding="utf-8")
+    positions = scan(text)
+    line, col = positions.key(path)
+    key = ".".join(path)
+    return JobError([Problem(file=_shown(spec), line=line, col=col, key=key, message=message)])
+
+
+def _shown(spec: Spec) -> str:
+    return str(spec.file)
+
+
+def take(selection: Selection, count: int) -> list[Unit]:
+    return list(itertools.islice(selection, count))
