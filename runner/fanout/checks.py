@@ -356,9 +356,11 @@ def _check_triggers(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 
 def _check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems: list[Problem] = []
+    flagged: set[KeyPath] = set()
     for path, value in _strings(doc):
         for pattern, what in _SECRET_FORMATS:
             if pattern.search(value):
+                flagged.add(path)
                 message = (
                     f"looks like {what}; never write a secret in a job file: export it on "
                     "the coordinator and list its name in task.secrets"
@@ -380,7 +382,11 @@ def _check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 )
                 problems.append(ctx.at_key(path, message))
             elif (
-                _SECRET_NAME.search(name) and isinstance(value, str) and value and "{{" not in value
+                _SECRET_NAME.search(name)
+                and isinstance(value, str)
+                and value
+                and "{{" not in value
+                and path not in flagged
             ):
                 message = (
                     f"{name!r} looks like a secret; do not write its value here: export "

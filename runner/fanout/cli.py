@@ -59,6 +59,16 @@ def _call(action: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
 
 
+def _environ() -> dict[str, str]:
+    """The coordinator's environment for input commands and local workers.  The
+    directory of the Python running fanout goes first on PATH, so tools installed
+    beside fanout (in its virtualenv) are found without activating it."""
+    environ = dict(os.environ)
+    tools = os.path.dirname(sys.executable)
+    environ["PATH"] = os.pathsep.join([tools, environ.get("PATH", os.defpath)])
+    return environ
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"fanout {__version__}")
@@ -129,7 +139,7 @@ def plan(
 
     def make() -> str:
         job = spec.load(file, hosts_file=hosts)
-        result = planning.make(job, environ=dict(os.environ), now=datetime.now(UTC))
+        result = planning.make(job, environ=_environ(), now=datetime.now(UTC))
         text = planning.render_text(result)
         if result.units == 0:
             print(text)

@@ -161,6 +161,8 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
         return [(path, False, f"must be {_quote_list(value)}, not {instance!r}{hint}")]
     if validator == "const":
         return [(path, False, f"must be {_quote_list([value])}, not {instance!r}")]
+    if validator == "pattern" and "propertyNames" in error.relative_schema_path:
+        return [((*path, instance), True, _PATTERN_MESSAGES[value](instance))]
     if validator == "pattern":
         explain = _PATTERN_MESSAGES.get(value)
         text = explain(instance) if explain else f"{instance!r} does not match {value!r}"
@@ -173,8 +175,6 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
     if validator == "uniqueItems":
         repeated = sorted({repr(v) for v in instance if instance.count(v) > 1})
         return [(path, False, f"lists {', '.join(repeated)} more than once")]
-    if validator == "propertyNames":
-        return [_explain_property_name(error, path)]
     if validator == "dependencies":
         return [
             ((*path, key), True, f"only applies together with {_quote_list(needed)}")
@@ -184,20 +184,6 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
     if validator == "oneOf":
         return _explain_one_of(error, path)
     return [(path, False, error.message)]
-
-
-def _explain_property_name(
-    error: jsonschema.ValidationError, path: KeyPath
-) -> tuple[KeyPath, bool, str]:
-    # The failing name is the instance of the nested error; point at that key.
-    instance: Any = error.instance
-    names = [e.instance for e in error.context or [] if isinstance(e.instance, str)]
-    bad = names[0] if names else next(iter(instance), "")
-    return (
-        (*path, bad),
-        True,
-        f"{bad!r} is not an environment variable name (letters, digits and '_')",
-    )
 
 
 def _explain_one_of(

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -146,15 +147,21 @@ def parse_lines(stream: IO[str], name: str) -> Iterator[Record]:
             yield Record(text, f"{name}:{number}")
 
 
+_STREAM_READERS = {"jsonl": parse_jsonl, "csv": parse_csv, "lint": parse_lint, "lines": parse_lines}
+
+
 def _command(
     spec: Spec, environ: Mapping[str, str], context: Mapping[str, Any]
 ) -> Iterator[Record]:
+    """Records from the input command's stdout.  Streaming formats yield while the
+    command still runs; a JSON document is parsed once the command has succeeded."""
     inputs = spec.inputs
     try:
         argv = [part.render(context) for part in inputs.command]
     except RenderError as exc:
         raise InputFailed(f"inputs.command: {exc}") from None
-    shown = " ".join(argv)
+    shown = shlex.join(argv)
+    name = f"output of {argv[0]}"
     with tempfile.TemporaryFile() as stderr:
         try:
             process = subprocess.Popen(
@@ -168,64 +175,63 @@ def _command(
             )
         except OSError as exc:
             raise InputFailed(
-                f"input command {shown!r} did not start: {exc.strerror or exc}"
+                f"input command did not start ({exc.strerror or exc}): {shown}"
             ) from None
-        timer = threading.Timer(inputs.timeout, _kill_group, (process,))
-        timer.start()
+        deadline = _Deadline(process, inputs.timeout)
         try:
             assert process.stdout is not None
             stream = io.TextIOWrapper(
                 process.stdout, encoding="utf-8", errors="replace", newline=""
             )
-            name = f"output of {argv[0]}"
             if inputs.format == "json":
-                parsed: Iterator[Record] = parse_json(stream.read(), name, inputs.pointer)
+                text = stream.read()
+                _check_exit(process, deadline, stderr, shown, inputs.ok_exit_codes)
+                yield from parse_json(text, name, inputs.pointer)
             else:
-                readers = {
-                    "jsonl": parse_jsonl,
-                    "csv": parse_csv,
-                    "lint": parse_lint,
-                    "lines": parse_lines,
-                }
-                parsed = readers[str(inputs.format)](stream, name)
-            # Records are yielded only once the command has succeeded, except for the
-            # streaming formats, where they flow as the command prints them.
-            if inputs.format == "json":
-                returncode = process.wait()
-                _check_exit(
-                    process, returncode, timer, stderr, shown, inputs.ok_exit_codes, inputs.timeout
-                )
-                yield from parsed
-                return
-            yield from parsed
-            returncode = process.wait()
-            _check_exit(
-                process, returncode, timer, stderr, shown, inputs.ok_exit_codes, inputs.timeout
-            )
+                yield from _STREAM_READERS[str(inputs.format)](stream, name)
+                _check_exit(process, deadline, stderr, shown, inputs.ok_exit_codes)
         finally:
-            timer.cancel()
+            deadline.cancel()
             if process.poll() is None:
                 _kill_group(process)
                 process.wait()
 
 
+class _Deadline:
+    """Kills a process group when ``seconds`` have passed; remembers that it did."""
+
+    def __init__(self, process: subprocess.Popen[bytes], seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._process = process
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired = True
+        _kill_group(self._process)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 def _check_exit(
     process: subprocess.Popen[bytes],
-    returncode: int,
-    timer: threading.Timer,
+    deadline: _Deadline,
     stderr: IO[bytes],
     shown: str,
     ok: tuple[int, ...],
-    timeout: float,
 ) -> None:
-    if not timer.is_alive() and returncode < 0:
-        raise InputFailed(f"input command {shown!r} timed out after {timeout:g}s")
+    returncode = process.wait()
+    if deadline.expired:
+        raise InputFailed(f"input command timed out after {deadline.seconds:g}s: {shown}")
     if returncode in ok:
         return
     stderr.seek(0)
     tail = stderr.read()[-4000:].decode("utf-8", "replace").rstrip()
     detail = f":\n{tail}" if tail else " (it printed nothing on stderr)"
-    raise InputFailed(f"input command {shown!r} exited with status {returncode}{detail}")
+    raise InputFailed(f"input command exited with status {returncode}: {shown}{detail}")
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -227,10 +227,11 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     problems = schema.check(document, schema=schema.job_schema(), file=shown, positions=positions)
     context = checks.Context(file=shown, positions=positions, templates=templates, text=text)
     problems += checks.check_job(document, context)
-    hosts, found_hosts_file, host_problems = _hosts(document, path, hosts_file, require_hosts)
-    problems += host_problems
     if problems:
         raise JobError(problems)
+    hosts, found_hosts_file, host_problems = _hosts(document, path, hosts_file, require_hosts)
+    if host_problems:
+        raise JobError(host_problems)
     return _build(document, path, templates, workspace, hosts, found_hosts_file)
 
 
@@ -501,9 +502,10 @@ def to_document(value: Any, name: str = "") -> Any:
         return str(value)
     if is_dataclass(value):
         document = {}
+        skip = _HIDDEN | (_inapplicable_inputs(value) if isinstance(value, Inputs) else set())
         for item in fields(value):
             inner = getattr(value, item.name)
-            if item.name in _HIDDEN or inner is None or inner == ():
+            if item.name in skip or inner is None or inner == () or inner == {}:
                 continue
             document[camel_case(item.name)] = to_document(inner, item.name)
         return document
@@ -516,3 +518,15 @@ def to_document(value: Any, name: str = "") -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and name in _SIZES:
         return size_text(value)
     return value
+
+
+def _inapplicable_inputs(inputs: Inputs) -> set[str]:
+    """Input keys whose defaults mean nothing for this source (hidden by ``plan``)."""
+    skip = set()
+    if inputs.source != "files":
+        skip |= {"gitignore", "exclude"}
+    if inputs.source != "command":
+        skip |= {"format", "ok_exit_codes", "timeout"}
+    if not inputs.pointer:
+        skip.add("pointer")
+    return skip

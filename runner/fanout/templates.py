@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -71,9 +72,12 @@ class _Environment(SandboxedEnvironment):
 @dataclass(frozen=True, slots=True)
 class Template:
     source: str
-    compiled: jinja2.Template
+    # None for plain text without template syntax: most argv elements ("ruff", "--fix").
+    compiled: jinja2.Template | None
 
     def render(self, context: Mapping[str, Any]) -> str:
+        if self.compiled is None:
+            return self.source
         try:
             return self.compiled.render(context)
         except jinja2.TemplateError as exc:
@@ -104,6 +108,7 @@ class Templates:
         }
         env.filters.update(filters)
         self.env = env
+        self._compiled: dict[str, Template] = {}
 
     def _relpath(self, path: str) -> str:
         """A path relative to the workspace (absolute paths from linters become stable ids)."""
@@ -116,17 +121,36 @@ class Templates:
             return path
 
     def compile(self, source: str) -> Template:
+        """The compiled template (cached: validation and loading compile the same text)."""
+        if source not in self._compiled:
+            self._compiled[source] = self._compile(source)
+        return self._compiled[source]
+
+    def _compile(self, source: str) -> Template:
+        if not is_template(source):
+            return Template(source=source, compiled=None)
         try:
             return Template(source=source, compiled=self.env.from_string(source))
         except jinja2.TemplateSyntaxError as exc:
-            raise TemplateProblem(_describe(exc), exc.lineno or 1) from None
+            message = _describe(exc)
+            unknown = re.fullmatch(r"No (filter|test) named '(.+)'\.", exc.message or "")
+            if unknown:
+                kind, name = unknown.groups()
+                known = self.env.filters if kind == "filter" else self.env.tests
+                guess = did_you_mean(name, known)
+                hint = f" (did you mean {guess!r}?)" if guess else ""
+                message = f"unknown {kind} {name!r}{hint}"
+            raise TemplateProblem(message, exc.lineno or 1) from None
 
     def check(self, source: str, shapes: Mapping[str, Shape]) -> list[TemplateProblem]:
         """Every variable or attribute ``source`` uses that ``shapes`` does not provide."""
+        if not is_template(source):
+            return []
         try:
-            tree = self.env.parse(source)
-        except jinja2.TemplateSyntaxError as exc:
-            return [TemplateProblem(_describe(exc), exc.lineno or 1)]
+            self.compile(source)  # syntax errors, unknown filters and tests
+        except TemplateProblem as exc:
+            return [exc]
+        tree = self.env.parse(source)
         problems: list[TemplateProblem] = []
         known = set(shapes) | set(self.env.globals)
         for name in sorted(meta.find_undeclared_variables(tree) - known):
@@ -142,18 +166,18 @@ class Templates:
             problem = _check_chain(chain, shapes)
             if problem:
                 problems.append(TemplateProblem(problem, lineno))
-        if not problems:
-            try:
-                self.compile(source)  # unknown filters and tests surface only here
-            except TemplateProblem as exc:
-                problems.append(exc)
         return problems
+
+
+def is_template(source: str) -> bool:
+    """Whether ``source`` uses template syntax at all (else it renders as itself)."""
+    return "{{" in source or "{%" in source or "{#" in source
 
 
 def chain_lines(source: str, env: Templates) -> list[tuple[tuple[str, ...], int]]:
     """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in ``source``,
     each with the template line it is on."""
-    return _chains(env.env.parse(source))
+    return _chains(env.env.parse(source)) if is_template(source) else []
 
 
 def _check_chain(chain: tuple[str, ...], shapes: Mapping[str, Shape]) -> str | None:

@@ -8,15 +8,17 @@ the end), but only record data is kept, never file contents.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import sources
 from .errors import JobError, Problem
+from .schema import key_name
 from .spec import Spec
 from .templates import RenderError
-from .tomlpos import scan
+from .tomlpos import KeyPath, scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ def _select(
         if unit.id in seen:
             raise _job_error(
                 spec,
-                ("units", "id") if spec.units.id else ("inputs",),
+                _duplicate_location(spec, unit),
                 f"duplicate unit id {unit.id!r} (from {seen[unit.id]} and {unit.origin})",
             )
         seen[unit.id] = unit.origin
@@ -200,16 +202,19 @@ def _default_id(spec: Spec, draft: _Draft) -> str:
     )
 
 
-def _job_error(spec: Spec, path: tuple[str, ...], message: str) -> JobError:
-    text = spec.file.read_text(encoding="utf-8")
-    positions = scan(text)
-    line, col = positions.key(path)
-    key = ".".join(path)
-    return JobError([Problem(file=_shown(spec), line=line, col=col, key=key, message=message)])
+def _duplicate_location(spec: Spec, unit: Unit) -> KeyPath:
+    """Where to point for a duplicate id: the inline item itself, else the id template."""
+    item = re.fullmatch(r"inputs\.items\[(\d+)\]", unit.origin)
+    if item and spec.units.id is None:
+        return ("inputs", "items", int(item.group(1)))
+    return ("units", "id") if spec.units.id else ("inputs",)
 
 
-def _shown(spec: Spec) -> str:
-    return str(spec.file)
+def _job_error(spec: Spec, path: KeyPath, message: str) -> JobError:
+    positions = scan(spec.file.read_text(encoding="utf-8"))
+    line, col = positions.value(path) if isinstance(path[-1], int) else positions.key(path)
+    problem = Problem(file=str(spec.file), line=line, col=col, key=key_name(path), message=message)
+    return JobError([problem])
 
 
 def take(selection: Selection, count: int) -> list[Unit]:

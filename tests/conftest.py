@@ -1,0 +1,57 @@
+"""Shared fixtures and tripwires.
+
+Tripwires: every test gets a private HOME, and a connection to anything but loopback
+or a Unix socket fails loudly, so a test that forgot to inject a state directory or a
+transport cannot touch the developer's home or the network.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _guard(sock: socket.socket, address: Any) -> None:
+    if sock.family == socket.AF_UNIX:
+        return
+    host = address[0] if isinstance(address, tuple) else address
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        raise AssertionError(f"test tried to reach {address!r}; tests stay on loopback")
+
+
+def _connect(sock: socket.socket, address: Any) -> None:
+    _guard(sock, address)
+    _real_connect(sock, address)
+
+
+def _connect_ex(sock: socket.socket, address: Any) -> int:
+    _guard(sock, address)
+    return _real_connect_ex(sock, address)
+
+
+@pytest.fixture(autouse=True)
+def _tripwires(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setattr(socket.socket, "connect", _connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _connect_ex)
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

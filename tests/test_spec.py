@@ -1,0 +1,99 @@
+"""Loading a job file into frozen values: defaults, hosts files, and the resolved job."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+from fanout import spec
+from fanout.errors import JobError
+from fanout.schema import job_schema
+from helpers import MINIMAL, write_job
+
+
+def test_defaults_of_a_minimal_job(tmp_path: Path) -> None:
+    job = spec.load(write_job(tmp_path, MINIMAL))
+    assert job.inputs.source == "items"
+    assert job.task.timeout == 600
+    assert job.runtime.max_concurrent_tasks == 4
+    assert job.runtime.workspace == tmp_path.resolve()
+    assert job.runtime.state_dir == tmp_path.resolve() / ".fanout"
+    assert [r.name for r in job.retry.ladder] == ["default"]
+    assert job.retry.backoff == spec.Backoff(initial=10, max=600, jitter="full")
+    assert job.rounds.max == 1
+    assert job.collect.apply is False
+
+
+def test_spec_is_deeply_frozen(tmp_path: Path) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            MINIMAL + 'env = { A = "1" }\n[[retry.ladder]]\nname = "r"\nvars = { m = "x" }\n',
+        )
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        job.task.env["A"] = job.task.env["A"]  # type: ignore[index]
+    with pytest.raises(TypeError):
+        job.retry.ladder[0].vars["m"] = "y"  # type: ignore[index]
+
+
+def test_hosts_file_is_loaded_and_checked_with_its_own_positions(tmp_path: Path) -> None:
+    job_file = write_job(tmp_path, MINIMAL + '[runtime]\nhosts = "hosts.toml"\n')
+    (tmp_path / "hosts.toml").write_text(
+        '[[hosts]]\naddress = "w1"\nslots = 8\n[[hosts]]\naddress = "w2"\nport = 2222\nlabels = ["gpu"]\n'
+    )
+    job = spec.load(job_file)
+    assert [(h.name, h.slots, h.port, h.labels) for h in job.runtime.hosts] == [
+        ("w1", 8, None, ()),
+        ("w2", 4, 2222, ("gpu",)),
+    ]
+    (tmp_path / "hosts.toml").write_text('[[hosts]]\naddress = "w1"\nslotz = 8\n')
+    with pytest.raises(JobError) as caught:
+        spec.load(job_file)
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'hosts.toml'}:3:1: hosts[0].slotz: unknown key (did you mean 'slots'?)"
+    )
+
+
+def test_missing_hosts_file_is_an_error_only_when_hosts_are_needed(tmp_path: Path) -> None:
+    job_file = write_job(tmp_path, MINIMAL + '[runtime]\nhosts = "hosts.toml"\n')
+    assert spec.load(job_file, require_hosts=False).runtime.hosts == ()
+    with pytest.raises(JobError, match=r"runtime\.hosts: hosts file .* does not exist"):
+        spec.load(job_file)
+
+
+def test_hosts_option_replaces_the_job_hosts(tmp_path: Path) -> None:
+    job_file = write_job(tmp_path, MINIMAL + '[[runtime.hosts]]\naddress = "inline"\n')
+    other = tmp_path / "staging.toml"
+    other.write_text('[[hosts]]\naddress = "staging-1"\n')
+    assert [h.address for h in spec.load(job_file, hosts_file=other).runtime.hosts] == ["staging-1"]
+
+
+def test_resolved_document_is_a_valid_job_that_loads_to_the_same_spec(
+    repo: Path, tmp_path: Path
+) -> None:
+    original = spec.load(repo / "fanout.toml.example")
+    document = spec.to_document(original)
+    import jsonschema
+
+    jsonschema.validate(document, job_schema())
+    copy = tmp_path / "resolved.toml"
+    copy.write_text(tomli_w.dumps(document))
+    again = spec.load(copy)
+    assert spec.to_document(again) == document
+    assert tomllib.loads(copy.read_text())["runtime"]["maxConcurrentTasks"] == 4
+
+
+def test_unreadable_job_file(tmp_path: Path) -> None:
+    with pytest.raises(JobError) as caught:
+        spec.load(tmp_path / "missing.toml")
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'missing.toml'}:1:1: cannot read the job file: No such file or directory"
+    )

@@ -1,0 +1,125 @@
+"""Templates: sandboxed, strict, checked statically, and never a path into a shell."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from fanout import invocation, spec
+from fanout.templates import UNIT_SHAPE, RenderError, Templates
+from fanout.units import Unit
+from helpers import write_job
+
+HOSTILE = "a b; rm -rf ~ $(touch pwned) `id` 'q\" \\ \n*"
+
+
+def test_hostile_unit_values_reach_the_worker_as_one_literal_argument(tmp_path: Path) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "hostile"
+            [inputs]
+            items = ["x"]
+            [task]
+            command = ["python3", "-c", "import sys; print(repr(sys.argv[1:]))", "{{ unit.record.v }}", "--{{ unit.record.v }}"]
+            """,
+        )
+    )
+    unit = Unit(id="x", index=0, items=({"v": HOSTILE},), origin="test")
+    argv = invocation.render(job, unit).argv
+    assert argv[3] == HOSTILE
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert done.stdout.strip() == repr([HOSTILE, "--" + HOSTILE])
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_sandbox_refuses_python_internals(tmp_path: Path) -> None:
+    template = Templates(tmp_path).compile("{{ unit.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(RenderError, match="unsafe"):
+        template.render({"unit": {"id": "x"}})
+
+
+def test_missing_values_are_errors_not_empty_strings(tmp_path: Path) -> None:
+    template = Templates(tmp_path).compile("{{ unit.record.email }}")
+    with pytest.raises(RenderError) as caught:
+        template.render({"unit": {"record": {"name": "Ada"}}})
+    assert str(caught.value) == "the value has no attribute 'email'"
+
+
+def test_record_fields_named_like_dict_methods_read_the_field(tmp_path: Path) -> None:
+    template = Templates(tmp_path).compile(
+        "{% for i in unit.items %}{{ i.values }},{{ i.keys }};{% endfor %}"
+    )
+    rendered = template.render({"unit": {"items": [{"values": 1, "keys": 2}]}})
+    assert rendered == "1,2;"
+
+
+def test_filters(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    context = {"p": str(tmp_path / "src" / "a.py"), "o": "/elsewhere/b.py", "d": {"t": "<&>"}}
+    text = "{{ p | relpath }} {{ o | relpath }} {{ d | tojson }} {{ 'a b' | shquote }}"
+    assert (
+        templates.compile(text).render(context) == 'src/a.py /elsewhere/b.py {"t": "<&>"} \'a b\''
+    )
+
+
+def test_static_check_reports_each_problem_with_its_line(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    source = "ok {{ unit.id }}\n{{ unit.idd }}\n{% for f in unit.items %}{{ f.anything }}{% endfor %}\n{{ lats.x }}"
+    problems = templates.check(source, {"unit": UNIT_SHAPE})
+    assert [(p.lineno, p.message) for p in problems] == [
+        (4, "undefined variable 'lats'; available: unit"),
+        (2, "'unit' has no attribute 'idd' (did you mean 'id'?)"),
+    ]
+
+
+def test_unknown_filter_is_caught_before_any_unit_renders(tmp_path: Path) -> None:
+    problems = Templates(tmp_path).check("{{ unit.id | relpth }}", {"unit": UNIT_SHAPE})
+    assert [p.message for p in problems] == ["unknown filter 'relpth' (did you mean 'relpath'?)"]
+
+
+def test_rung_vars_prompt_suffix_and_last_attempt(tmp_path: Path) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "ladder"
+            [inputs]
+            items = ["u1"]
+            [task]
+            prompt = "Fix {{ unit.id }} (round {{ round }}, attempt {{ attempt }})."
+            command = ["agent", "--model", "{{ rung.vars.model }}"]
+            [[retry.ladder]]
+            name = "standard"
+            vars = { model = "sonnet" }
+            [[retry.ladder]]
+            name = "escalate"
+            vars = { model = "opus" }
+            timeout = "30m"
+            promptSuffix = "\\nLast time ({{ last.status }}, exit {{ last.exitCode }}):\\n{{ last.outputTail }}"
+            """,
+        )
+    )
+    unit = Unit(id="u1", index=0, items=("u1",), origin="inputs.items[0]")
+    first = invocation.render(job, unit)
+    assert first.argv == ("agent", "--model", "sonnet")
+    assert first.prompt == "Fix u1 (round 1, attempt 1)."
+    assert first.timeout == 600
+    last = {"status": "failed", "exitCode": 1, "outputTail": "E501 line too long"}
+    second = invocation.render(
+        job,
+        unit,
+        rung_index=1,
+        attempt=2,
+        round_number=2,
+        last={**invocation.NO_LAST_ATTEMPT, **last},
+    )
+    assert second.argv == ("agent", "--model", "opus")
+    assert second.timeout == 1800
+    assert second.prompt == (
+        "Fix u1 (round 2, attempt 2).\nLast time (failed, exit 1):\nE501 line too long"
+    )

@@ -1,0 +1,204 @@
+"""Unit selection from every source: grouping, ids, limits, streaming and failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fanout import spec
+from fanout.errors import InputFailed, JobError
+from fanout.units import select
+from helpers import write_job
+
+ENV = {"PATH": os.environ["PATH"]}
+
+
+def _job(tmp_path: Path, inputs: str, units: str = "") -> spec.Spec:
+    return spec.load(
+        write_job(
+            tmp_path,
+            f'version = 1\nname = "t"\n[inputs]\n{inputs}\n[units]\n{units}\n[task]\ncommand = ["true"]\n',
+        )
+    )
+
+
+def _ids(job: spec.Spec) -> list[str]:
+    return [unit.id for unit in select(job, environ=ENV)]
+
+
+def test_files_honour_gitignore_exclude_and_the_state_dir(tmp_path: Path) -> None:
+    for name in ["src/a.py", "src/pkg/b.py", "src/vendor/c.py", "src/gen/d.py", "src/e.txt"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    (tmp_path / ".fanout" / "runs").mkdir(parents=True)
+    (tmp_path / ".fanout" / "runs" / "f.py").write_text("")
+    (tmp_path / ".gitignore").write_text("src/gen/\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    job = _job(tmp_path, 'files = ["**/*.py"]\nexclude = ["**/vendor/**"]')
+    assert _ids(job) == ["src/a.py", "src/pkg/b.py"]
+    unit = next(iter(select(job, environ=ENV)))
+    assert unit.record == {
+        "path": "src/a.py",
+        "name": "a.py",
+        "stem": "a",
+        "suffix": ".py",
+        "dir": "src",
+    }
+
+
+def test_gitignore_false_and_no_git_repository_walk_the_tree(tmp_path: Path) -> None:
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "d.py").write_text("")
+    (tmp_path / ".gitignore").write_text("gen/\n")
+    assert _ids(_job(tmp_path, 'files = ["**/*.py"]')) == ["gen/d.py"]
+
+
+def test_group_by_a_nested_field_keeps_first_seen_order(tmp_path: Path) -> None:
+    records = [
+        {"location": {"file": "b.py"}, "code": "E1"},
+        {"location": {"file": "a.py"}, "code": "E2"},
+        {"location": {"file": "b.py"}, "code": "E3"},
+    ]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    job = _job(tmp_path, 'jsonl = "f.jsonl"', 'groupBy = "location.file"')
+    selection = select(job, environ=ENV)
+    units = list(selection)
+    assert [(u.id, [i["code"] for i in u.items]) for u in units] == [
+        ("b.py", ["E1", "E3"]),
+        ("a.py", ["E2"]),
+    ]
+    assert (selection.records, selection.selected) == (3, 2)
+
+
+def test_missing_group_field_names_the_record(tmp_path: Path) -> None:
+    (tmp_path / "f.jsonl").write_text('{"file": "a"}\n{"path": "b"}\n')
+    job = _job(tmp_path, 'jsonl = "f.jsonl"', 'groupBy = "file"')
+    with pytest.raises(JobError) as caught:
+        list(select(job, environ=ENV))
+    assert str(caught.value) == (
+        f"{tmp_path / 'job.toml'}:6:1: units.groupBy: record f.jsonl:2 has no field 'file' to group by"
+    )
+
+
+def test_records_without_an_id_need_an_id_template(tmp_path: Path) -> None:
+    (tmp_path / "c.csv").write_text("email,name\nada@example.com,Ada\n")
+    with pytest.raises(JobError, match=r"record c.csv:2 has no 'id' field; set units.id"):
+        _ids(_job(tmp_path, 'csv = "c.csv"'))
+    assert _ids(_job(tmp_path, 'csv = "c.csv"', 'id = "{{ unit.record.email }}"')) == [
+        "ada@example.com"
+    ]
+
+
+def test_limit_stops_reading_unless_counting_all(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'items = ["a", "b", "c", "d"]', "limit = 2")
+    selection = select(job, environ=ENV)
+    assert [u.id for u in selection] == ["a", "b"]
+    assert (selection.records, selection.truncated) == (3, True)
+    counted = select(job, environ=ENV, count_all=True)
+    assert [u.id for u in counted] == ["a", "b"]
+    assert (counted.records, counted.selected, counted.truncated) == (4, 2, True)
+
+
+def test_json_pointer_and_errors(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text(json.dumps({"results": [{"id": 1}, {"id": 2}]}))
+    assert _ids(_job(tmp_path, 'json = "r.json"\npointer = "/results"')) == ["1", "2"]
+    with pytest.raises(InputFailed, match=r"r\.json: JSON Pointer '/nope' finds nothing at 'nope'"):
+        _ids(_job(tmp_path, 'json = "r.json"\npointer = "/nope"'))
+    with pytest.raises(
+        InputFailed, match="expected an array of records at the top level, found dict"
+    ):
+        _ids(_job(tmp_path, 'json = "r.json"'))
+
+
+def test_bad_jsonl_line_is_located(tmp_path: Path) -> None:
+    (tmp_path / "f.jsonl").write_text('{"id": 1}\n{"id": 2\n')
+    with pytest.raises(InputFailed, match=r"^f.jsonl:2: not a JSON line: Expecting ',' delimiter$"):
+        _ids(_job(tmp_path, 'jsonl = "f.jsonl"'))
+
+
+def test_missing_input_file(tmp_path: Path) -> None:
+    with pytest.raises(
+        InputFailed, match=r"cannot read input nope\.jsonl: No such file or directory"
+    ):
+        _ids(_job(tmp_path, 'jsonl = "nope.jsonl"'))
+
+
+def test_lint_lines_from_a_command_grouped_by_path(tmp_path: Path) -> None:
+    output = (
+        "src/a.py:3:1: F401 `os` imported but unused\n"
+        "src/b.py:10: error: Name 'x' is not defined  [name-defined]\n"
+        "src/a.py:9:80: E501 Line too long (88 > 79)\n"
+        "Found 3 errors.\n"
+    )
+    (tmp_path / "out.txt").write_text(output)
+    job = _job(tmp_path, 'command = ["cat", "out.txt"]\nformat = "lint"', 'groupBy = "path"')
+    units = list(select(job, environ=ENV))
+    assert [(u.id, [(i["line"], i["col"], i["code"]) for i in u.items]) for u in units] == [
+        ("src/a.py", [(3, 1, "F401"), (9, 80, "E501")]),
+        ("src/b.py", [(10, None, "name-defined")]),
+    ]
+
+
+def test_command_failure_shows_stderr(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'command = ["sh", "-c", "echo boom >&2; exit 3"]\nformat = "lines"')
+    with pytest.raises(InputFailed) as caught:
+        _ids(job)
+    assert str(caught.value) == (
+        "input command exited with status 3: sh -c 'echo boom >&2; exit 3':\nboom"
+    )
+
+
+def test_command_timeout_kills_its_process_group(tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    job = _job(
+        tmp_path,
+        f'command = ["sh", "-c", "sleep 30 & echo $! > {marker}; wait"]\nformat = "lines"\ntimeout = "500ms"',
+    )
+    with pytest.raises(InputFailed, match=r"^input command timed out after 0.5s: "):
+        _ids(job)
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_jsonl_selection_streams_before_the_file_is_complete(tmp_path: Path) -> None:
+    """The first unit is known after one line: the rest of the FIFO is not even written yet."""
+    fifo = tmp_path / "records.jsonl"
+    os.mkfifo(fifo)
+    job = _job(tmp_path, 'jsonl = "records.jsonl"')
+    release = threading.Event()
+
+    def writer() -> None:
+        with fifo.open("w") as stream:
+            stream.write('{"id": "first"}\n')
+            stream.flush()
+            release.wait(10)
+            for n in range(100_000):
+                stream.write(f'{{"id": "r{n}"}}\n')
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        units = iter(select(job, environ=ENV))
+        assert next(units).id == "first"
+        assert not release.is_set()
+        release.set()
+        assert sum(1 for _ in units) == 100_000
+    finally:
+        release.set()
+        thread.join()
