@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -147,6 +147,216 @@ def plan(
         return text
 
     print(_call(make), end="")
+
+
+HostsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--hosts", help="A hosts file replacing runtime.hosts (inventories per environment)."
+    ),
+]
+
+
+@app.command()
+def run(
+    file: JobFile,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the last unfinished run of this job.")
+    ] = False,
+    apply: Annotated[
+        bool | None,
+        typer.Option(
+            "--apply/--no-apply",
+            help="Write collected files back to the workspace (default: collect.apply).",
+        ),
+    ] = None,
+    hosts: HostsOption = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Run at most N units at once (overrides maxConcurrentTasks).",
+        ),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
+) -> None:
+    """Run a job: select units, run each in its own sandbox, retry up the ladder, apply
+    collected files between rounds, and write report.md and report.json.
+
+    Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
+    2 for an invalid job, 3 if nothing was selected, 130 if interrupted.  Ctrl-C drains:
+    running units are stopped and their sandboxes removed; --resume picks them up.
+    """
+    from . import run as running
+
+    options = running.Options(apply=apply, resume=resume, concurrency=jobs)
+    raise typer.Exit(_call(lambda: _execute(file, hosts, verbose, lambda r: r.execute(options))))
+
+
+@app.command()
+def retry(
+    file: JobFile,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN", help="The run whose failed units to retry.")
+    ],
+    failed: Annotated[
+        bool,
+        typer.Option(
+            "--failed", help="Re-run only the units that failed (the default and only mode)."
+        ),
+    ] = True,
+    apply: Annotated[
+        bool | None, typer.Option("--apply/--no-apply", help="Apply collected files.")
+    ] = None,
+    hosts: HostsOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
+) -> None:
+    """Start a new run over the units that failed in RUN, from the first rung."""
+    from . import run as running
+
+    options = running.Options(apply=apply)
+
+    def action(runner: running.Runner) -> Any:
+        return runner.retry_failed(runner.journal.run(run_id), options)
+
+    raise typer.Exit(_call(lambda: _execute(file, hosts, verbose, action)))
+
+
+def _execute(file: Path, hosts: Path | None, verbose: bool, action: Callable[[Any], Any]) -> int:
+    import asyncio
+    import signal
+
+    from rich.console import Console
+
+    from . import limits, spec
+    from . import run as running
+    from .errors import Interrupted
+    from .events import Events
+    from .journal import Journal
+    from .progress import Display
+    from .quantities import format_duration
+
+    job = spec.load(file, hosts_file=hosts)
+    console = Console(stderr=True, highlight=False)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    display = Display(console, verbose=verbose)
+    environ = _environ()
+    runner = running.Runner(
+        spec=job,
+        transport=_transport(job, environ, display),
+        journal=journal,
+        environ=environ,
+        events=Events(display),
+        gate=limits.gate_for(job, display),
+    )
+
+    async def main() -> running.Summary:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, task.cancel)
+        summary: running.Summary = await action(runner)
+        return summary
+
+    try:
+        with display:
+            summary = asyncio.run(main())
+    except asyncio.CancelledError:
+        raise Interrupted(
+            "interrupted: running units were stopped and their sandboxes removed; "
+            f"`fanout run {file} --resume` continues"
+        ) from None
+    finally:
+        journal.close()
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no units"
+    console.print(f"run {summary.run_id} {summary.state}: {counts}")
+    data = summary.report_dir / "report.json"
+    if data.exists():
+        import json as _json
+
+        report = _json.loads(data.read_text())
+        if report.get("speedup"):
+            console.print(
+                f"wall {format_duration(report['wallSeconds'])}, worker time "
+                f"{format_duration(report['workerSeconds'])}: {report['speedup']:.1f}x"
+            )
+    console.print(f"report: {summary.report_dir / 'report.md'}")
+    if summary.note == "nothing selected":
+        from .errors import NothingSelected
+
+        raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+    return summary.exit_code
+
+
+def _transport(job: Any, environ: dict[str, str], display: Any) -> Any:
+    from .local import LocalTransport
+
+    def warn(message: str) -> None:
+        display({"event": "notice", "message": message})
+
+    state = job.runtime.state_dir
+    hidden = [state, Path(os.path.expanduser("~/.ssh"))]
+    return LocalTransport(
+        slots=job.runtime.max_concurrent_tasks,
+        sandbox_kind=job.runtime.sandbox,
+        image=job.runtime.image,
+        path=environ["PATH"],
+        hidden=hidden,
+        warn=warn,
+    )
+
+
+@app.command()
+def status(
+    file: JobFile,
+    run_id: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="One run to detail.")
+    ] = None,
+) -> None:
+    """Show recent runs of the job and their units by state, or one run in detail."""
+    from . import report, spec
+    from .journal import Journal
+
+    def action() -> str:
+        job = spec.load(file, require_hosts=False)
+        journal = Journal(job.runtime.state_dir / "journal.sqlite")
+        try:
+            return report.status_text(journal, run_id, job=None if run_id else job.name)
+        finally:
+            journal.close()
+
+    print(_call(action), end="")
+
+
+@app.command("report")
+def show_report(
+    file: JobFile,
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="markdown text or json.")
+    ] = OutputFormat.text,
+) -> None:
+    """Print the report of RUN (rebuilt from the journal) as markdown or JSON."""
+    from . import report, spec
+    from .journal import Journal
+
+    def action() -> str:
+        job = spec.load(file, require_hosts=False)
+        journal = Journal(job.runtime.state_dir / "journal.sqlite")
+        try:
+            data = report.build(journal, run_id)
+        finally:
+            journal.close()
+        return (
+            json.dumps(data, indent=2) + "\n"
+            if output is OutputFormat.json
+            else report.render_markdown(data)
+        )
+
+    print(_call(action), end="")
 
 
 @app.command()

@@ -7,8 +7,11 @@ limit sets the pace of the whole fleet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from .outcome import AttemptResult
 from .spec import Limit, Spec
 
 
@@ -46,3 +49,32 @@ def concurrency(spec: Spec) -> int:
         if limit.max_in_flight is not None:
             cap = min(cap, limit.max_in_flight)
     return cap
+
+
+class Gate(Protocol):
+    """Rate capacity for task starts: ``acquire`` before a worker starts, ``release``
+    when it ends, ``report`` every result so throttle signals pause the fleet."""
+
+    async def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def report(self, result: AttemptResult) -> None: ...
+
+
+class OpenGate:
+    """No limits: every start is allowed at once."""
+
+    async def acquire(self) -> None:
+        return None
+
+    def release(self) -> None:
+        return None
+
+    def report(self, result: AttemptResult) -> None:
+        return None
+
+
+def gate_for(spec: Spec, events: Callable[[dict[str, Any]], None] | None = None) -> Gate:
+    """The rate gate ``spec`` needs."""
+    return OpenGate()

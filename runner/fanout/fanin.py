@@ -1,0 +1,213 @@
+"""Files in and out of sandboxes: what a unit stages, what it may collect, and applying
+collected files back to the workspace.
+
+Every path a template renders is checked here: relative, without ``..``, never through a
+symlink that leads outside its folder.  A collected file lands in the run's unit folder
+and can only be written back to a workspace file that has not changed since it was
+staged; anything else is reported as a conflict, never overwritten.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import globs
+from .outcome import CollectedFile
+from .transport import StagedFile
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class PathRefused(Exception):
+    """A rendered stage or collect path that would leave its folder."""
+
+
+def unit_folder_name(unit_id: str) -> str:
+    """A readable, collision-free folder name for a unit id (ids may contain '/')."""
+    digest = hashlib.sha256(unit_id.encode()).hexdigest()[:8]
+    readable = _UNSAFE.sub("_", unit_id).strip("._")[:80] or "unit"
+    return f"{readable}-{digest}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 16), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _regular_files(root: Path, top: Path) -> Iterator[Path]:
+    """Regular files under ``top`` (a directory or file inside ``root``), no symlinks."""
+    if top.is_symlink():
+        return
+    if top.is_file():
+        yield top
+        return
+    for directory, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not (Path(directory) / d).is_symlink())
+        for name in sorted(files):
+            candidate = Path(directory) / name
+            if not candidate.is_symlink() and candidate.is_file():
+                yield candidate
+
+
+def select_files(root: Path, patterns: Iterable[str]) -> list[str]:
+    """Relative POSIX paths of regular files under ``root`` that ``patterns`` name.
+
+    A pattern is a path (a file, or a directory taken whole) or a glob.  Raises
+    PathRefused for absolute paths, ``..``, and paths through symlinks.
+    """
+    root = root.resolve()
+    chosen: dict[str, None] = {}
+    for pattern in patterns:
+        try:
+            matcher = globs.compile_glob(pattern)
+        except ValueError as exc:
+            raise PathRefused(str(exc)) from None
+        if globs.is_glob(pattern):
+            for path in _regular_files(root, root):
+                relative = path.relative_to(root).as_posix()
+                if matcher.match(relative):
+                    chosen[relative] = None
+            continue
+        target = root / pattern
+        if not _inside(target.resolve(), root):
+            raise PathRefused(f"{pattern!r} leads outside its folder through a symlink")
+        for path in _regular_files(root, target):
+            chosen[path.relative_to(root).as_posix()] = None
+    return list(chosen)
+
+
+def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
+    """The workspace files a unit stages.  A named path that does not exist is an error."""
+    staged = []
+    for pattern in patterns:
+        if not globs.is_glob(pattern) and not (workspace / pattern).exists():
+            raise PathRefused(f"stage: {pattern!r} does not exist in the workspace")
+        try:
+            names = select_files(workspace, [pattern])
+        except PathRefused as exc:
+            raise PathRefused(f"stage: {exc}") from None
+        staged += [StagedFile(path=name, source=workspace / name) for name in names]
+    unique = {item.path: item for item in staged}
+    return tuple(unique.values())
+
+
+def copy_collected(
+    sandbox: Path, patterns: Iterable[str], destination: Path
+) -> tuple[CollectedFile, ...]:
+    """Copy the files ``patterns`` select in ``sandbox`` into ``destination``."""
+    try:
+        names = select_files(sandbox, patterns)
+    except PathRefused as exc:
+        raise PathRefused(f"collect: {exc}") from None
+    collected = []
+    for name in names:
+        target = destination / name
+        if not _inside(target.resolve(), destination.resolve()):
+            raise PathRefused(f"collect: {name!r} leaves the unit folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sandbox / name, target)
+        collected.append(
+            CollectedFile(path=name, sha256=sha256_file(target), size=target.stat().st_size)
+        )
+    return tuple(collected)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """A collected file compared with the workspace: what applying it would do."""
+
+    unit_id: str
+    path: str
+    added: int
+    removed: int
+    state: str  # "unchanged", "changed", "new", "conflict", "applied"
+
+
+def staged_hashes(staged: Iterable[StagedFile]) -> dict[str, str]:
+    return {item.path: sha256_file(item.source) for item in staged if item.source.is_file()}
+
+
+def diffstat(old: Path | None, new: Path) -> tuple[int, int]:
+    """Lines added and removed going from ``old`` (None: absent) to ``new``."""
+
+    def lines(path: Path | None) -> list[str]:
+        if path is None or not path.exists():
+            return []
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+    added = removed = 0
+    for line in difflib.unified_diff(lines(old), lines(new), lineterm="", n=0):
+        if line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    return added, removed
+
+
+def apply(
+    workspace: Path,
+    unit_id: str,
+    unit_dir: Path,
+    collected: Iterable[CollectedFile],
+    staged: dict[str, str],
+    *,
+    write: bool,
+) -> list[Change]:
+    """Compare (and with ``write``, apply) a unit's collected files to the workspace.
+
+    A file is written back only if the workspace copy still has the hash it had when it
+    was staged (or did not exist and was not staged); otherwise it is a conflict.
+    """
+    changes = []
+    for item in collected:
+        source = unit_dir / item.path
+        target = workspace / item.path
+        if not _inside(target.resolve(), workspace.resolve()):
+            changes.append(
+                Change(unit_id=unit_id, path=item.path, added=0, removed=0, state="conflict")
+            )
+            continue
+        current = sha256_file(target) if target.is_file() else None
+        if current == item.sha256:
+            changes.append(
+                Change(unit_id=unit_id, path=item.path, added=0, removed=0, state="unchanged")
+            )
+            continue
+        added, removed = diffstat(target if current else None, source)
+        if current != staged.get(item.path):
+            changes.append(
+                Change(
+                    unit_id=unit_id, path=item.path, added=added, removed=removed, state="conflict"
+                )
+            )
+            continue
+        if write:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".{target.name}.fanout-tmp")
+            shutil.copyfile(source, temporary)
+            if target.exists():
+                shutil.copymode(target, temporary)
+            os.replace(temporary, target)
+        state = "applied" if write else ("new" if current is None else "changed")
+        changes.append(
+            Change(unit_id=unit_id, path=item.path, added=added, removed=removed, state=state)
+        )
+    return changes

@@ -1,0 +1,504 @@
+"""The crash-safe journal: every run, unit and attempt in SQLite under the state dir.
+
+An attempt is written as dispatched before its worker starts and as settled when it
+ends, each in its own short transaction (WAL mode), so a coordinator killed with
+SIGKILL loses nothing: ``--resume`` finds the units that had not settled and runs them
+again, never one that had.  A unit is settled at most once: the update only matches a
+unit that is not settled yet, so an attempt that finishes late (a lost host coming
+back) cannot settle it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import StateError
+from .outcome import AttemptResult, CollectedFile, Outcome, Status, UnitState
+from .units import Unit
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    job TEXT NOT NULL,
+    job_file TEXT NOT NULL,
+    started REAL NOT NULL,
+    finished REAL,
+    state TEXT NOT NULL,
+    round INTEGER NOT NULL DEFAULT 1,
+    apply INTEGER NOT NULL DEFAULT 0,
+    parent TEXT,
+    trigger TEXT NOT NULL DEFAULT '{}',
+    wall REAL NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    records INTEGER NOT NULL DEFAULT 0,
+    selected INTEGER NOT NULL DEFAULT 0,
+    selection_done INTEGER NOT NULL DEFAULT 0,
+    complete INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, round)
+);
+CREATE TABLE IF NOT EXISTS units (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    state TEXT NOT NULL,
+    rung INTEGER NOT NULL DEFAULT 0,
+    rung_attempts INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    worker_seconds REAL NOT NULL DEFAULT 0,
+    reason TEXT NOT NULL DEFAULT '',
+    tail TEXT NOT NULL DEFAULT '',
+    last TEXT NOT NULL DEFAULT '{}',
+    collected TEXT NOT NULL DEFAULT '[]',
+    staged TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run, round, id)
+);
+CREATE INDEX IF NOT EXISTS units_by_state ON units (run, round, state, idx);
+CREATE TABLE IF NOT EXISTS attempts (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    unit TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    rung TEXT NOT NULL,
+    host TEXT NOT NULL DEFAULT '',
+    started REAL NOT NULL,
+    finished REAL,
+    status TEXT,
+    exit_code INTEGER,
+    reason TEXT NOT NULL DEFAULT '',
+    duration REAL NOT NULL DEFAULT 0,
+    retry_after REAL,
+    PRIMARY KEY (run, round, unit, n)
+);
+CREATE TABLE IF NOT EXISTS changes (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    unit TEXT NOT NULL,
+    path TEXT NOT NULL,
+    added INTEGER NOT NULL,
+    removed INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (run, round, unit, path)
+);
+"""
+
+FINAL_RUN_STATES = ("finished",)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRow:
+    id: str
+    job: str
+    job_file: str
+    started: float
+    finished: float | None
+    state: str
+    round: int
+    apply: bool
+    parent: str | None
+    trigger: dict[str, Any]
+    wall: float
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UnitRow:
+    unit: Unit
+    round: int
+    state: UnitState
+    rung: int
+    rung_attempts: int
+    attempts: int
+    failures: int
+    worker_seconds: float
+    reason: str
+    tail: str
+    last: dict[str, Any]
+    collected: tuple[CollectedFile, ...]
+    staged: dict[str, str]
+
+
+def new_run_id(now: float | None = None) -> str:
+    moment = datetime.fromtimestamp(now or time.time(), UTC)
+    return f"{moment:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+
+
+class Journal:
+    """One SQLite file per state directory, shared by every job that uses it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(f"cannot open the journal {path}: {exc}") from None
+        self.db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _write(self, sql: str, parameters: Iterable[Any] = ()) -> int:
+        try:
+            return self.db.execute(sql, tuple(parameters)).rowcount
+        except sqlite3.Error as exc:
+            raise StateError(f"journal write failed ({self.path}): {exc}") from None
+
+    # Runs ---------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        job: str,
+        job_file: str,
+        apply: bool,
+        parent: str | None = None,
+        trigger: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        run_id = run_id or new_run_id()
+        self._write(
+            "INSERT INTO runs (id, job, job_file, started, state, apply, parent, trigger)"
+            " VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
+            (run_id, job, job_file, time.time(), int(apply), parent, json.dumps(trigger or {})),
+        )
+        return run_id
+
+    def run(self, run_id: str) -> RunRow:
+        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            known = [r.id for r in self.runs(limit=5)]
+            hint = f"; recent runs: {', '.join(known)}" if known else "; no runs yet"
+            raise StateError(f"no run {run_id!r} in {self.path}{hint}")
+        return _run_row(row)
+
+    def runs(self, job: str | None = None, limit: int = 20) -> list[RunRow]:
+        if job is None:
+            rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
+        else:
+            rows = self.db.execute(
+                "SELECT * FROM runs WHERE job = ? ORDER BY started DESC LIMIT ?", (job, limit)
+            )
+        return [_run_row(r) for r in rows]
+
+    def last_unfinished(self, job: str) -> RunRow | None:
+        row = self.db.execute(
+            "SELECT * FROM runs WHERE job = ? AND state != 'finished'"
+            " ORDER BY started DESC LIMIT 1",
+            (job,),
+        ).fetchone()
+        return None if row is None else _run_row(row)
+
+    def set_round(self, run_id: str, round_number: int, *, records: int, selected: int) -> None:
+        self._write("UPDATE runs SET round = ? WHERE id = ?", (round_number, run_id))
+        self._write(
+            "INSERT INTO rounds (run, round, records, selected) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (run, round) DO UPDATE SET records = excluded.records,"
+            " selected = excluded.selected",
+            (run_id, round_number, records, selected),
+        )
+
+    def complete_round(self, run_id: str, round_number: int) -> None:
+        self._write(
+            "UPDATE rounds SET complete = 1 WHERE run = ? AND round = ?", (run_id, round_number)
+        )
+
+    def rounds(self, run_id: str) -> list[sqlite3.Row]:
+        return list(self.db.execute("SELECT * FROM rounds WHERE run = ? ORDER BY round", (run_id,)))
+
+    def finish_run(self, run_id: str, *, state: str, wall: float, note: str = "") -> None:
+        self._write(
+            "UPDATE runs SET state = ?, finished = ?, wall = wall + ?, note = ? WHERE id = ?",
+            (state, time.time(), wall, note, run_id),
+        )
+
+    def reopen_run(self, run_id: str) -> None:
+        """A resumed run is running again; attempts left dispatched were interrupted."""
+        self._write("UPDATE runs SET state = 'running' WHERE id = ?", (run_id,))
+        self._write(
+            "UPDATE attempts SET status = 'interrupted', finished = ?,"
+            " reason = 'fanout stopped before it settled' WHERE run = ? AND status IS NULL",
+            (time.time(), run_id),
+        )
+        self._write(
+            "UPDATE units SET state = 'interrupted' WHERE run = ? AND state = 'running'", (run_id,)
+        )
+
+    # Units --------------------------------------------------------------------
+
+    def add_units(self, run_id: str, round_number: int, units: Iterable[Unit]) -> None:
+        rows = [
+            (run_id, round_number, u.id, u.index, _unit_data(u), str(UnitState.PENDING))
+            for u in units
+        ]
+        try:
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.executemany(
+                    "INSERT OR IGNORE INTO units (run, round, id, idx, data, state)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+        except sqlite3.Error as exc:
+            raise StateError(f"journal write failed ({self.path}): {exc}") from None
+
+    def unsettled_units(
+        self, run_id: str, round_number: int, batch: int = 500
+    ) -> Iterator[UnitRow]:
+        """Units of a round that have not settled, in selection order, read in pages."""
+        after = -1
+        while True:
+            rows = self.db.execute(
+                "SELECT * FROM units WHERE run = ? AND round = ? AND state NOT IN"
+                " ('succeeded', 'failed') AND idx > ? ORDER BY idx LIMIT ?",
+                (run_id, round_number, after, batch),
+            ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield _unit_row(row)
+            after = rows[-1]["idx"]
+
+    def units(self, run_id: str, round_number: int | None = None) -> list[UnitRow]:
+        if round_number is None:
+            rows = self.db.execute(
+                "SELECT * FROM units WHERE run = ? ORDER BY round, idx", (run_id,)
+            )
+        else:
+            rows = self.db.execute(
+                "SELECT * FROM units WHERE run = ? AND round = ? ORDER BY idx",
+                (run_id, round_number),
+            )
+        return [_unit_row(r) for r in rows]
+
+    def unit_counts(self, run_id: str) -> dict[str, int]:
+        """Units of the run's latest round of each unit id, counted by state."""
+        rows = self.db.execute(
+            "SELECT state, COUNT(*) AS n FROM units u WHERE run = ? AND round ="
+            " (SELECT MAX(round) FROM units v WHERE v.run = u.run AND v.id = u.id) GROUP BY state",
+            (run_id,),
+        )
+        return {r["state"]: r["n"] for r in rows}
+
+    def set_staged(
+        self, run_id: str, round_number: int, unit_id: str, staged: dict[str, str]
+    ) -> None:
+        """Hashes of the workspace files the unit's successful attempt staged."""
+        self._write(
+            "UPDATE units SET staged = ? WHERE run = ? AND round = ? AND id = ?",
+            (json.dumps(staged), run_id, round_number, unit_id),
+        )
+
+    def selection_done(self, run_id: str, round_number: int) -> None:
+        self._write(
+            "UPDATE rounds SET selection_done = 1 WHERE run = ? AND round = ?",
+            (run_id, round_number),
+        )
+
+    def round_row(self, run_id: str, round_number: int) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.db.execute(
+            "SELECT * FROM rounds WHERE run = ? AND round = ?", (run_id, round_number)
+        ).fetchone()
+        return row
+
+    # Attempts -----------------------------------------------------------------
+
+    def attempt_dispatched(
+        self, run_id: str, round_number: int, unit_id: str, n: int, rung: str, host: str = ""
+    ) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, round_number, unit_id, n, rung, host, time.time()),
+        )
+        self._write(
+            "UPDATE units SET state = 'running', attempts = ?"
+            " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+            (n, run_id, round_number, unit_id),
+        )
+
+    def attempt_settled(
+        self,
+        run_id: str,
+        round_number: int,
+        unit_id: str,
+        n: int,
+        result: AttemptResult,
+        *,
+        rung: int,
+        rung_attempts: int,
+        failures: int,
+        last: dict[str, Any],
+    ) -> bool:
+        """Record an attempt's end; False if it had already been settled (or interrupted)."""
+        settled = self._write(
+            "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?, duration = ?,"
+            " retry_after = ?, host = ? WHERE run = ? AND round = ? AND unit = ? AND n = ?"
+            " AND status IS NULL",
+            (
+                time.time(),
+                str(result.status),
+                result.exit_code,
+                result.reason,
+                result.duration,
+                result.retry_after,
+                result.host,
+                run_id,
+                round_number,
+                unit_id,
+                n,
+            ),
+        )
+        if settled:
+            self._write(
+                "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
+                " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?"
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                (
+                    rung,
+                    rung_attempts,
+                    failures,
+                    result.duration,
+                    result.reason,
+                    result.output_tail,
+                    json.dumps(last),
+                    run_id,
+                    round_number,
+                    unit_id,
+                ),
+            )
+        return settled == 1
+
+    def unit_settled(self, run_id: str, outcome: Outcome) -> bool:
+        """Settle a unit once; False if it was already settled."""
+        return (
+            self._write(
+                "UPDATE units SET state = ?, reason = ?, tail = ?, collected = ?"
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                (
+                    str(outcome.state),
+                    outcome.reason,
+                    outcome.output_tail,
+                    json.dumps([c.as_dict() for c in outcome.collected]),
+                    run_id,
+                    outcome.round,
+                    outcome.unit_id,
+                ),
+            )
+            == 1
+        )
+
+    def unit_interrupted(self, run_id: str, round_number: int, unit_id: str) -> None:
+        self._write(
+            "UPDATE units SET state = 'interrupted' WHERE run = ? AND round = ? AND id = ?"
+            " AND state NOT IN ('succeeded', 'failed')",
+            (run_id, round_number, unit_id),
+        )
+        self._write(
+            "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted'"
+            " WHERE run = ? AND round = ? AND unit = ? AND status IS NULL",
+            (time.time(), run_id, round_number, unit_id),
+        )
+
+    def attempts(self, run_id: str) -> list[sqlite3.Row]:
+        return list(
+            self.db.execute("SELECT * FROM attempts WHERE run = ? ORDER BY started", (run_id,))
+        )
+
+    def attempt_counts(self, run_id: str) -> dict[str, int]:
+        rows = self.db.execute(
+            "SELECT status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY status", (run_id,)
+        )
+        return {str(r["status"]): r["n"] for r in rows}
+
+    # Changes ------------------------------------------------------------------
+
+    def record_changes(self, run_id: str, round_number: int, changes: Iterable[Any]) -> None:
+        for change in changes:
+            self._write(
+                "INSERT OR REPLACE INTO changes (run, round, unit, path, added, removed, state)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    round_number,
+                    change.unit_id,
+                    change.path,
+                    change.added,
+                    change.removed,
+                    change.state,
+                ),
+            )
+
+    def changes(self, run_id: str) -> list[sqlite3.Row]:
+        return list(
+            self.db.execute(
+                "SELECT * FROM changes WHERE run = ? ORDER BY round, unit, path", (run_id,)
+            )
+        )
+
+
+def _unit_data(unit: Unit) -> str:
+    return json.dumps({"items": list(unit.items), "origin": unit.origin, "group": unit.group})
+
+
+def _unit_row(row: sqlite3.Row) -> UnitRow:
+    data = json.loads(row["data"])
+    unit = Unit(
+        id=row["id"],
+        index=row["idx"],
+        items=tuple(data["items"]),
+        origin=data["origin"],
+        group=data["group"],
+    )
+    return UnitRow(
+        unit=unit,
+        round=row["round"],
+        state=UnitState(row["state"]),
+        rung=row["rung"],
+        rung_attempts=row["rung_attempts"],
+        attempts=row["attempts"],
+        failures=row["failures"],
+        worker_seconds=row["worker_seconds"],
+        reason=row["reason"],
+        tail=row["tail"],
+        last=json.loads(row["last"]),
+        collected=tuple(CollectedFile(**c) for c in json.loads(row["collected"])),
+        staged=json.loads(row["staged"]),
+    )
+
+
+def _run_row(row: sqlite3.Row) -> RunRow:
+    return RunRow(
+        id=row["id"],
+        job=row["job"],
+        job_file=row["job_file"],
+        started=row["started"],
+        finished=row["finished"],
+        state=row["state"],
+        round=row["round"],
+        apply=bool(row["apply"]),
+        parent=row["parent"],
+        trigger=json.loads(row["trigger"]),
+        wall=row["wall"],
+        note=row["note"],
+    )
+
+
+__all__ = ["Journal", "RunRow", "Status", "UnitRow", "new_run_id"]

@@ -1,0 +1,251 @@
+"""Running attempts in sandboxes on this machine.
+
+Each attempt gets a fresh directory under the sandbox root, its staged files copied in,
+the worker started in its own process group with the prompt on stdin, then ``verify``,
+then the collect step, and the directory removed in a ``finally`` that runs on
+success, failure, timeout and cancellation alike.  A timeout or a cancellation kills
+the worker's whole process group; under bwrap the private PID namespace and
+``--die-with-parent`` also take every process down if fanout itself is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from . import fanin, sandbox, throttle
+from .capture import OutputCapture
+from .outcome import AttemptResult, Status
+from .transport import Attempt
+
+_PR_SET_PDEATHSIG = 1
+_DRAIN_AFTER_KILL = 2.0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class LocalTransport:
+    """Attempts on this machine, ``slots`` at once."""
+
+    def __init__(
+        self,
+        *,
+        slots: int,
+        sandbox_kind: str = "auto",
+        image: str | None = None,
+        root: Path | None = None,
+        path: str = os.defpath,
+        hidden: Sequence[Path] = (),
+        warn: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self._slots = slots
+        self._requested = sandbox_kind
+        self._image = image
+        self.root = root or Path(tempfile.gettempdir())
+        self._path = path
+        self._hidden = tuple(hidden)
+        self._warn = warn
+        self.kind: sandbox.Kind = "none"
+
+    @property
+    def capacity(self) -> int:
+        return self._slots
+
+    async def start(self) -> None:
+        choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
+        self.kind = choice.kind
+        if choice.warning:
+            self._warn(choice.warning)
+
+    async def close(self) -> None:
+        return None
+
+    async def run(self, attempt: Attempt) -> AttemptResult:
+        started = time.monotonic()
+        directory = Path(tempfile.mkdtemp(prefix="fanout-", dir=self.root))
+        try:
+            return await self._attempt(attempt, directory, started)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _attempt(self, attempt: Attempt, directory: Path, started: float) -> AttemptResult:
+        invocation = attempt.invocation
+        work, home = directory / "work", directory / "home"
+        work.mkdir()
+        home.mkdir()
+
+        def result(status: Status, reason: str, **more: object) -> AttemptResult:
+            return AttemptResult(
+                status=status,
+                reason=reason,
+                duration=time.monotonic() - started,
+                output_tail=capture.tail,
+                **more,  # type: ignore[arg-type]
+            )
+
+        scanner = throttle.Scanner(attempt.throttle_patterns)
+        capture = OutputCapture(
+            attempt.log_path,
+            log_limit=attempt.log_limit,
+            tail_limit=attempt.tail_limit,
+            secrets=attempt.secrets.values(),
+            on_line=scanner.line,
+        )
+        try:
+            try:
+                for item in attempt.staged:
+                    target = work / item.path
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(item.source, target)
+            except OSError as exc:
+                return result(Status.FAILED, f"stage: {exc.strerror or exc}: {exc.filename}")
+            control = home / throttle.CONTROL_FILE
+            env = {
+                "PATH": self._path,
+                "HOME": str(home),
+                "TMPDIR": str(home) if self.kind == "none" else "/tmp",
+                **attempt.base_env(),
+                "FANOUT_CONTROL": str(control),
+                **invocation.env,
+                **attempt.secrets,
+            }
+            deadline = started + invocation.timeout
+            code = await self._exec(
+                invocation.argv,
+                directory,
+                env,
+                invocation.prompt,
+                deadline,
+                capture,
+                attempt.network,
+            )
+            stage_name = "worker"
+            if code == 0 and invocation.verify:
+                stage_name = "verify"
+                code = await self._exec(
+                    invocation.verify, directory, env, "", deadline, capture, attempt.network
+                )
+            signal_ = throttle.classify(
+                code,
+                scanner.signal,
+                throttle.from_control(control.read_text()) if control.is_file() else None,
+            )
+            throttled = {
+                "retry_after": signal_.retry_after if signal_ else None,
+                "throttled_limit": signal_.limit if signal_ else None,
+            }
+            if code is None:
+                return result(Status.TIMEOUT, f"timed out after {invocation.timeout:g}s")
+            if code != 0:
+                if signal_ is not None:
+                    return result(
+                        Status.THROTTLED,
+                        f"throttled ({signal_.source})",
+                        exit_code=code,
+                        **throttled,
+                    )
+                return result(
+                    Status.FAILED, f"{stage_name} exited with status {code}", exit_code=code
+                )
+            try:
+                collected = fanin.copy_collected(work, invocation.collect, attempt.collect_dir)
+            except (fanin.PathRefused, OSError) as exc:
+                return result(Status.FAILED, str(exc), exit_code=0)
+            return result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
+        finally:
+            capture.close()
+
+    async def _exec(
+        self,
+        argv: Sequence[str],
+        directory: Path,
+        env: Mapping[str, str],
+        stdin_text: str,
+        deadline: float,
+        capture: OutputCapture,
+        network: bool,
+    ) -> int | None:
+        """Run one command in the sandbox; its exit code, or None if the deadline passed.
+        On timeout and on cancellation the whole process group is killed."""
+        command = sandbox.wrap(
+            self.kind,
+            argv,
+            sandbox=directory,
+            network=network,
+            hidden=self._hidden,
+            image=self._image,
+            env_names=list(env),
+        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=directory / "work",
+                env=dict(env),
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self.kind == "none" else None,
+            )
+        except OSError as exc:
+            capture.feed(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
+            return 127
+        feeder = asyncio.create_task(_feed(process, stdin_text.encode()))
+        reader = asyncio.create_task(_read(process, capture))
+        try:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                return await asyncio.wait_for(process.wait(), remaining)
+            except TimeoutError:
+                return None
+        finally:
+            _kill_group(process)
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.shield(asyncio.wait_for(_settle(process, reader), _DRAIN_AFTER_KILL))
+            reader.cancel()
+
+
+async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            process.stdin.write(data)
+            await process.stdin.drain()
+        process.stdin.close()
+
+
+async def _read(process: asyncio.subprocess.Process, capture: OutputCapture) -> None:
+    assert process.stdout is not None
+    while chunk := await process.stdout.read(65536):
+        capture.feed(chunk)
+
+
+async def _settle(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
+    await process.wait()
+    await reader
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is not None and not _group_alive(process.pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

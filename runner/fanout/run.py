@@ -1,0 +1,382 @@
+"""One run of a job: rounds of selection and dispatch, fan-in between rounds, and the
+report at the end.  ``execute`` starts or resumes a run; ``retry`` re-runs the failed
+units of an earlier run.
+
+Rounds: after every unit of a round has settled, the collected files are applied to
+the workspace, the inputs are selected again from the whole workspace and a new round
+runs over what remains.  Re-selecting everything (not just the units of the last round)
+is what catches breakage a fix causes in files no unit touched.  Rounds stop when
+nothing remains, at ``rounds.max``, or when a round made no progress: nothing it
+collected changed the workspace, or the new selection equals the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import random
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import fanin, limits, report
+from .dispatch import Round, dispatch
+from .errors import EnvironmentProblem, HostsUnavailable, Interrupted, NothingSelected, StateError
+from .events import EventLog, Events
+from .journal import Journal, RunRow
+from .ladder import Progress
+from .limits import Gate, OpenGate
+from .outcome import UnitState
+from .spec import Spec
+from .transport import Transport
+from .units import Unit, select
+
+_BATCH = 200
+
+
+@dataclass(kw_only=True)
+class Options:
+    apply: bool | None = None
+    resume: bool = False
+    trigger: Mapping[str, Any] | None = None
+    concurrency: int | None = None
+
+
+@dataclass(kw_only=True)
+class Summary:
+    run_id: str
+    state: str
+    counts: dict[str, int]
+    report_dir: Path
+    note: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        if self.state == "interrupted":
+            return Interrupted.exit_code
+        return 1 if self.counts.get("failed", 0) or self.counts.get("interrupted", 0) else 0
+
+
+@dataclass(kw_only=True)
+class Runner:
+    """Runs a job with injected parts (transport, journal, gate, clock, randomness)."""
+
+    spec: Spec
+    transport: Transport
+    journal: Journal
+    environ: Mapping[str, str]
+    events: Events = field(default_factory=Events)
+    gate: Gate | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    monotonic: Callable[[], float] = time.monotonic
+
+    def secrets(self) -> dict[str, str]:
+        missing = [name for name in self.spec.task.secrets if name not in self.environ]
+        if missing:
+            raise EnvironmentProblem(
+                f"secret(s) {', '.join(missing)} not set: export them in the environment "
+                "fanout runs in (task.secrets names them)"
+            )
+        return {name: self.environ[name] for name in self.spec.task.secrets}
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.spec.runtime.state_dir / "runs" / run_id
+
+    async def execute(self, options: Options) -> Summary:
+        """Start a new run (or resume the last unfinished one) and run it to its end."""
+        spec = self.spec
+        secrets = self.secrets()
+        apply = spec.collect.apply if options.apply is None else options.apply
+        if options.resume:
+            row = self.journal.last_unfinished(spec.name)
+            if row is None:
+                raise StateError(f"no unfinished run of job {spec.name!r} to resume")
+            run_id, first_round, apply = row.id, row.round, row.apply
+            self.journal.reopen_run(run_id)
+            event: dict[str, Any] = {"event": "run.resumed", "round": first_round}
+        else:
+            run_id = self.journal.create_run(
+                job=spec.name,
+                job_file=str(spec.file),
+                apply=apply,
+                trigger=dict(options.trigger or {}),
+            )
+            first_round = 1
+            event = {"event": "run.started", "job": spec.name}
+        with self._event_log(run_id):
+            self.events.emit(event.pop("event"), run=run_id, **event)
+            return await self._rounds(run_id, first_round, apply, secrets, options)
+
+    @contextlib.contextmanager
+    def _event_log(self, run_id: str) -> Iterator[None]:
+        log = EventLog(self.run_dir(run_id) / "events.jsonl")
+        self.events.add(log)
+        try:
+            yield
+        finally:
+            self.events.sinks.remove(log)
+            log.close()
+
+    async def _rounds(
+        self, run_id: str, first_round: int, apply: bool, secrets: dict[str, str], options: Options
+    ) -> Summary:
+        spec = self.spec
+        started = self.monotonic()
+        last_selection: str | None = None
+        state, note = "finished", ""
+        await self.transport.start()
+        try:
+            number = first_round
+            while True:
+                ctx = self._round(run_id, number, secrets, options)
+                resuming = options.resume and number == first_round
+                tally = _Tally()
+                units = await self._units_of(ctx, tally, resuming=resuming, stream=number == 1)
+                if tally.done and tally.count == 0:
+                    note = (
+                        "nothing selected"
+                        if number == 1
+                        else f"nothing remains after round {number - 1}"
+                    )
+                    break
+                if tally.done and tally.fingerprint() == last_selection:
+                    note = f"round {number} would select what round {number - 1} did: no progress"
+                    break
+                stopped = await _dispatch(ctx, units)
+                if stopped:
+                    state, note = "stopped", stopped
+                    break
+                if number == 1 and not resuming and tally.count == 0:
+                    note = "nothing selected"
+                    break
+                last_selection = tally.fingerprint() if tally.done else None
+                self.journal.complete_round(run_id, number)
+                self.events.emit(
+                    "round.finished", round=number, **{str(k): v for k, v in ctx.counts.items()}
+                )
+                applied = self._fan_in(run_id, number, apply)
+                if number >= spec.rounds.max:
+                    break
+                if not apply:
+                    note = "more rounds need collected files applied (collect.apply or --apply)"
+                    break
+                if not applied:
+                    note = f"round {number} changed nothing in the workspace: no progress"
+                    break
+                number += 1
+        except asyncio.CancelledError:
+            state, note = "interrupted", "interrupted; `fanout run --resume` continues"
+            raise
+        finally:
+            await self.transport.close()
+            wall = self.monotonic() - started
+            self.journal.finish_run(run_id, state=state, wall=wall, note=note)
+            written = report.write(self.journal, run_id, self.run_dir(run_id))
+            self.events.emit(
+                "run.finished", run=run_id, state=state, note=note, report=str(written)
+            )
+        if spec.aggregate is not None:
+            await asyncio.to_thread(self._aggregate, run_id)
+        summary = Summary(
+            run_id=run_id,
+            state=state,
+            counts=self.journal.unit_counts(run_id),
+            report_dir=self.run_dir(run_id),
+            note=note,
+        )
+        if state == "stopped":
+            raise HostsUnavailable(
+                f"{note}; run {run_id} stopped, `fanout run --resume` continues it"
+            )
+        return summary
+
+    def _round(self, run_id: str, number: int, secrets: dict[str, str], options: Options) -> Round:
+        concurrency = options.concurrency or limits.concurrency(self.spec)
+        return Round(
+            spec=self.spec,
+            run_id=run_id,
+            number=number,
+            journal=self.journal,
+            transport=self.transport,
+            events=self.events,
+            run_dir=self.run_dir(run_id),
+            concurrency=min(concurrency, self.transport.capacity),
+            gate=self.gate or OpenGate(),
+            secrets=secrets,
+            trigger=options.trigger,
+            rng=self.rng,
+        )
+
+    async def _units_of(
+        self, ctx: Round, tally: _Tally, *, resuming: bool, stream: bool
+    ) -> AsyncIterator[tuple[Unit, Progress]]:
+        """The units to dispatch in this round.  A fresh first round streams: units are
+        dispatched while the selection is still being read (and written to the journal).
+        Later rounds are selected in full first, so an unchanged selection (no
+        progress) is known before anything runs; a resumed round reads the journal."""
+        existing = self.journal.round_row(ctx.run_id, ctx.number)
+        if resuming and existing is not None and existing["selection_done"]:
+            tally.done = False  # what was selected before the crash is not re-read
+            return self._from_journal(ctx)
+        if stream and not resuming:
+            return self._streamed(ctx, tally)
+        async for _ in self._select_into_journal(ctx, tally):
+            pass
+        return self._from_journal(ctx)
+
+    async def _streamed(self, ctx: Round, tally: _Tally) -> AsyncIterator[tuple[Unit, Progress]]:
+        async for unit in self._select_into_journal(ctx, tally):
+            yield unit, Progress()
+
+    async def _select_into_journal(self, ctx: Round, tally: _Tally) -> AsyncIterator[Unit]:
+        selection = select(self.spec, environ=self.environ, trigger=ctx.trigger)
+        stream = iter(selection)
+        self.events.emit("round.started", round=ctx.number)
+        while True:
+            batch = await asyncio.to_thread(_take, stream, _BATCH)
+            if not batch:
+                break
+            self.journal.add_units(ctx.run_id, ctx.number, batch)
+            for unit in batch:
+                tally.add(unit)
+                yield unit
+        self.journal.set_round(
+            ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
+        )
+        self.journal.selection_done(ctx.run_id, ctx.number)
+        tally.done = True
+        self.events.emit(
+            "round.selected", round=ctx.number, units=tally.count, records=selection.records
+        )
+
+    async def _from_journal(self, ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
+        for row in self.journal.unsettled_units(ctx.run_id, ctx.number):
+            yield (
+                row.unit,
+                Progress(
+                    rung=row.rung,
+                    rung_attempts=row.rung_attempts,
+                    attempts=row.attempts,
+                    failures=row.failures,
+                    last=row.last,
+                ),
+            )
+
+    def _fan_in(self, run_id: str, number: int, apply: bool) -> int:
+        """Compare (and apply) the round's collected files; how many were written."""
+        workspace = self.spec.runtime.workspace
+        written = 0
+        for row in self.journal.units(run_id, number):
+            if row.state is not UnitState.SUCCEEDED or not row.collected:
+                continue
+            unit_dir = self.run_dir(run_id) / "units" / fanin.unit_folder_name(row.unit.id)
+            changes = fanin.apply(
+                workspace, row.unit.id, unit_dir, row.collected, row.staged, write=apply
+            )
+            self.journal.record_changes(run_id, number, changes)
+            for change in changes:
+                if change.state == "conflict":
+                    self.events.emit(
+                        "file.conflict", round=number, unit=row.unit.id, path=change.path
+                    )
+            written += sum(1 for c in changes if c.state == "applied")
+        return written
+
+    def _aggregate(self, run_id: str) -> None:
+        assert self.spec.aggregate is not None
+        from .units import base_context
+
+        context = base_context(self.spec)
+        argv = [part.render(context) for part in self.spec.aggregate.command]
+        lines = "".join(
+            json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
+            for row in self.journal.units(run_id)
+        )
+        try:
+            done = subprocess.run(
+                argv,
+                input=lines.encode(),
+                cwd=self.spec.runtime.workspace,
+                env=dict(self.environ),
+                capture_output=True,
+                timeout=self.spec.aggregate.timeout,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.events.emit("aggregate.failed", reason=str(exc))
+            return
+        out = self.run_dir(run_id) / "aggregate.out"
+        out.write_bytes(done.stdout + done.stderr)
+        self.events.emit("aggregate.finished", exit=done.returncode, output=str(out))
+
+    async def retry_failed(self, previous: RunRow, options: Options) -> Summary:
+        """A new run over the units that failed in ``previous`` (their latest round)."""
+        spec = self.spec
+        latest: dict[str, Unit] = {}
+        for row in self.journal.units(previous.id):
+            if row.state is UnitState.FAILED:
+                latest[row.unit.id] = row.unit
+            else:
+                latest.pop(row.unit.id, None)
+        if not latest:
+            raise NothingSelected(f"run {previous.id} has no failed units")
+        secrets = self.secrets()
+        apply = spec.collect.apply if options.apply is None else options.apply
+        run_id = self.journal.create_run(
+            job=spec.name, job_file=str(spec.file), apply=apply, parent=previous.id
+        )
+        units = [
+            Unit(id=u.id, index=i, items=u.items, origin=u.origin, group=u.group)
+            for i, u in enumerate(latest.values())
+        ]
+        self.journal.add_units(run_id, 1, units)
+        self.journal.set_round(run_id, 1, records=len(units), selected=len(units))
+        self.journal.selection_done(run_id, 1)
+        resumed = Options(
+            apply=apply, resume=True, trigger=options.trigger, concurrency=options.concurrency
+        )
+        with self._event_log(run_id):
+            self.events.emit("run.started", run=run_id, job=spec.name, retry_of=previous.id)
+            return await self._rounds(run_id, 1, apply, secrets, resumed)
+
+
+async def _dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> str | None:
+    """Dispatch a round; the reason if the fleet stopped it (every host down)."""
+    stopped = None
+    try:
+        await dispatch(ctx, units)
+    except* HostsUnavailable as group:
+        stopped = str(group.exceptions[0])
+    return stopped
+
+
+def _take(stream: Any, count: int) -> list[Unit]:
+    batch = []
+    for unit in stream:
+        batch.append(unit)
+        if len(batch) >= count:
+            break
+    return batch
+
+
+class _Tally:
+    """Counts and fingerprints a selection as it streams past (never holding it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.done = False
+        self._digest = hashlib.sha256()
+
+    def add(self, unit: Unit) -> None:
+        self.count += 1
+        self._digest.update(
+            json.dumps([unit.id, list(unit.items)], sort_keys=True, default=str).encode()
+        )
+
+    def fingerprint(self) -> str:
+        return self._digest.hexdigest()

@@ -1,0 +1,95 @@
+"""Local sandboxes: which tool isolates a worker, and the argv that wraps it.
+
+A sandbox directory holds ``work/`` (the unit's staged files and the worker's cwd) and
+``home/`` (its HOME and the throttle control file).  Under bwrap the whole system is
+read-only, /tmp is private, only the sandbox directory is writable, the network is cut
+unless the job asks for it, the state directory and ~/.ssh are hidden, and every
+process dies with fanout (``--die-with-parent`` and a private PID namespace).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .errors import EnvironmentProblem
+
+Kind = Literal["bwrap", "podman", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    kind: Kind
+    warning: str | None = None
+
+
+def choose(requested: str, image: str | None = None) -> Choice:
+    """The sandbox to use on this machine for ``runtime.sandbox = requested``."""
+    if requested == "none":
+        return Choice("none")
+    if requested == "podman":
+        if shutil.which("podman") is None:
+            raise EnvironmentProblem("runtime.sandbox is 'podman' but podman is not installed")
+        return Choice("podman")
+    works = shutil.which("bwrap") is not None and _bwrap_works()
+    if works:
+        return Choice("bwrap")
+    if requested == "bwrap":
+        raise EnvironmentProblem(
+            "runtime.sandbox is 'bwrap' but bubblewrap is not installed or cannot create "
+            "namespaces here (apt-get install bubblewrap)"
+        )
+    return Choice(
+        "none",
+        "bubblewrap (bwrap) not found: units run in plain directories without isolation",
+    )
+
+
+def _bwrap_works() -> bool:
+    try:
+        probe = subprocess.run(
+            ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def wrap(
+    kind: Kind,
+    argv: Sequence[str],
+    *,
+    sandbox: Path,
+    network: bool,
+    hidden: Sequence[Path] = (),
+    image: str | None = None,
+    env_names: Sequence[str] = (),
+) -> list[str]:
+    """The argv that runs ``argv`` inside the sandbox.  Environment values never appear
+    here: they reach the worker through the wrapper's own environment."""
+    work = sandbox / "work"
+    if kind == "none":
+        return list(argv)
+    if kind == "podman":
+        command = ["podman", "run", "--rm", "-i", "--network", "host" if network else "none"]
+        command += ["-v", f"{sandbox}:{sandbox}", "-w", str(work)]
+        for name in env_names:
+            command += ["-e", name]  # a bare name: podman copies the value from its own env
+        return [*command, str(image), *argv]
+    command = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    command += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    for path in hidden:
+        if path.is_dir():
+            command += ["--tmpfs", str(path)]
+    command += ["--bind", str(sandbox), str(sandbox), "--chdir", str(work)]
+    command += ["--unshare-all", "--die-with-parent", "--new-session"]
+    if network:
+        command.append("--share-net")
+    return [*command, "--", *argv]
