@@ -35,6 +35,7 @@ def cli(*args: str) -> Ran:
 
 
 def write_job(directory: Path, text: str, name: str = "job.toml") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path

@@ -123,3 +123,10 @@ def test_rung_vars_prompt_suffix_and_last_attempt(tmp_path: Path) -> None:
     assert second.prompt == (
         "Fix u1 (round 2, attempt 2).\nLast time (failed, exit 1):\nE501 line too long"
     )
+
+
+def test_default_filter_and_defined_test_may_name_missing_things(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    source = "{{ unit.nope | default('x') }}{% if unit.other is defined %}y{% endif %}"
+    assert templates.check(source, {"unit": UNIT_SHAPE}) == []
+    assert templates.compile(source).render({"unit": {"id": "a"}}) == "x"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fanin, invocation, ladder
+from .errors import HostsUnavailable
 from .events import Events
 from .journal import Journal
 from .ladder import Progress
@@ -85,11 +86,15 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
 async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None:
     try:
         outcome = await _climb(ctx, unit, progress, slot)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, HostsUnavailable):
+        # Stopped from outside (Ctrl-C, every host down): --resume runs it again.
         ctx.journal.unit_interrupted(ctx.run_id, ctx.number, unit.id)
         ctx.counts[UnitState.INTERRUPTED] += 1
         ctx.events.emit("unit.interrupted", round=ctx.number, unit=unit.id)
         raise
+    except Exception as exc:  # a bug in fanout must not take the other units down
+        reason = f"fanout internal error: {type(exc).__name__}: {exc}"
+        outcome = Outcome(unit_id=unit.id, round=ctx.number, state=UnitState.FAILED, reason=reason)
     finally:
         slot.give()
     if ctx.journal.unit_settled(ctx.run_id, outcome):

@@ -28,17 +28,24 @@ class Events:
 
 
 class EventLog:
-    """Appends events to a JSONL file, one flushed line each."""
+    """Appends events to a JSONL file.  Lines are flushed at least every half second
+    (the journal, not this log, is what a crash must not lose)."""
+
+    FLUSH_EVERY = 0.5
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._stream: TextIO | None = path.open("a", encoding="utf-8")
+        self._flushed = time.monotonic()
 
     def __call__(self, record: dict[str, Any]) -> None:
         if self._stream is not None:
             self._stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self._stream.flush()
+            now = time.monotonic()
+            if now - self._flushed >= self.FLUSH_EVERY:
+                self._stream.flush()
+                self._flushed = now
 
     def close(self) -> None:
         if self._stream is not None:

@@ -110,11 +110,11 @@ def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
 
 
 def copy_collected(
-    sandbox: Path, patterns: Iterable[str], destination: Path
+    sandbox: Path, patterns: Iterable[str], destination: Path, *, skip: Iterable[str] = ()
 ) -> tuple[CollectedFile, ...]:
     """Copy the files ``patterns`` select in ``sandbox`` into ``destination``."""
     try:
-        names = select_files(sandbox, patterns)
+        names = [n for n in select_files(sandbox, patterns) if n not in set(skip)]
     except PathRefused as exc:
         raise PathRefused(f"collect: {exc}") from None
     collected = []

@@ -16,6 +16,7 @@ import ctypes
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,6 +63,13 @@ class LocalTransport:
         return self._slots
 
     async def start(self) -> None:
+        if sys.version_info < (3, 12) and hasattr(os, "pidfd_open"):
+            # Python 3.11 watches each child with a thread of its own; a pidfd is cheaper
+            # (and is what 3.12 does by default).
+            watcher = asyncio.PidfdChildWatcher()
+            watcher.attach_loop(asyncio.get_running_loop())
+            asyncio.set_child_watcher(watcher)
+        await asyncio.to_thread(self._remove_orphans)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
         self.kind = choice.kind
         if choice.warning:
@@ -70,9 +78,17 @@ class LocalTransport:
     async def close(self) -> None:
         return None
 
+    def _remove_orphans(self) -> None:
+        """Remove sandboxes a killed coordinator left behind.  Sandbox directories carry
+        their coordinator's PID; one whose coordinator is gone is garbage."""
+        for leftover in self.root.glob("fanout-*-*"):
+            owner = leftover.name.split("-")[1]
+            if owner.isdigit() and not _alive(int(owner)):
+                shutil.rmtree(leftover, ignore_errors=True)
+
     async def run(self, attempt: Attempt) -> AttemptResult:
         started = time.monotonic()
-        directory = Path(tempfile.mkdtemp(prefix="fanout-", dir=self.root))
+        directory = Path(tempfile.mkdtemp(prefix=f"fanout-{os.getpid()}-", dir=self.root))
         try:
             return await self._attempt(attempt, directory, started)
         finally:
@@ -80,9 +96,7 @@ class LocalTransport:
 
     async def _attempt(self, attempt: Attempt, directory: Path, started: float) -> AttemptResult:
         invocation = attempt.invocation
-        work, home = directory / "work", directory / "home"
-        work.mkdir()
-        home.mkdir()
+        work = directory  # one directory per sandbox: directory creation is the hot path
 
         def result(status: Status, reason: str, **more: object) -> AttemptResult:
             return AttemptResult(
@@ -109,11 +123,12 @@ class LocalTransport:
                     shutil.copyfile(item.source, target)
             except OSError as exc:
                 return result(Status.FAILED, f"stage: {exc.strerror or exc}: {exc.filename}")
-            control = home / throttle.CONTROL_FILE
+            control = work / throttle.CONTROL_FILE
             env = {
                 "PATH": self._path,
-                "HOME": str(home),
-                "TMPDIR": str(home) if self.kind == "none" else "/tmp",
+                # Under bwrap /tmp is a private tmpfs; without a sandbox, the unit's own dir.
+                "HOME": "/tmp" if self.kind == "bwrap" else str(work),
+                "TMPDIR": "/tmp" if self.kind == "bwrap" else str(work),
                 **attempt.base_env(),
                 "FANOUT_CONTROL": str(control),
                 **invocation.env,
@@ -158,7 +173,9 @@ class LocalTransport:
                     Status.FAILED, f"{stage_name} exited with status {code}", exit_code=code
                 )
             try:
-                collected = fanin.copy_collected(work, invocation.collect, attempt.collect_dir)
+                collected = fanin.copy_collected(
+                    work, invocation.collect, attempt.collect_dir, skip=[throttle.CONTROL_FILE]
+                )
             except (fanin.PathRefused, OSError) as exc:
                 return result(Status.FAILED, str(exc), exit_code=0)
             return result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
@@ -186,20 +203,32 @@ class LocalTransport:
             image=self._image,
             env_names=list(env),
         )
-        try:
-            process = await asyncio.create_subprocess_exec(
+        starting = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 *command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                cwd=directory / "work",
+                cwd=directory,
                 env=dict(env),
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.kind == "none" else None,
+                preexec_fn=_die_with_parent
+                if self.kind == "none" and not sandbox.SETPRIV
+                else None,
             )
+        )
+        try:
+            # A cancellation while the process is being set up must still find it to kill.
+            process = await asyncio.shield(starting)
         except OSError as exc:
             capture.feed(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 127
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):
+                started = await starting
+                _kill_group(started)
+                await started.wait()
+            raise
         feeder = asyncio.create_task(_feed(process, stdin_text.encode()))
         reader = asyncio.create_task(_read(process, capture))
         try:
@@ -248,4 +277,14 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True

@@ -181,7 +181,11 @@ class Runner:
                 "run.finished", run=run_id, state=state, note=note, report=str(written)
             )
         if spec.aggregate is not None:
-            await asyncio.to_thread(self._aggregate, run_id)
+            results = "".join(
+                json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
+                for row in self.journal.units(run_id)
+            )
+            await asyncio.to_thread(self._aggregate, run_id, results)
         summary = Summary(
             run_id=run_id,
             state=state,
@@ -287,20 +291,17 @@ class Runner:
             written += sum(1 for c in changes if c.state == "applied")
         return written
 
-    def _aggregate(self, run_id: str) -> None:
+    def _aggregate(self, run_id: str, results: str) -> None:
+        """Run the aggregate command with the results JSONL on stdin (in a thread)."""
         assert self.spec.aggregate is not None
         from .units import base_context
 
         context = base_context(self.spec)
         argv = [part.render(context) for part in self.spec.aggregate.command]
-        lines = "".join(
-            json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
-            for row in self.journal.units(run_id)
-        )
         try:
             done = subprocess.run(
                 argv,
-                input=lines.encode(),
+                input=results.encode(),
                 cwd=self.spec.runtime.workspace,
                 env=dict(self.environ),
                 capture_output=True,

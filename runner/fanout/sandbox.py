@@ -1,7 +1,7 @@
 """Local sandboxes: which tool isolates a worker, and the argv that wraps it.
 
-A sandbox directory holds ``work/`` (the unit's staged files and the worker's cwd) and
-``home/`` (its HOME and the throttle control file).  Under bwrap the whole system is
+A sandbox is one directory: the unit's staged files, the worker's cwd, and the
+throttle control file (never collected).  Under bwrap the whole system is
 read-only, /tmp is private, only the sandbox directory is writable, the network is cut
 unless the job asks for it, the state directory and ~/.ssh are hidden, and every
 process dies with fanout (``--die-with-parent`` and a private PID namespace).
@@ -19,6 +19,7 @@ from typing import Literal
 from .errors import EnvironmentProblem
 
 Kind = Literal["bwrap", "podman", "none"]
+SETPRIV = shutil.which("setpriv") is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +75,13 @@ def wrap(
 ) -> list[str]:
     """The argv that runs ``argv`` inside the sandbox.  Environment values never appear
     here: they reach the worker through the wrapper's own environment."""
-    work = sandbox / "work"
     if kind == "none":
-        return list(argv)
+        # setpriv makes the worker die with fanout even if fanout is SIGKILLed, without a
+        # preexec_fn (which would force a slow fork instead of vfork for every worker).
+        return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if SETPRIV else list(argv)
     if kind == "podman":
         command = ["podman", "run", "--rm", "-i", "--network", "host" if network else "none"]
-        command += ["-v", f"{sandbox}:{sandbox}", "-w", str(work)]
+        command += ["-v", f"{sandbox}:{sandbox}", "-w", str(sandbox)]
         for name in env_names:
             command += ["-e", name]  # a bare name: podman copies the value from its own env
         return [*command, str(image), *argv]
@@ -88,7 +90,7 @@ def wrap(
     for path in hidden:
         if path.is_dir():
             command += ["--tmpfs", str(path)]
-    command += ["--bind", str(sandbox), str(sandbox), "--chdir", str(work)]
+    command += ["--bind", str(sandbox), str(sandbox), "--chdir", str(sandbox)]
     command += ["--unshare-all", "--die-with-parent", "--new-session"]
     if network:
         command.append("--share-net")

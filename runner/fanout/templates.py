@@ -198,6 +198,11 @@ def _chains(tree: nodes.Node) -> list[tuple[tuple[str, ...], int]]:
     found: list[tuple[tuple[str, ...], int]] = []
 
     def walk(node: nodes.Node) -> None:
+        if _guarded(node):
+            # `x | default(...)` and `x is defined` may name what does not exist.
+            for child in node.iter_child_nodes(exclude=("node",)):
+                walk(child)
+            return
         if isinstance(node, nodes.Getattr | nodes.Getitem):
             parts: list[str] = []
             current: nodes.Node = node
@@ -222,6 +227,14 @@ def _chains(tree: nodes.Node) -> list[tuple[tuple[str, ...], int]]:
 
     walk(tree)
     return found
+
+
+def _guarded(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Filter):
+        return node.name in ("default", "d")
+    if isinstance(node, nodes.Test):
+        return node.name in ("defined", "undefined")
+    return False
 
 
 def _line_of(tree: nodes.Node, name: str) -> int:

@@ -1,0 +1,43 @@
+"""Finding processes by a marker in their command line (for no-orphan assertions)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+
+def marker() -> str:
+    """A unique sleep duration: ``sleep <marker>`` is findable in /proc."""
+    return f"{random.randint(1000, 9999)}.{random.randint(100000, 999999)}"
+
+
+def pids_with(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(text: str, timeout: float = 5.0) -> list[int]:
+    """PIDs still running ``text`` after waiting up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := pids_with(text)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def wait_until_present(text: str, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while not (found := pids_with(text)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found

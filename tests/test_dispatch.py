@@ -1,0 +1,215 @@
+"""The dispatcher and the retry ladder, on a fake transport and virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from fakes import FakeTransport
+from fanout import ladder, spec
+from fanout.errors import HostsUnavailable
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.outcome import AttemptResult, Status
+from fanout.run import Options, Runner
+from fanout.spec import Backoff
+from fanout.transport import Attempt
+from helpers import write_job
+
+pytestmark = pytest.mark.looptime
+
+LADDER = """
+[retry]
+backoff = { initial = "10s", max = "1m", jitter = "none" }
+[[retry.ladder]]
+name = "standard"
+vars = { model = "sonnet" }
+attempts = 2
+[[retry.ladder]]
+name = "escalate"
+vars = { model = "opus" }
+timeout = "30m"
+promptSuffix = "\\nPrevious attempt ({{ last.status }}): {{ last.outputTail }}"
+"""
+
+
+def _job(tmp_path: Path, items: int = 3, extra: str = "", concurrency: int = 4) -> spec.Spec:
+    names = ", ".join(f'"u{n}"' for n in range(items))
+    return spec.load(
+        write_job(
+            tmp_path,
+            f"""
+version = 1
+name = "logic"
+[inputs]
+items = [{names}]
+[task]
+prompt = "Fix {{{{ unit.id }}}}"
+command = ["agent", "--model", "{{{{ rung.vars.model | default('none') }}}}"]
+[runtime]
+maxConcurrentTasks = {concurrency}
+{extra}
+""",
+        )
+    )
+
+
+def _runner(
+    job: spec.Spec, transport: FakeTransport, events: list[dict[str, object]] | None = None
+) -> Runner:
+    sink = events.append if events is not None else (lambda e: None)
+    return Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(sink),
+        rng=random.Random(7),
+    )
+
+
+async def test_concurrency_never_exceeds_the_cap(tmp_path: Path) -> None:
+    transport = FakeTransport()
+    summary = await _runner(_job(tmp_path, items=50, concurrency=5), transport).execute(Options())
+    assert summary.counts == {"succeeded": 50}
+    assert transport.peak == 5
+    assert len(transport.attempts) == 50
+
+
+async def test_jobs_option_and_transport_capacity_lower_the_cap(tmp_path: Path) -> None:
+    transport = FakeTransport(slots=3)
+    await _runner(_job(tmp_path, items=20, concurrency=8), transport).execute(Options())
+    assert transport.peak == 3
+    transport = FakeTransport()
+    await _runner(_job(tmp_path / "b", items=20, concurrency=8), transport).execute(
+        Options(concurrency=2)
+    )
+    assert transport.peak == 2
+
+
+async def test_ladder_escalates_with_the_previous_output_in_the_prompt(tmp_path: Path) -> None:
+    def script(attempt: Attempt) -> AttemptResult:
+        if attempt.invocation.rung == "escalate":
+            return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0)
+        return AttemptResult(
+            status=Status.FAILED,
+            reason="exit 1",
+            exit_code=1,
+            output_tail=f"E501 try {attempt.number}",
+        )
+
+    transport = FakeTransport(script=script)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    summary = await _runner(_job(tmp_path, items=1, extra=LADDER), transport).execute(Options())
+    assert summary.counts == {"succeeded": 1}
+    calls = [
+        (a.number, a.invocation.rung, a.invocation.argv[-1], a.invocation.timeout)
+        for a in transport.attempts
+    ]
+    assert calls == [
+        (1, "standard", "sonnet", 600),
+        (2, "standard", "sonnet", 600),
+        (3, "escalate", "opus", 1800),
+    ]
+    assert (
+        transport.attempts[2].invocation.prompt == "Fix u0\nPrevious attempt (failed): E501 try 2"
+    )
+    # Three one-second attempts and backoffs of 10 s and 20 s (jitter none) between them.
+    assert loop.time() - start == pytest.approx(33, abs=0.01)
+
+
+async def test_a_unit_that_exhausts_the_ladder_fails_and_others_go_on(tmp_path: Path) -> None:
+    def script(attempt: Attempt) -> AttemptResult:
+        if attempt.unit_id == "u1":
+            return AttemptResult(
+                status=Status.TIMEOUT, reason="timed out after 600s", output_tail="stuck"
+            )
+        return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0)
+
+    transport = FakeTransport(script=script)
+    runner = _runner(_job(tmp_path, items=3, extra=LADDER), transport)
+    summary = await runner.execute(Options())
+    assert summary.counts == {"failed": 1, "succeeded": 2}
+    assert summary.exit_code == 1
+    rows = {r.unit.id: r for r in runner.journal.units(summary.run_id)}
+    assert (rows["u1"].attempts, rows["u1"].reason, rows["u1"].tail) == (
+        3,
+        "timed out after 600s",
+        "stuck",
+    )
+
+
+async def test_throttled_and_lost_attempts_do_not_use_up_rungs(tmp_path: Path) -> None:
+    statuses = iter([Status.THROTTLED, Status.LOST, Status.LOST, Status.FAILED, Status.SUCCEEDED])
+
+    def script(attempt: Attempt) -> AttemptResult:
+        return AttemptResult(status=next(statuses), reason="scripted")
+
+    transport = FakeTransport(script=script)
+    summary = await _runner(_job(tmp_path, items=1, extra=LADDER), transport).execute(Options())
+    assert summary.counts == {"succeeded": 1}
+    assert [a.invocation.rung for a in transport.attempts] == ["standard"] * 5
+
+
+async def test_a_unit_lost_again_and_again_is_failed(tmp_path: Path) -> None:
+    transport = FakeTransport(
+        script=lambda a: AttemptResult(status=Status.LOST, reason="host went away")
+    )
+    runner = _runner(_job(tmp_path, items=1), transport)
+    summary = await runner.execute(Options())
+    assert summary.counts == {"failed": 1}
+    assert len(transport.attempts) == ladder.MAX_LOST
+    (row,) = runner.journal.units(summary.run_id)
+    assert row.reason == "lost 5 times in a row: host went away"
+
+
+async def test_template_errors_fail_the_unit_without_running_it(tmp_path: Path) -> None:
+    job = _job(tmp_path, items=1)
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+version = 1
+name = "logic"
+[inputs]
+items = [{ id = "a" }]
+[task]
+command = ["agent", "{{ unit.record.missing }}"]
+""",
+        )
+    )
+    transport = FakeTransport()
+    runner = _runner(job, transport)
+    summary = await runner.execute(Options())
+    assert summary.counts == {"failed": 1}
+    assert transport.attempts == []
+    (row,) = runner.journal.units(summary.run_id)
+    assert row.reason == "template: the value has no attribute 'missing'"
+
+
+async def test_every_host_down_stops_the_run_resumably(tmp_path: Path) -> None:
+    def script(attempt: Attempt) -> AttemptResult:
+        raise HostsUnavailable("every host is down: w1 (connection refused)")
+
+    runner = _runner(_job(tmp_path, items=3), FakeTransport(script=script))
+    with pytest.raises(HostsUnavailable, match="every host is down: w1"):
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert run.state == "stopped"
+    assert runner.journal.unit_counts(run.id) == {"interrupted": 3}
+
+
+def test_backoff_grows_exponentially_to_its_cap_with_full_jitter() -> None:
+    backoff = Backoff(initial=10, max=60, jitter="none")
+    rng = random.Random(1)
+    assert [ladder.backoff_delay(k, backoff, rng) for k in range(6)] == [0, 10, 20, 40, 60, 60]
+    full = Backoff(initial=10, max=60, jitter="full")
+    samples = [ladder.backoff_delay(3, full, rng) for _ in range(2000)]
+    assert 0 <= min(samples) < 2
+    assert 38 < max(samples) <= 40
+    assert sum(samples) / len(samples) == pytest.approx(20, rel=0.05)
+    equal = Backoff(initial=10, max=60, jitter="equal")
+    assert all(20 <= ladder.backoff_delay(3, equal, rng) <= 40 for _ in range(200))

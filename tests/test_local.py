@@ -1,0 +1,279 @@
+"""Local sandboxes with real processes and real bubblewrap: isolation, timeouts,
+cancellation, and a teardown that leaves nothing behind in every outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from fanout.invocation import Invocation
+from fanout.local import LocalTransport
+from fanout.outcome import Status
+from fanout.transport import Attempt, StagedFile
+from procs import marker, pids_with, wait_until_gone, wait_until_present
+
+KINDS = ["bwrap", "none"]
+BWRAP = shutil.which("bwrap")
+
+
+def _attempt(
+    tmp_path: Path,
+    argv: list[str],
+    *,
+    verify: list[str] | None = None,
+    timeout: float = 30,
+    prompt: str = "",
+    staged: tuple[StagedFile, ...] = (),
+    collect: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
+    network: bool = False,
+    log_limit: int = 1 << 20,
+    tail_limit: int = 4096,
+) -> Attempt:
+    return Attempt(
+        run_id="r1",
+        unit_id="u1",
+        round=1,
+        number=1,
+        invocation=Invocation(
+            unit_id="u1",
+            rung="default",
+            attempt=1,
+            argv=tuple(argv),
+            verify=tuple(verify or ()),
+            prompt=prompt,
+            env=MappingProxyType(env or {}),
+            secrets=tuple(secrets or {}),
+            timeout=timeout,
+            stage=(),
+            collect=collect,
+        ),
+        staged=staged,
+        collect_dir=tmp_path / "collected",
+        log_path=tmp_path / "logs" / "a1.log",
+        log_limit=log_limit,
+        tail_limit=tail_limit,
+        network=network,
+        secrets=secrets or {},
+    )
+
+
+async def _transport(tmp_path: Path, kind: str) -> LocalTransport:
+    if kind == "bwrap" and BWRAP is None:
+        pytest.fail("bubblewrap is required for these tests (scripts/system-deps installs it)")
+    root = tmp_path / "sandboxes"
+    root.mkdir(exist_ok=True)
+    transport = LocalTransport(slots=4, sandbox_kind=kind, root=root, path=os.environ["PATH"])
+    await transport.start()
+    assert transport.kind == kind
+    return transport
+
+
+def _assert_torn_down(tmp_path: Path) -> None:
+    assert list((tmp_path / "sandboxes").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_stage_run_verify_collect(tmp_path: Path, kind: str) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src" / "a b.py").write_text("x = 1\n")
+    script = 'read line; printf "%s\\n" "$line" >> "src/a b.py"; echo "prompt was: $line"; echo made > new.txt'
+    transport = await _transport(tmp_path, kind)
+    result = await transport.run(
+        _attempt(
+            tmp_path,
+            ["sh", "-c", script],
+            verify=["grep", "-q", "hello", "src/a b.py"],
+            prompt="hello\n",
+            staged=(StagedFile(path="src/a b.py", source=workspace / "src" / "a b.py"),),
+            collect=("src/a b.py", "*.txt"),
+        )
+    )
+    assert result.status is Status.SUCCEEDED, result
+    assert result.output_tail == "prompt was: hello\n"
+    assert sorted(c.path for c in result.collected) == ["new.txt", "src/a b.py"]
+    assert (tmp_path / "collected" / "src" / "a b.py").read_text() == "x = 1\nhello\n"
+    assert (workspace / "src" / "a b.py").read_text() == "x = 1\n"
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_environment_is_only_what_the_job_declares(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COORDINATOR_ONLY", "leak")
+    transport = await _transport(tmp_path, kind)
+    result = await transport.run(
+        _attempt(tmp_path, ["env"], env={"NO_COLOR": "1"}, secrets={"API_TOKEN": "s3cr3t-value"})
+    )
+    names = {line.split("=", 1)[0] for line in result.output_tail.splitlines()}
+    assert "COORDINATOR_ONLY" not in names
+    assert {"NO_COLOR", "API_TOKEN", "PATH", "HOME", "FANOUT_UNIT_ID", "FANOUT_CONTROL"} <= names
+    assert "s3cr3t-value" not in result.output_tail
+    assert "API_TOKEN=[secret]" in result.output_tail
+    assert "s3cr3t-value" not in (tmp_path / "logs" / "a1.log").read_text()
+
+
+async def test_bwrap_sandbox_is_read_only_private_and_offline(tmp_path: Path, repo: Path) -> None:
+    outside_dir = repo / ".pytest_cache" / f"outside-{marker()}"
+    outside_dir.mkdir(parents=True)
+    (tmp_path / "host-file.txt").write_text("host /tmp is not visible")
+    script = (
+        f"touch {outside_dir}/x 2>/dev/null && echo wrote-outside; "
+        f"test -e {tmp_path}/host-file.txt && echo host-tmp-visible; "
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9), 1)' 2>/dev/null || echo no-network; "
+        "touch inside.txt && echo wrote-inside"
+    )
+    try:
+        transport = await _transport(tmp_path, "bwrap")
+        result = await transport.run(_attempt(tmp_path, ["sh", "-c", script]))
+        assert result.output_tail.split() == ["no-network", "wrote-inside"]
+        assert list(outside_dir.iterdir()) == []
+    finally:
+        shutil.rmtree(outside_dir)
+
+
+async def test_bwrap_hides_the_state_directory(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal.sqlite").write_text("private")
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    transport = LocalTransport(
+        slots=1, sandbox_kind="bwrap", root=root, hidden=[state], path=os.environ["PATH"]
+    )
+    await transport.start()
+    result = await transport.run(_attempt(tmp_path, ["ls", "-A", str(state)]))
+    assert result.status is Status.SUCCEEDED
+    assert result.output_tail == ""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_timeout_kills_the_whole_process_tree(tmp_path: Path, kind: str) -> None:
+    token = marker()
+    transport = await _transport(tmp_path, kind)
+    result = await transport.run(
+        _attempt(
+            tmp_path, ["sh", "-c", f"sleep {token} & sleep {token} & echo started; wait"], timeout=1
+        )
+    )
+    assert result.status is Status.TIMEOUT
+    assert result.reason == "timed out after 1s"
+    assert result.output_tail == "started\n"
+    assert wait_until_gone(token) == []
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cancellation_kills_and_tears_down(tmp_path: Path, kind: str) -> None:
+    token = marker()
+    transport = await _transport(tmp_path, kind)
+    task = asyncio.create_task(
+        transport.run(_attempt(tmp_path, ["sh", "-c", f"sleep {token} & wait"]))
+    )
+    assert await asyncio.to_thread(wait_until_present, token)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert wait_until_gone(token) == []
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_failures_keep_a_tail_and_a_capped_log(tmp_path: Path, kind: str) -> None:
+    transport = await _transport(tmp_path, kind)
+    script = "i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done; exit 3"
+    result = await transport.run(
+        _attempt(tmp_path, ["sh", "-c", script], log_limit=1000, tail_limit=200)
+    )
+    assert (result.status, result.exit_code, result.reason) == (
+        Status.FAILED,
+        3,
+        "worker exited with status 3",
+    )
+    assert result.output_tail.endswith("line-2999\n")
+    assert len(result.output_tail) <= 200
+    log = (tmp_path / "logs" / "a1.log").read_text()
+    assert log.startswith("line-0\n")
+    assert log.endswith("[fanout: log truncated at 1000 bytes]\n")
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_verify_failure_fails_the_attempt(tmp_path: Path, kind: str) -> None:
+    transport = await _transport(tmp_path, kind)
+    result = await transport.run(
+        _attempt(tmp_path, ["true"], verify=["sh", "-c", "echo still broken; exit 1"])
+    )
+    assert (result.status, result.reason) == (Status.FAILED, "verify exited with status 1")
+    assert result.output_tail == "still broken\n"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_collected_files_never_escape(tmp_path: Path, kind: str) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    transport = await _transport(tmp_path, kind)
+    script = f"ln -s {secret} link.txt; mkdir d; ln -s {tmp_path} d/up; echo ok > real.txt"
+    result = await transport.run(_attempt(tmp_path, ["sh", "-c", script], collect=("*.txt", "d")))
+    assert result.status is Status.SUCCEEDED
+    assert [c.path for c in result.collected] == ["real.txt"]
+    refused = await transport.run(_attempt(tmp_path, ["true"], collect=("../secret.txt",)))
+    assert refused.status is Status.FAILED
+    assert refused.reason == "collect: '../secret.txt' leaves the workspace ('..' is not allowed)"
+    escaping = await transport.run(
+        _attempt(tmp_path, ["sh", "-c", f"ln -s {tmp_path} up"], collect=("up/secret.txt",))
+    )
+    assert escaping.status is Status.FAILED
+    assert escaping.reason == "collect: 'up/secret.txt' leads outside its folder through a symlink"
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_secrets_never_reach_argv(tmp_path: Path, kind: str) -> None:
+    token = marker()
+    value = f"sk-test-{token}"
+    transport = await _transport(tmp_path, kind)
+    task = asyncio.create_task(
+        transport.run(
+            _attempt(
+                tmp_path, ["sh", "-c", f"sleep {token}"], secrets={"API_KEY": value}, timeout=30
+            )
+        )
+    )
+    assert await asyncio.to_thread(wait_until_present, token)
+    assert pids_with(value) == []
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_missing_command_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    transport = await _transport(tmp_path, "none")
+    result = await transport.run(_attempt(tmp_path, ["no-such-program-xyz"]))
+    assert (result.status, result.exit_code) == (Status.FAILED, 127)
+    assert "no-such-program-xyz: No such file or directory" in result.output_tail
+
+
+async def test_sandbox_bwrap_required_but_missing_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fanout.errors import EnvironmentProblem
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    transport = LocalTransport(slots=1, sandbox_kind="bwrap", root=tmp_path)
+    with pytest.raises(EnvironmentProblem, match="bubblewrap is not installed"):
+        await transport.start()
+    warnings: list[str] = []
+    auto = LocalTransport(slots=1, sandbox_kind="auto", root=tmp_path, warn=warnings.append)
+    await auto.start()
+    assert auto.kind == "none"
+    assert warnings == [
+        "bubblewrap (bwrap) not found: units run in plain directories without isolation"
+    ]

@@ -1,0 +1,364 @@
+"""Whole runs on this machine: rounds, fan-in, resume after SIGKILL, Ctrl-C, retry."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fanout import spec
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.local import LocalTransport
+from fanout.run import Options, Runner
+from helpers import write_job
+from procs import wait_until_gone
+
+FANOUT = [sys.executable, "-m", "fanout"]
+
+CHECKER = r"""
+import pathlib, sys
+files = sorted(pathlib.Path("mod").glob("*.txt"))
+provided = {l.split()[1] for f in files for l in f.read_text().splitlines() if l.startswith("provides ")}
+for f in files:
+    for n, line in enumerate(f.read_text().splitlines(), 1):
+        if line == "BAD":
+            print(f"{f}:{n}:1: E1 bad line")
+        if line.startswith("needs ") and line.split()[1] not in provided:
+            print(f"{f}:{n}:1: E2 unresolved {line.split()[1]}")
+"""
+
+FIXER = r"""
+import pathlib, sys
+path = pathlib.Path(sys.argv[1])
+lines = [l for l in path.read_text().splitlines() if l != "BAD"]
+lines = [l.replace("provides foo", "provides bar").replace("needs foo", "needs bar") for l in lines]
+path.write_text("".join(l + "\n" for l in lines))
+"""
+
+
+def _runner(job: spec.Spec, root: Path, events: list[dict[str, object]] | None = None) -> Runner:
+    root.mkdir(exist_ok=True)
+    return Runner(
+        spec=job,
+        transport=LocalTransport(
+            slots=4, sandbox_kind=job.runtime.sandbox, root=root, path=os.environ["PATH"]
+        ),
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ=dict(os.environ),
+        events=Events(events.append if events is not None else lambda e: None),
+    )
+
+
+async def test_rounds_pick_up_breakage_in_files_no_unit_touched(tmp_path: Path) -> None:
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "a.txt").write_text("provides foo\nBAD\n")
+    (tmp_path / "mod" / "b.txt").write_text("BAD\nok\n")
+    (tmp_path / "mod" / "c.txt").write_text("needs foo\n")
+    (tmp_path / "check.py").write_text(CHECKER)
+    (tmp_path / "fix.py").write_text(FIXER)
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "downstream"
+            [inputs]
+            command = ["{sys.executable}", "check.py"]
+            format = "lint"
+            [units]
+            groupBy = "path"
+            stage = ["{{{{ unit.id }}}}", "fix.py"]
+            collect = ["{{{{ unit.id }}}}"]
+            [task]
+            command = ["{sys.executable}", "fix.py", "{{{{ unit.id }}}}"]
+            verify = ["sh", "-c", "! grep -qx BAD \\"$1\\"", "sh", "{{{{ unit.id }}}}"]
+            [rounds]
+            max = 5
+            [collect]
+            apply = true
+            """,
+        )
+    )
+    runner = _runner(job, tmp_path / "sandboxes")
+    summary = await runner.execute(Options())
+    assert summary.exit_code == 0
+    rounds = [(r["round"], r["selected"]) for r in runner.journal.rounds(summary.run_id)]
+    assert rounds == [(1, 2), (2, 1), (3, 0)]
+    round_two = runner.journal.units(summary.run_id, 2)
+    assert [u.unit.id for u in round_two] == ["mod/c.txt"]
+    assert summary.note == "nothing remains after round 2"
+    assert (tmp_path / "mod" / "c.txt").read_text() == "needs bar\n"
+    assert (tmp_path / "mod" / "a.txt").read_text() == "provides bar\n"
+    report = json.loads((summary.report_dir / "report.json").read_text())
+    assert [c["path"] for u in report["units"] for c in u["changes"]] == [
+        "mod/a.txt",
+        "mod/b.txt",
+        "mod/c.txt",
+    ]
+    assert list((tmp_path / "sandboxes").iterdir()) == []
+
+
+async def test_without_apply_collected_files_wait_in_the_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("old\n")
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "noapply"
+            [inputs]
+            files = ["*.txt"]
+            [units]
+            stage = ["{{ unit.id }}"]
+            collect = ["{{ unit.id }}"]
+            [task]
+            command = ["sh", "-c", "echo new > f.txt"]
+            [rounds]
+            max = 3
+            """,
+        )
+    )
+    runner = _runner(job, tmp_path / "sandboxes")
+    summary = await runner.execute(Options())
+    assert summary.note == "more rounds need collected files applied (collect.apply or --apply)"
+    assert (tmp_path / "f.txt").read_text() == "old\n"
+    (folder,) = (summary.report_dir / "units").iterdir()
+    assert (folder / "f.txt").read_text() == "new\n"
+    changes = runner.journal.changes(summary.run_id)
+    assert [(c["path"], c["added"], c["removed"], c["state"]) for c in changes] == [
+        ("f.txt", 1, 1, "changed")
+    ]
+
+
+async def test_a_workspace_file_changed_since_staging_is_a_conflict(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("old\n")
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "conflict"
+            [inputs]
+            files = ["*.txt"]
+            [units]
+            stage = ["{{{{ unit.id }}}}"]
+            collect = ["{{{{ unit.id }}}}"]
+            [task]
+            command = ["sh", "-c", "echo mine > f.txt; echo edited-by-human > {tmp_path}/f.txt"]
+            [runtime]
+            sandbox = "none"
+            [collect]
+            apply = true
+            """,
+        )
+    )
+    events: list[dict[str, object]] = []
+    runner = _runner(job, tmp_path / "sandboxes", events)
+    summary = await runner.execute(Options())
+    assert (tmp_path / "f.txt").read_text() == "edited-by-human\n"
+    assert [c["state"] for c in runner.journal.changes(summary.run_id)] == ["conflict"]
+    assert {"event": "file.conflict", "round": 1, "unit": "f.txt", "path": "f.txt"}.items() <= next(
+        e for e in events if e["event"] == "file.conflict"
+    ).items()
+
+
+async def test_aggregate_gets_the_results_jsonl(tmp_path: Path) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "agg"
+            [inputs]
+            items = ["a", "b"]
+            [task]
+            command = ["sh", "-c", "test $FANOUT_UNIT_ID = a"]
+            [aggregate]
+            command = ["sh", "-c", "cat > results.jsonl"]
+            """,
+        )
+    )
+    runner = _runner(job, tmp_path / "sandboxes")
+    summary = await runner.execute(Options())
+    assert summary.exit_code == 1
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [(line["unit"], line["state"], line["reason"]) for line in lines] == [
+        ("a", "succeeded", "ok"),
+        ("b", "failed", "worker exited with status 1"),
+    ]
+
+
+async def test_missing_secret_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    from fanout.errors import EnvironmentProblem
+
+    job = spec.load(
+        write_job(
+            tmp_path,
+            'version = 1\nname = "s"\n[inputs]\nitems = ["a"]\n[task]\ncommand = ["true"]\nsecrets = ["NOT_SET_ANYWHERE"]\n',
+        )
+    )
+    with pytest.raises(EnvironmentProblem, match="secret\\(s\\) NOT_SET_ANYWHERE not set"):
+        await _runner(job, tmp_path / "sandboxes").execute(Options())
+
+
+# Runs of the real CLI in a subprocess: SIGKILL, Ctrl-C, resume and retry.
+
+GATED = """
+version = 1
+name = "gated"
+[inputs]
+items = [{items}]
+[task]
+command = ["sh", "-c", "while [ ! -e $1/$FANOUT_UNIT_ID ]; do sleep 0.02; done; test ! -e $1/fail-$FANOUT_UNIT_ID && echo $FANOUT_UNIT_ID >> $OUT", "worker", "{gates}"]
+env = {{ OUT = "{out}" }}
+[runtime]
+maxConcurrentTasks = 4
+sandbox = "none"
+[retry]
+backoff = {{ initial = "10ms", max = "10ms" }}
+"""
+
+
+def _gated_job(tmp_path: Path, count: int) -> tuple[Path, Path, Path]:
+    gates, out = tmp_path / "gates", tmp_path / "done.txt"
+    gates.mkdir()
+    items = ", ".join(f'"u{n:02d}"' for n in range(count))
+    job = write_job(tmp_path, GATED.format(items=items, gates=gates, out=out))
+    return job, gates, out
+
+
+def _settled(tmp_path: Path) -> int:
+    db = tmp_path / ".fanout" / "journal.sqlite"
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM units WHERE state IN ('succeeded', 'failed')"
+            ).fetchone()
+    except sqlite3.OperationalError:  # the coordinator has not created its tables yet
+        return 0
+    return int(row[0])
+
+
+def _running(tmp_path: Path) -> int:
+    db = tmp_path / ".fanout" / "journal.sqlite"
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT COUNT(*) FROM attempts WHERE status IS NULL").fetchone()
+    except sqlite3.OperationalError:
+        return 0
+    return int(row[0])
+
+
+def _wait(condition: object, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def _start(job: Path, *args: str, tmpdir: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    return subprocess.Popen(
+        [*FANOUT, "run", str(job), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_finishes_every_unit_exactly_once(tmp_path: Path) -> None:
+    job, gates, out = _gated_job(tmp_path, 30)
+    sandboxes = tmp_path / "tmp"
+    sandboxes.mkdir()
+    coordinator = _start(job, tmpdir=sandboxes)
+    for n in range(10):
+        (gates / f"u{n:02d}").touch()
+        _wait(lambda n=n: _settled(tmp_path) == n + 1)
+    _wait(lambda: _running(tmp_path) == 4)
+    coordinator.send_signal(signal.SIGKILL)
+    coordinator.wait()
+    assert wait_until_gone(str(gates)) == []
+    for n in range(30):
+        (gates / f"u{n:02d}").touch()
+    resumed = subprocess.run(
+        [*FANOUT, "run", str(job), "--resume"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(sandboxes)},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    done = out.read_text().split()
+    assert sorted(done) == [f"u{n:02d}" for n in range(30)]
+    with sqlite3.connect(tmp_path / ".fanout" / "journal.sqlite") as conn:
+        assert conn.execute("SELECT state, COUNT(*) FROM units GROUP BY state").fetchall() == [
+            ("succeeded", 30)
+        ]
+        interrupted = conn.execute(
+            "SELECT COUNT(*) FROM attempts WHERE status = 'interrupted'"
+        ).fetchone()[0]
+        assert interrupted == 4
+    # The killed coordinator could not remove its sandboxes; the resumed run did.
+    assert list(sandboxes.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_drains_then_resume_completes(tmp_path: Path) -> None:
+    job, gates, out = _gated_job(tmp_path, 8)
+    sandboxes = tmp_path / "tmp"
+    sandboxes.mkdir()
+    coordinator = _start(job, tmpdir=sandboxes)
+    (gates / "u00").touch()
+    _wait(lambda: _settled(tmp_path) == 1)
+    _wait(lambda: _running(tmp_path) == 4)
+    coordinator.send_signal(signal.SIGINT)
+    _, stderr = coordinator.communicate(timeout=20)
+    assert coordinator.returncode == 130, stderr
+    assert "interrupted: running units were stopped and their sandboxes removed" in stderr
+    assert list(sandboxes.iterdir()) == []
+    assert wait_until_gone(str(gates)) == []
+    status = subprocess.run(
+        [*FANOUT, "status", str(job)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "interrupted" in status
+    for n in range(8):
+        (gates / f"u{n:02d}").touch()
+    resumed = subprocess.run([*FANOUT, "run", str(job), "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(out.read_text().split()) == [f"u{n:02d}" for n in range(8)]
+
+
+@pytest.mark.slow
+def test_retry_failed_reruns_only_the_failed_units(tmp_path: Path) -> None:
+    job, gates, out = _gated_job(tmp_path, 4)
+    for n in range(4):
+        (gates / f"u{n:02d}").touch()
+    (gates / "fail-u02").touch()
+    first = subprocess.run([*FANOUT, "run", str(job)], capture_output=True, text=True)
+    assert first.returncode == 1
+    run_id = json.loads(max((tmp_path / ".fanout" / "runs").glob("*/report.json")).read_text())[
+        "run"
+    ]
+    report = subprocess.run(
+        [*FANOUT, "report", str(job), run_id], capture_output=True, text=True, check=True
+    ).stdout
+    assert "### Failed: needs a human" in report
+    assert "<code>u02</code>: worker exited with status 1" in report
+    (gates / "fail-u02").unlink()
+    again = subprocess.run(
+        [*FANOUT, "retry", str(job), run_id, "--failed"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted(out.read_text().split()) == ["u00", "u01", "u02", "u03"]
