@@ -97,7 +97,9 @@ def test_schema_prints_the_schema(repo: Path) -> None:
     assert result.out == (repo / "schemas" / "fanout.schema.json").read_text()
 
 
-@pytest.mark.parametrize("command", ["validate", "plan", "init", "schema"])
+@pytest.mark.parametrize(
+    "command", ["validate", "plan", "init", "schema", "run", "retry", "status", "report"]
+)
 def test_every_command_explains_itself(command: str) -> None:
     result = cli(command, "--help")
     assert result.code == 0
@@ -107,3 +109,11 @@ def test_every_command_explains_itself(command: str) -> None:
 def test_usage_errors_exit_2() -> None:
     assert cli("plan").code == 2
     assert cli("frobnicate").code == 2
+
+
+def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
+    result = cli("status")
+    assert (result.code, result.out) == (0, "no runs yet\n")
+    missing = cli("report", "20260101T000000-abcd")
+    assert missing.code == 5
+    assert "no run '20260101T000000-abcd'" in missing.err

@@ -330,7 +330,7 @@ def test_ctrl_c_drains_then_resume_completes(tmp_path: Path) -> None:
     assert list(sandboxes.iterdir()) == []
     assert wait_until_gone(str(gates)) == []
     status = subprocess.run(
-        [*FANOUT, "status", str(job)], capture_output=True, text=True, check=True
+        [*FANOUT, "status"], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
     assert "interrupted" in status
     for n in range(8):
@@ -352,13 +352,13 @@ def test_retry_failed_reruns_only_the_failed_units(tmp_path: Path) -> None:
         "run"
     ]
     report = subprocess.run(
-        [*FANOUT, "report", str(job), run_id], capture_output=True, text=True, check=True
+        [*FANOUT, "report", run_id], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
     assert "### Failed: needs a human" in report
     assert "<code>u02</code>: worker exited with status 1" in report
     (gates / "fail-u02").unlink()
     again = subprocess.run(
-        [*FANOUT, "retry", str(job), run_id, "--failed"], capture_output=True, text=True
+        [*FANOUT, "retry", run_id, "--failed"], capture_output=True, text=True, cwd=tmp_path
     )
     assert again.returncode == 0, again.stderr
     assert sorted(out.read_text().split()) == ["u00", "u01", "u02", "u03"]

@@ -195,9 +195,14 @@ def run(
     raise typer.Exit(_call(lambda: _execute(file, hosts, verbose, lambda r: r.execute(options))))
 
 
+StateDir = Annotated[
+    Path,
+    typer.Option("--state-dir", help="fanout's state directory (runtime.stateDir of the job)."),
+]
+
+
 @app.command()
 def retry(
-    file: JobFile,
     run_id: Annotated[
         str, typer.Argument(metavar="RUN", help="The run whose failed units to retry.")
     ],
@@ -211,120 +216,72 @@ def retry(
         bool | None, typer.Option("--apply/--no-apply", help="Apply collected files.")
     ] = None,
     hosts: HostsOption = None,
+    state_dir: StateDir = Path(".fanout"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
 ) -> None:
-    """Start a new run over the units that failed in RUN, from the first rung."""
+    """Start a new run over the units that failed in RUN, from the first rung of the
+    ladder, with the job file RUN was started from."""
     from . import run as running
+    from .journal import Journal
+
+    def job_file() -> Path:
+        journal = Journal(state_dir / "journal.sqlite")
+        try:
+            return Path(journal.run(run_id).job_file)
+        finally:
+            journal.close()
 
     options = running.Options(apply=apply)
 
     def action(runner: running.Runner) -> Any:
         return runner.retry_failed(runner.journal.run(run_id), options)
 
+    file = _call(job_file)
     raise typer.Exit(_call(lambda: _execute(file, hosts, verbose, action)))
 
 
 def _execute(file: Path, hosts: Path | None, verbose: bool, action: Callable[[Any], Any]) -> int:
-    import asyncio
-    import signal
-
     from rich.console import Console
 
-    from . import limits, spec
-    from . import run as running
-    from .errors import Interrupted
-    from .events import Events
-    from .journal import Journal
+    from . import launch, spec
+    from .errors import NothingSelected
     from .progress import Display
     from .quantities import format_duration
 
     job = spec.load(file, hosts_file=hosts)
     console = Console(stderr=True, highlight=False)
-    journal = Journal(job.runtime.state_dir / "journal.sqlite")
     display = Display(console, verbose=verbose)
-    environ = _environ()
-    runner = running.Runner(
-        spec=job,
-        transport=_transport(job, environ, display),
-        journal=journal,
-        environ=environ,
-        events=Events(display),
-        gate=limits.gate_for(job, display),
-    )
-
-    async def main() -> running.Summary:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, task.cancel)
-        summary: running.Summary = await action(runner)
-        return summary
-
-    try:
-        with display:
-            summary = asyncio.run(main())
-    except asyncio.CancelledError:
-        raise Interrupted(
-            "interrupted: running units were stopped and their sandboxes removed; "
-            f"`fanout run {file} --resume` continues"
-        ) from None
-    finally:
-        journal.close()
+    with display:
+        summary = launch.run_blocking(job, _environ(), [display], action)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no units"
     console.print(f"run {summary.run_id} {summary.state}: {counts}")
-    data = summary.report_dir / "report.json"
-    if data.exists():
-        import json as _json
-
-        report = _json.loads(data.read_text())
-        if report.get("speedup"):
-            console.print(
-                f"wall {format_duration(report['wallSeconds'])}, worker time "
-                f"{format_duration(report['workerSeconds'])}: {report['speedup']:.1f}x"
-            )
+    if summary.wall_seconds > 0:
+        console.print(
+            f"wall {format_duration(summary.wall_seconds)}, worker time "
+            f"{format_duration(summary.worker_seconds)}: "
+            f"{summary.worker_seconds / summary.wall_seconds:.1f}x"
+        )
     console.print(f"report: {summary.report_dir / 'report.md'}")
     if summary.note == "nothing selected":
-        from .errors import NothingSelected
-
         raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
     return summary.exit_code
 
 
-def _transport(job: Any, environ: dict[str, str], display: Any) -> Any:
-    from .local import LocalTransport
-
-    def warn(message: str) -> None:
-        display({"event": "notice", "message": message})
-
-    state = job.runtime.state_dir
-    hidden = [state, Path(os.path.expanduser("~/.ssh"))]
-    return LocalTransport(
-        slots=job.runtime.max_concurrent_tasks,
-        sandbox_kind=job.runtime.sandbox,
-        image=job.runtime.image,
-        path=environ["PATH"],
-        hidden=hidden,
-        warn=warn,
-    )
-
-
 @app.command()
 def status(
-    file: JobFile,
     run_id: Annotated[
         str | None, typer.Argument(metavar="[RUN]", help="One run to detail.")
     ] = None,
+    state_dir: StateDir = Path(".fanout"),
 ) -> None:
-    """Show recent runs of the job and their units by state, or one run in detail."""
-    from . import report, spec
+    """Show recent runs and their units by state, or one run in detail."""
+    from . import report
     from .journal import Journal
 
     def action() -> str:
-        job = spec.load(file, require_hosts=False)
-        journal = Journal(job.runtime.state_dir / "journal.sqlite")
+        journal = Journal(state_dir / "journal.sqlite")
         try:
-            return report.status_text(journal, run_id, job=None if run_id else job.name)
+            return report.status_text(journal, run_id)
         finally:
             journal.close()
 
@@ -333,19 +290,18 @@ def status(
 
 @app.command("report")
 def show_report(
-    file: JobFile,
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
     output: Annotated[
-        OutputFormat, typer.Option("--format", help="markdown text or json.")
+        OutputFormat, typer.Option("--format", help="text (markdown) or json.")
     ] = OutputFormat.text,
+    state_dir: StateDir = Path(".fanout"),
 ) -> None:
     """Print the report of RUN (rebuilt from the journal) as markdown or JSON."""
-    from . import report, spec
+    from . import report
     from .journal import Journal
 
     def action() -> str:
-        job = spec.load(file, require_hosts=False)
-        journal = Journal(job.runtime.state_dir / "journal.sqlite")
+        journal = Journal(state_dir / "journal.sqlite")
         try:
             data = report.build(journal, run_id)
         finally:

@@ -7,10 +7,10 @@ limit sets the pace of the whole fleet.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from .events import Events
 from .outcome import AttemptResult
 from .spec import Limit, Spec
 
@@ -75,6 +75,6 @@ class OpenGate:
         return None
 
 
-def gate_for(spec: Spec, events: Callable[[dict[str, Any]], None] | None = None) -> Gate:
+def gate_for(spec: Spec, events: Events | None = None) -> Gate:
     """The rate gate ``spec`` needs."""
     return OpenGate()

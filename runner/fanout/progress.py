@@ -19,8 +19,6 @@ from .quantities import format_duration
 
 
 class Display:
-    SUMMARY_EVERY = 10.0
-
     def __init__(
         self, console: Console, *, live: bool | None = None, verbose: bool = False
     ) -> None:
@@ -36,7 +34,6 @@ class Display:
         self.round = 1
         self.paused: dict[str, float] = {}
         self._live: Live | None = None
-        self._last_summary = time.monotonic()
 
     def __enter__(self) -> Display:
         if self.live_mode:
@@ -93,9 +90,7 @@ class Display:
 
     def _on_attempt_finished(self, event: dict[str, Any]) -> None:
         self.running = max(0, self.running - 1)
-        if event["status"] == "succeeded" and not self.verbose:
-            if not self.live_mode:
-                self._summary_now_and_then()
+        if event["status"] == "succeeded" and not self.verbose and self.live_mode:
             return
         style = "" if event["status"] == "succeeded" else "yellow"
         self._line(
@@ -104,13 +99,6 @@ class Display:
             + ("" if event["status"] == "succeeded" else f": {event['reason']}"),
             style,
         )
-
-    def _summary_now_and_then(self) -> None:
-        """Without a terminal, a progress line every ``SUMMARY_EVERY`` seconds."""
-        now = time.monotonic()
-        if now - self._last_summary >= self.SUMMARY_EVERY:
-            self._last_summary = now
-            self._line(self._render().plain)
 
     def _on_unit_settled(self, event: dict[str, Any]) -> None:
         if event["state"] == "succeeded":

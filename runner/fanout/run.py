@@ -54,6 +54,8 @@ class Summary:
     counts: dict[str, int]
     report_dir: Path
     note: str = ""
+    wall_seconds: float = 0.0
+    worker_seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -102,7 +104,7 @@ class Runner:
         else:
             run_id = self.journal.create_run(
                 job=spec.name,
-                job_file=str(spec.file),
+                job_file=str(spec.file.resolve()),
                 apply=apply,
                 trigger=dict(options.trigger or {}),
             )
@@ -192,6 +194,8 @@ class Runner:
             counts=self.journal.unit_counts(run_id),
             report_dir=self.run_dir(run_id),
             note=note,
+            wall_seconds=self.journal.run(run_id).wall,
+            worker_seconds=sum(r.worker_seconds for r in self.journal.units(run_id)),
         )
         if state == "stopped":
             raise HostsUnavailable(
@@ -329,7 +333,7 @@ class Runner:
         secrets = self.secrets()
         apply = spec.collect.apply if options.apply is None else options.apply
         run_id = self.journal.create_run(
-            job=spec.name, job_file=str(spec.file), apply=apply, parent=previous.id
+            job=spec.name, job_file=str(spec.file.resolve()), apply=apply, parent=previous.id
         )
         units = [
             Unit(id=u.id, index=i, items=u.items, origin=u.origin, group=u.group)

@@ -1,0 +1,91 @@
+"""Wiring a run together: the journal, the transport (local sandboxes or the SSH pool),
+the rate gate, and an event loop on which SIGINT and SIGTERM drain the run (running
+units are stopped, their sandboxes removed, the journal marks them interrupted)
+instead of killing it.  The command line and the scheduler both start runs here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from . import limits
+from .errors import Interrupted
+from .events import Events, Sink
+from .journal import Journal
+from .run import Runner, Summary
+from .spec import Spec
+from .transport import Transport
+
+Action = Callable[[Runner], Awaitable[Summary]]
+
+
+def transport_for(
+    job: Spec, environ: Mapping[str, str], notice: Callable[[str], None]
+) -> Transport:
+    """SSH hosts when the job has any, else sandboxes on this machine."""
+    from .local import LocalTransport
+
+    home = Path(environ.get("HOME", "/nonexistent"))
+    return LocalTransport(
+        slots=job.runtime.max_concurrent_tasks,
+        sandbox_kind=job.runtime.sandbox,
+        image=job.runtime.image,
+        path=environ.get("PATH", ""),
+        # Workers never see fanout's own state (journal, logs of other units, keys).
+        hidden=[job.runtime.state_dir, home / ".ssh"],
+        warn=notice,
+    )
+
+
+def runner_for(
+    job: Spec, environ: Mapping[str, str], sinks: list[Sink], journal: Journal
+) -> Runner:
+    events = Events(*sinks)
+
+    def notice(message: str) -> None:
+        events.emit("notice", message=message)
+
+    return Runner(
+        spec=job,
+        transport=transport_for(job, environ, notice),
+        journal=journal,
+        environ=environ,
+        events=events,
+        gate=limits.gate_for(job, events),
+    )
+
+
+async def run_async(
+    job: Spec, environ: Mapping[str, str], sinks: list[Sink], action: Action
+) -> Summary:
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    try:
+        return await action(runner_for(job, environ, sinks, journal))
+    finally:
+        journal.close()
+
+
+def run_blocking(
+    job: Spec, environ: Mapping[str, str], sinks: list[Sink], action: Action
+) -> Summary:
+    """Run to the end on a fresh event loop; Ctrl-C or SIGTERM raise Interrupted once
+    the run has drained."""
+
+    async def main() -> Summary:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, task.cancel)
+        return await run_async(job, environ, sinks, action)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        raise Interrupted(
+            "interrupted: running units were stopped and their sandboxes removed; "
+            f"`fanout run {job.file} --resume` continues"
+        ) from None
