@@ -44,7 +44,8 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _inside(path: Path, root: Path) -> bool:
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` is ``root`` or below it (both already resolved)."""
     try:
         path.relative_to(root)
     except ValueError:
@@ -87,7 +88,7 @@ def select_files(root: Path, patterns: Iterable[str]) -> list[str]:
                     chosen[relative] = None
             continue
         target = root / pattern
-        if not _inside(target.resolve(), root):
+        if not inside(target.resolve(), root):
             raise PathRefused(f"{pattern!r} leads outside its folder through a symlink")
         for path in _regular_files(root, target):
             chosen[path.relative_to(root).as_posix()] = None
@@ -120,7 +121,7 @@ def copy_collected(
     collected = []
     for name in names:
         target = destination / name
-        if not _inside(target.resolve(), destination.resolve()):
+        if not inside(target.resolve(), destination.resolve()):
             raise PathRefused(f"collect: {name!r} leaves the unit folder")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(sandbox / name, target)
@@ -180,7 +181,7 @@ def apply(
     for item in collected:
         source = unit_dir / item.path
         target = workspace / item.path
-        if not _inside(target.resolve(), workspace.resolve()):
+        if not inside(target.resolve(), workspace.resolve()):
             changes.append(
                 Change(unit_id=unit_id, path=item.path, added=0, removed=0, state="conflict")
             )

@@ -58,3 +58,48 @@ def _component(part: str, pattern: str) -> str:
             out += re.escape(ch)
         i += 1
     return out
+
+
+_ERE_SPECIAL = set(".^$*+?()[]{}|\\")
+
+
+def to_find_regex(pattern: str) -> str:
+    """A POSIX extended regex for ``find . -regex`` selecting what ``pattern`` selects in
+    ``select_files``: a plain path names a file or a whole directory, a glob matches files.
+    Raises ValueError like ``compile_glob``."""
+    compile_glob(pattern)  # the same checks and messages
+    parts = pattern.split("/")
+    if not is_glob(pattern):
+        return r"\./" + "/".join(_ere_literal(p) for p in parts) + "(/.*)?"
+    regex = ""
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "**":
+            regex += ".*" if last else "([^/]+/)*"
+            continue
+        regex += _ere_component(part) + ("" if last else "/")
+    return r"\./" + regex
+
+
+def _ere_literal(text: str) -> str:
+    return "".join("\\" + ch if ch in _ERE_SPECIAL else ch for ch in text)
+
+
+def _ere_component(part: str) -> str:
+    out = ""
+    i = 0
+    while i < len(part):
+        ch = part[i]
+        if ch == "*":
+            out += "[^/]*"
+        elif ch == "?":
+            out += "[^/]"
+        elif ch == "[":
+            end = part.find("]", i + 2)
+            body = part[i + 1 : end]
+            out += "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
+            i = end
+        else:
+            out += _ere_literal(ch)
+        i += 1
+    return out

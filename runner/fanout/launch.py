@@ -26,6 +26,16 @@ def transport_for(
     job: Spec, environ: Mapping[str, str], notice: Callable[[str], None]
 ) -> Transport:
     """SSH hosts when the job has any, else sandboxes on this machine."""
+    if job.runtime.hosts:
+        from . import hosts
+        from .ssh import SshTransport
+
+        return SshTransport(
+            job.runtime.hosts,
+            known_hosts=hosts.known_hosts_files(environ),
+            sandbox_kind=job.runtime.sandbox,
+            notice=notice,
+        )
     from .local import LocalTransport
 
     home = Path(environ.get("HOME", "/nonexistent"))

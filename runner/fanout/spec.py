@@ -267,7 +267,7 @@ def _hosts(
     if override is not None:
         raw = str(override.resolve())
     if isinstance(raw, list):
-        return tuple(_host(entry) for entry in raw if isinstance(entry, dict)), None, []
+        return tuple(host_from(entry) for entry in raw if isinstance(entry, dict)), None, []
     if not isinstance(raw, str):
         return (), None, []
     hosts_path = path.parent / raw
@@ -281,23 +281,33 @@ def _hosts(
             hosts_path,
             [Problem(file=str(path), line=line, col=col, key="runtime.hosts", message=message)],
         )
-    text = hosts_path.read_text(encoding="utf-8")
     try:
-        hosts_doc = parse_toml(text, str(hosts_path))
+        return load_hosts_file(hosts_path), hosts_path, []
     except JobError as exc:
         return (), hosts_path, exc.problems
+
+
+def load_hosts_file(path: Path) -> tuple[Host, ...]:
+    """The hosts of a separate hosts file (``[[hosts]]`` tables); JobError if invalid."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        message = f"cannot read the hosts file: {exc.strerror or exc}"
+        raise JobError([Problem(file=str(path), line=1, col=1, key="", message=message)]) from None
+    document = parse_toml(text, str(path))
     problems = schema.check(
-        hosts_doc,
+        document,
         schema=schema.subschema("hostsFile"),
-        file=str(hosts_path),
+        file=str(path),
         positions=tomlpos.scan(text),
     )
     if problems:
-        return (), hosts_path, problems
-    return tuple(_host(entry) for entry in hosts_doc["hosts"]), hosts_path, []
+        raise JobError(problems)
+    return tuple(host_from(entry) for entry in document["hosts"])
 
 
-def _host(raw: Mapping[str, Any]) -> Host:
+def host_from(raw: Mapping[str, Any]) -> Host:
+    """A Host from one validated inventory table."""
     values = _snake(raw)
     values.setdefault("name", raw["address"])
     values["labels"] = tuple(raw.get("labels", ()))

@@ -1,0 +1,53 @@
+"""The SSH host inventory outside the job: fanout's own known_hosts file, trusting a
+host's key, and finding a host by name.
+
+Host keys are always verified.  fanout reads the user's ``~/.ssh/known_hosts`` and its
+own file (``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``);
+``fanout hosts trust`` shows a key's fingerprint and, once confirmed, appends it to
+fanout's own file, never to the user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .errors import FanoutError
+from .spec import Host
+
+
+def fanout_known_hosts(environ: Mapping[str, str]) -> Path:
+    config = environ.get("XDG_CONFIG_HOME") or str(
+        Path(environ.get("HOME", "/nonexistent")) / ".config"
+    )
+    return Path(config) / "fanout" / "known_hosts"
+
+
+def known_hosts_files(environ: Mapping[str, str]) -> list[Path]:
+    """Where host keys are looked up, fanout's own file first."""
+    home = Path(environ.get("HOME", "/nonexistent"))
+    return [fanout_known_hosts(environ), home / ".ssh" / "known_hosts"]
+
+
+def find(hosts: Sequence[Host], wanted: str) -> Host:
+    """The inventory host named ``wanted``, or a host made from ``address[:port]``."""
+    for host in hosts:
+        if wanted in (host.name, host.address):
+            return host
+    address, _, port = wanted.rpartition(":") if wanted.count(":") == 1 else (wanted, "", "")
+    if port and not port.isdigit():
+        raise FanoutError(f"{wanted!r} is not a host name from the inventory or ADDRESS[:PORT]")
+    address = address or wanted
+    return Host(name=wanted, address=address, port=int(port) if port else None)
+
+
+def record(line: str, environ: Mapping[str, str]) -> Path:
+    """Append a known_hosts ``line`` to fanout's own file (created 0600)."""
+    path = fanout_known_hosts(environ)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    existing = path.read_text().splitlines() if path.exists() else []
+    if line not in existing:
+        with path.open("a") as stream:
+            stream.write(line + "\n")
+        path.chmod(0o600)
+    return path

@@ -1,0 +1,661 @@
+"""Running attempts on a pool of SSH hosts.  The only module that imports asyncssh.
+
+Each host gets a few long-lived connections (one handshake serves many units); each
+attempt is one channel running the POSIX sh wrapper (``wrapper.sh``), which creates the
+sandbox, receives the staged files as a tar frame, runs the worker under bwrap (or
+without a sandbox), runs verify, sends back the collected files, and always removes
+the sandbox.  Secrets travel in frames on the channel's stdin, never in argv; no pty is
+requested (a pty echoes stdin).  The stdin stays open as a lifeline: when fanout stops,
+times the attempt out or loses the connection, the wrapper sees EOF and kills the
+unit's process group, and it enforces a hard deadline of its own as well.
+
+sshd's limits shape the pool: at most ``maxSessions - 2`` channels per connection (sshd
+frees a slot late, and refuses channel opens near the limit: those are retried after a
+short jittered delay), more connections per host for more slots, and at most eight
+handshakes per host at once (MaxStartups drops unauthenticated connections beyond 10).
+
+Keepalives are always on, so a frozen host is noticed in seconds.  A connection loss
+makes the attempt ``lost`` (the unit is run again elsewhere, no rung used), the host
+reconnects with backoff and is quarantined after repeated failures; when no host is
+left, ``run`` raises HostsUnavailable and the run stops, resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import math
+import random
+import shlex
+import tarfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import asyncssh
+
+from . import fanin, globs, throttle
+from .capture import OutputCapture
+from .errors import EnvironmentProblem, HostsUnavailable
+from .outcome import AttemptResult, CollectedFile, Status
+from .spec import Host
+from .transport import Attempt
+
+MAX_HANDSHAKES = 8
+QUARANTINE_AFTER = 3
+CHANNEL_RETRY_FOR = 10.0
+_GRACE = 5.0
+
+
+def wrapper_script() -> str:
+    return resources.files("fanout").joinpath("wrapper.sh").read_text(encoding="utf-8")
+
+
+class _Lost(Exception):
+    """The connection under an attempt went away."""
+
+
+@dataclass(eq=False)
+class _Connection:
+    conn: asyncssh.SSHClientConnection
+    channels: int = 0
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class _Host:
+    host: Host
+    per_connection: int
+    handshakes: asyncio.Semaphore
+    connections: list[_Connection] = field(default_factory=list)
+    running: int = 0
+    healthy: bool = False
+    quarantined: bool = False
+    failures: int = 0
+    reason: str = "not connected yet"
+    sandbox: str = "none"
+    reconnecting: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    def free(self) -> int:
+        return self.host.slots - self.running if self.healthy else 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Probe:
+    """What ``fanout hosts check`` learns about one host."""
+
+    name: str
+    address: str
+    reachable: bool
+    auth: bool
+    shell: str
+    bwrap: bool
+    free_disk: str
+    rtt_ms: float | None
+    error: str
+
+
+class SshTransport:
+    def __init__(
+        self,
+        hosts: Sequence[Host],
+        *,
+        known_hosts: Sequence[Path],
+        sandbox_kind: str = "auto",
+        keepalive_interval: float = 5.0,
+        keepalive_count: int = 3,
+        connect_timeout: float = 15.0,
+        notice: Callable[[str], None] = lambda message: None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._hosts = [
+            _Host(
+                host=h,
+                per_connection=max(1, h.max_sessions - 2),
+                handshakes=asyncio.Semaphore(MAX_HANDSHAKES),
+            )
+            for h in hosts
+        ]
+        self._known_hosts = [p for p in known_hosts]
+        self._requested = sandbox_kind
+        self._keepalive = (keepalive_interval, keepalive_count)
+        self._connect_timeout = connect_timeout
+        self._notice = notice
+        self._rng = rng or random.Random()
+        self._changed = asyncio.Condition()
+        self._wrapper = wrapper_script()
+
+    @property
+    def capacity(self) -> int:
+        return sum(h.host.slots for h in self._hosts)
+
+    # Connections ----------------------------------------------------------------
+
+    def _options(self, host: Host) -> dict[str, object]:
+        interval, count = self._keepalive
+        options: dict[str, object] = {
+            "known_hosts": asyncssh.read_known_hosts(
+                [str(p) for p in self._known_hosts if p.is_file()]
+            ),
+            "keepalive_interval": interval,
+            "keepalive_count_max": count,
+            "connect_timeout": self._connect_timeout,
+            "login_timeout": self._connect_timeout,
+        }
+        if host.port is not None:
+            options["port"] = host.port
+        if host.user is not None:
+            options["username"] = host.user
+        if host.identity is not None:
+            options["client_keys"] = [str(Path(host.identity).expanduser())]
+        return options
+
+    async def _connect(self, state: _Host) -> _Connection:
+        async with state.handshakes:
+            try:
+                options = self._options(state.host)
+                conn = await asyncssh.connect(state.host.address, **options)
+            except asyncssh.HostKeyNotVerifiable as exc:
+                raise _Refused(
+                    f"host key of {state.name} ({_where(state.host)}) is not trusted:"
+                    f" {exc.reason}; check it and run `fanout hosts trust {state.name}`"
+                ) from None
+            except asyncssh.PermissionDenied:
+                user = state.host.user or "the default user"
+                raise _Refused(f"{state.name}: authentication refused for {user}") from None
+            except (OSError, asyncssh.Error, TimeoutError) as exc:
+                raise _Unreachable(
+                    f"{state.name} ({_where(state.host)}): {_describe(exc)}"
+                ) from None
+        connection = _Connection(conn=conn)
+        state.connections.append(connection)
+        return connection
+
+    async def start(self) -> None:
+        if self._requested == "podman":
+            raise EnvironmentProblem(
+                "podman sandboxes run on this machine only; use bwrap or none with SSH hosts"
+            )
+        results = await asyncio.gather(
+            *(self._bring_up(h) for h in self._hosts), return_exceptions=True
+        )
+        for state, result in zip(self._hosts, results, strict=True):
+            if isinstance(result, BaseException):
+                self._notice(f"host {state.name} is unavailable: {result}")
+        if not any(h.healthy for h in self._hosts):
+            raise HostsUnavailable(
+                "no SSH host is reachable: " + "; ".join(f"{h.reason}" for h in self._hosts)
+            )
+
+    async def _bring_up(self, state: _Host) -> None:
+        try:
+            connection = await self._connect(state)
+            state.sandbox = await self._choose_sandbox(state, connection)
+        except _Refused as exc:
+            state.quarantined, state.reason = True, str(exc)
+            raise
+        except (_Unreachable, _Lost) as exc:
+            state.reason = str(exc)
+            self._schedule_reconnect(state)
+            raise
+        state.healthy, state.failures, state.reason = True, 0, ""
+
+    async def _choose_sandbox(self, state: _Host, connection: _Connection) -> str:
+        if self._requested == "none":
+            return "none"
+        try:
+            probe = await connection.conn.run(
+                "for tool in bwrap setsid tar find; do command -v $tool; done", check=False
+            )
+        except (OSError, asyncssh.Error) as exc:
+            raise _Lost(str(exc)) from None
+        found = str(probe.stdout or "")
+        missing = [tool for tool in ("setsid", "tar", "find") if f"/{tool}\n" not in found]
+        if missing:
+            raise _Refused(f"{state.name} lacks {', '.join(missing)} (needed by fanout's wrapper)")
+        if "/bwrap\n" in found:
+            return "bwrap"
+        if self._requested == "bwrap":
+            raise _Refused(f"{state.name} has no bwrap and runtime.sandbox is 'bwrap'")
+        self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
+        return "none"
+
+    def _schedule_reconnect(self, state: _Host) -> None:
+        if state.reconnecting is None or state.reconnecting.done():
+            state.reconnecting = asyncio.create_task(self._reconnect(state))
+
+    async def _reconnect(self, state: _Host) -> None:
+        while not state.quarantined:
+            state.failures += 1
+            if state.failures > QUARANTINE_AFTER:
+                state.quarantined = True
+                self._notice(
+                    f"host {state.name} quarantined after {QUARANTINE_AFTER} failed"
+                    f" reconnects: {state.reason}"
+                )
+                break
+            await asyncio.sleep(
+                min(30.0, 2.0 ** (state.failures - 1)) * self._rng.uniform(0.5, 1.0)
+            )
+            try:
+                await self._bring_up(state)
+            except (_Unreachable, _Lost, _Refused):
+                continue
+            self._notice(f"host {state.name} is back")
+            break
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _host_failed(self, state: _Host, reason: str) -> None:
+        if state.healthy:
+            state.healthy, state.reason = False, reason
+            self._notice(f"host {state.name} lost: {reason}")
+            for connection in state.connections:
+                connection.closed = True
+                connection.conn.abort()
+            state.connections.clear()
+            self._schedule_reconnect(state)
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        for state in self._hosts:
+            if state.reconnecting is not None:
+                state.reconnecting.cancel()
+            for connection in state.connections:
+                connection.conn.close()
+            for connection in state.connections:
+                with contextlib.suppress(Exception):
+                    await connection.conn.wait_closed()
+            state.connections.clear()
+
+    # Placement ------------------------------------------------------------------
+
+    async def _place(self) -> _Host:
+        """The least loaded healthy host with a free slot; waits for one."""
+        async with self._changed:
+            while True:
+                candidates = [h for h in self._hosts if h.free() > 0]
+                if candidates:
+                    chosen = min(candidates, key=lambda h: (h.running / h.host.slots, h.running))
+                    chosen.running += 1
+                    return chosen
+                if all(h.quarantined for h in self._hosts):
+                    raise HostsUnavailable(
+                        "every SSH host is down: " + "; ".join(h.reason for h in self._hosts)
+                    )
+                await self._changed.wait()
+
+    async def _release(self, state: _Host) -> None:
+        state.running -= 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _channel(
+        self, state: _Host, command: str
+    ) -> tuple[_Connection, asyncssh.SSHClientProcess[bytes]]:
+        """A channel on a connection with room, opening another connection if needed;
+        refused opens (sshd's MaxSessions) are retried after a short jittered delay."""
+        give_up = time.monotonic() + CHANNEL_RETRY_FOR
+        while True:
+            live = [c for c in state.connections if not c.closed]
+            roomy = [c for c in live if c.channels < state.per_connection]
+            if roomy:
+                connection = min(roomy, key=lambda c: c.channels)
+            elif len(live) < math.ceil(state.host.slots / state.per_connection):
+                try:
+                    connection = await self._connect(state)
+                except (_Unreachable, _Refused) as exc:
+                    raise _Lost(str(exc)) from None
+            else:
+                connection = min(live, key=lambda c: c.channels)
+            connection.channels += 1
+            try:
+                process = await connection.conn.create_process(command, encoding=None)
+                return connection, process
+            except asyncssh.ChannelOpenError as exc:
+                connection.channels -= 1
+                if time.monotonic() > give_up:
+                    raise _Lost(
+                        f"{state.name} refused channels for {CHANNEL_RETRY_FOR:g}s: {exc.reason}"
+                    ) from None
+                await asyncio.sleep(self._rng.uniform(0.02, 0.15))
+            except (OSError, asyncssh.Error) as exc:
+                connection.channels -= 1
+                raise _Lost(_describe(exc)) from None
+
+    # Attempts -------------------------------------------------------------------
+
+    async def run(self, attempt: Attempt) -> AttemptResult:
+        started = time.monotonic()
+        state = await self._place()
+        try:
+            return await self._run_on(state, attempt, started)
+        finally:
+            await self._release(state)
+
+    async def _run_on(self, state: _Host, attempt: Attempt, started: float) -> AttemptResult:
+        invocation = attempt.invocation
+        scanner = throttle.Scanner(attempt.throttle_patterns)
+        capture = OutputCapture(
+            attempt.log_path,
+            log_limit=attempt.log_limit,
+            tail_limit=attempt.tail_limit,
+            secrets=attempt.secrets.values(),
+            on_line=scanner.line,
+        )
+
+        def result(status: Status, reason: str, **more: object) -> AttemptResult:
+            return AttemptResult(
+                status=status,
+                reason=reason,
+                duration=time.monotonic() - started,
+                output_tail=capture.tail,
+                host=state.name,
+                **more,  # type: ignore[arg-type]
+            )
+
+        try:
+            frames = _frames(attempt)
+        except (fanin.PathRefused, OSError) as exc:
+            capture.close()
+            return result(Status.FAILED, str(exc))
+        timeout = invocation.timeout
+        # The wrapper's own deadline is a backstop a little behind fanout's (which cuts the
+        # lifeline at the timeout), for when fanout cannot reach the host any more.
+        backstop = str(math.ceil(timeout) + 2)
+        args = [state.host.sandbox_root, backstop, state.sandbox, "1" if attempt.network else "0"]
+        command = "exec sh -c " + shlex.quote(self._wrapper) + " fanout " + shlex.join(args)
+        connection: _Connection | None = None
+        try:
+            connection, process = await self._channel(state, command)
+            conversation = asyncio.create_task(_converse(process, frames, capture))
+            try:
+                report = await asyncio.wait_for(asyncio.shield(conversation), timeout)
+            except TimeoutError:
+                # Cut the lifeline: the wrapper kills the unit's processes, cleans up and
+                # reports; a host that does not answer within the grace is not waited for.
+                _cut_lifeline(process)
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(conversation, _GRACE)
+                report = _Report(timed_out=True)
+            finally:
+                conversation.cancel()
+                _cut_lifeline(process)
+                process.close()
+        except _Lost as exc:
+            await self._host_failed(state, str(exc))
+            return result(Status.LOST, f"lost {state.name}: {exc}")
+        finally:
+            if connection is not None:
+                connection.channels -= 1
+            capture.close()
+        if report.lost:
+            await self._host_failed(state, report.lost)
+            return result(Status.LOST, f"lost {state.name}: {report.lost}")
+        return self._settle(attempt, report, scanner, result)
+
+    def _settle(
+        self,
+        attempt: Attempt,
+        report: _Report,
+        scanner: throttle.Scanner,
+        result: Callable[..., AttemptResult],
+    ) -> AttemptResult:
+        timeout = attempt.invocation.timeout
+        if report.timed_out:
+            return result(Status.TIMEOUT, f"timed out after {timeout:g}s")
+        if report.worker is None:
+            return result(Status.FAILED, f"the remote wrapper failed (exit {report.exit_status})")
+        code = report.verify if report.verify is not None else report.worker
+        stage = "verify" if report.verify is not None else "worker"
+        signal_ = throttle.classify(
+            code, scanner.signal, throttle.from_control(report.control) if report.control else None
+        )
+        throttled = {
+            "retry_after": signal_.retry_after if signal_ else None,
+            "throttled_limit": signal_.limit if signal_ else None,
+        }
+        if code != 0:
+            if signal_ is not None:
+                return result(
+                    Status.THROTTLED, f"throttled ({signal_.source})", exit_code=code, **throttled
+                )
+            return result(Status.FAILED, f"{stage} exited with status {code}", exit_code=code)
+        try:
+            collected = _extract(report.collected, attempt.collect_dir)
+        except (fanin.PathRefused, tarfile.TarError, OSError) as exc:
+            return result(Status.FAILED, f"collect: {exc}", exit_code=0)
+        return result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
+
+    # Probes and trust -------------------------------------------------------------
+
+    async def probe(self, state: _Host) -> Probe:
+        host = state.host
+        base = {"name": host.name, "address": _where(host)}
+        empty = {"shell": "", "bwrap": False, "free_disk": "", "rtt_ms": None}
+        try:
+            connection = await self._connect(state)
+        except _Refused as exc:
+            return Probe(**base, reachable=True, auth=False, error=str(exc), **empty)  # type: ignore[arg-type]
+        except _Unreachable as exc:
+            return Probe(**base, reachable=False, auth=False, error=str(exc), **empty)  # type: ignore[arg-type]
+        conn = connection.conn
+        try:
+            begin = time.monotonic()
+            await conn.run("true", check=False)
+            rtt = (time.monotonic() - begin) * 1000
+            facts = await conn.run(
+                'echo "$SHELL"; command -v bwrap || echo -; df -Pk '
+                + shlex.quote(host.sandbox_root)
+                + " | tail -1",
+                check=False,
+            )
+            lines = [*str(facts.stdout or "").splitlines(), "", "", ""]
+            fields = lines[2].split()
+            free = (
+                f"{int(fields[3]) // 1024:,} MiB"
+                if len(fields) > 3 and fields[3].isdigit()
+                else "?"
+            )
+            return Probe(
+                **base,
+                reachable=True,
+                auth=True,
+                shell=lines[0],
+                bwrap=lines[1] != "-",
+                free_disk=free,
+                rtt_ms=rtt,
+                error="",
+            )
+        finally:
+            conn.close()
+
+    async def probe_all(self) -> list[Probe]:
+        return list(await asyncio.gather(*(self.probe(h) for h in self._hosts)))
+
+
+class _Refused(Exception):
+    """The host refused us for a reason retrying will not fix (host key, auth, tools)."""
+
+
+class _Unreachable(Exception):
+    """The host could not be reached this time."""
+
+
+@dataclass
+class _Report:
+    worker: int | None = None
+    verify: int | None = None
+    control: str = ""
+    collected: bytes = b""
+    timed_out: bool = False
+    lost: str = ""
+    exit_status: int | None = None
+
+
+def _frames(attempt: Attempt) -> bytes:
+    invocation = attempt.invocation
+    out = io.BytesIO()
+
+    def frame(kind: str, payload: bytes, name: str = "") -> None:
+        out.write(f"{kind} {len(payload)}{' ' + name if name else ''}\n".encode())
+        out.write(payload)
+
+    env = {**attempt.base_env(), **invocation.env, **attempt.secrets}
+    for name, value in env.items():
+        frame("env", value.encode(), name)
+    frame("prompt", invocation.prompt.encode())
+    frame("stage", _stage_tar(attempt))
+    for arg in invocation.argv:
+        frame("arg", arg.encode())
+    for arg in invocation.verify:
+        frame("verify", arg.encode())
+    for pattern in invocation.collect:
+        try:
+            frame("collect", globs.to_find_regex(pattern).encode())
+        except ValueError as exc:
+            raise fanin.PathRefused(f"collect: {exc}") from None
+    out.write(b"run 0\n")
+    return out.getvalue()
+
+
+def _stage_tar(attempt: Attempt) -> bytes:
+    if not attempt.staged:
+        return b""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for item in attempt.staged:
+            info = archive.gettarinfo(str(item.source), arcname=item.path)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with item.source.open("rb") as stream:
+                archive.addfile(info, stream)
+    return buffer.getvalue()
+
+
+async def _converse(
+    process: asyncssh.SSHClientProcess[bytes], frames: bytes, capture: OutputCapture
+) -> _Report:
+    report = _Report()
+    try:
+        process.stdin.write(frames)
+        await process.stdin.drain()
+    except (OSError, asyncssh.Error) as exc:
+        report.lost = _describe(exc)
+        return report
+
+    async def pump_stderr() -> None:
+        while chunk := await process.stderr.read(65536):
+            capture.feed(chunk)
+
+    pump = asyncio.create_task(pump_stderr())
+    try:
+        stdout = process.stdout
+        while True:
+            line = await stdout.readline()
+            if not line:
+                break
+            words = line.decode(errors="replace").split()
+            if not words:
+                continue
+            if words[0] == "worker":
+                report.worker = int(words[1])
+            elif words[0] == "verify":
+                report.verify = int(words[1])
+            elif words[0] == "timeout":
+                report.timed_out = True
+            elif words[0] in ("control", "collect"):
+                payload = await stdout.readexactly(int(words[1]))
+                if words[0] == "control":
+                    report.control = payload.decode(errors="replace")
+                else:
+                    report.collected = payload
+            elif words[0] == "done":
+                break
+        await pump
+    except (OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
+        report.lost = _describe(exc)
+    finally:
+        pump.cancel()
+    if not report.lost and report.worker is None and not report.timed_out:
+        # The channel ended without a verdict: the connection went away, or the wrapper died.
+        status = process.exit_status
+        if status is None and process.exit_signal is None:
+            report.lost = "the connection closed during the attempt"
+        report.exit_status = status
+    return report
+
+
+def _cut_lifeline(process: asyncssh.SSHClientProcess[bytes]) -> None:
+    """EOF on the wrapper's stdin: it kills whatever of the unit still runs."""
+    with contextlib.suppress(Exception):
+        process.stdin.write_eof()
+
+
+def _extract(data: bytes, destination: Path) -> tuple[CollectedFile, ...]:
+    if not data:
+        return ()
+    collected = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+        for member in archive.getmembers():
+            name = member.name.removeprefix("./")
+            if not member.isfile():
+                continue
+            try:
+                globs.compile_glob(name)
+            except ValueError as exc:
+                raise fanin.PathRefused(str(exc)) from None
+            target = destination / name
+            if not fanin.inside(target.resolve(), destination.resolve()):
+                raise fanin.PathRefused(f"{name!r} leaves the unit folder")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = archive.extractfile(member)
+            assert source is not None
+            target.write_bytes(source.read())
+            collected.append(
+                CollectedFile(path=name, sha256=fanin.sha256_file(target), size=member.size)
+            )
+    return tuple(collected)
+
+
+def _where(host: Host) -> str:
+    return f"{host.address}:{host.port}" if host.port else host.address
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncssh.DisconnectError):
+        return f"disconnected: {exc.reason}"
+    if isinstance(exc, asyncssh.ConnectionLost):
+        return f"connection lost: {exc.reason}"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return str(text)
+
+
+async def fetch_host_key(host: Host, wait: float = 15.0) -> tuple[str, str, str]:
+    """(known_hosts line, SHA256 fingerprint, key type) of ``host``'s server key, for
+    ``fanout hosts trust`` to show before anything is recorded."""
+    options: dict[str, object] = {}
+    if host.port is not None:
+        options["port"] = host.port
+    try:
+        lookup = asyncssh.get_server_host_key(host.address, **options)  # type: ignore[arg-type]
+        key = await asyncio.wait_for(lookup, wait)
+    except (OSError, asyncssh.Error, TimeoutError) as exc:
+        raise EnvironmentProblem(
+            f"cannot reach {host.name} ({_where(host)}): {_describe(exc)}"
+        ) from None
+    if key is None:
+        raise EnvironmentProblem(f"{host.name} ({_where(host)}) offered no host key")
+    pattern = f"[{host.address}]:{host.port}" if host.port and host.port != 22 else host.address
+    public = key.export_public_key("openssh").decode().split()
+    return f"{pattern} {public[0]} {public[1]}", key.get_fingerprint("sha256"), key.get_algorithm()
