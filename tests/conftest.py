@@ -8,6 +8,7 @@ transport cannot touch the developer's home or the network.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,15 @@ def repo() -> Path:
 def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def ssh_pool() -> Iterator[Any]:
+    """A factory of real sshd hosts on loopback (see tests/sshd.py); all stopped after."""
+    from sshd import make_pool
+
+    pool = make_pool()
+    try:
+        yield pool
+    finally:
+        pool.close()

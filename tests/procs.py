@@ -41,3 +41,8 @@ def wait_until_present(text: str, timeout: float = 10.0) -> list[int]:
     while not (found := pids_with(text)) and time.monotonic() < deadline:
         time.sleep(0.02)
     return found
+
+
+def short_marker() -> str:
+    """A unique sleep of about a second, for processes that should finish on their own."""
+    return f"1.{random.randint(100000, 999999)}"

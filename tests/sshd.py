@@ -9,6 +9,7 @@ frozen one (SIGSTOP on the same tree).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -101,10 +102,8 @@ class Sshd:
 
     def signal_tree(self, signum: int) -> None:
         for pid in self.tree():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
 
     def kill(self) -> None:
         """A dead host: sshd and everything under it die, the port closes."""

@@ -170,6 +170,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             rung_attempts=progress.rung_attempts,
             failures=progress.failures,
             last=progress.last,
+            staged=staged_hashes if result.status is Status.SUCCEEDED else None,
         )
         ctx.gate.report(result)
         ctx.events.emit(
@@ -184,7 +185,6 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             host=result.host,
         )
         if result.status is Status.SUCCEEDED:
-            ctx.journal.set_staged(ctx.run_id, ctx.number, unit.id, staged_hashes)
             return _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung.name)
         if result.status.climbs_ladder and not progress.exhausted(rungs):
             await ctx.sleep(ladder.backoff_delay(progress.failures, spec.retry.backoff, ctx.rng))

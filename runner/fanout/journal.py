@@ -10,6 +10,7 @@ back) cannot settle it twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sqlite3
@@ -155,6 +156,17 @@ class Journal:
     def close(self) -> None:
         self.db.close()
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One short write transaction (a commit is the costly part of a write)."""
+        self._write("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self._write("COMMIT")
+
     def _write(self, sql: str, parameters: Iterable[Any] = ()) -> int:
         try:
             return self.db.execute(sql, tuple(parameters)).rowcount
@@ -297,15 +309,6 @@ class Journal:
         )
         return {r["state"]: r["n"] for r in rows}
 
-    def set_staged(
-        self, run_id: str, round_number: int, unit_id: str, staged: dict[str, str]
-    ) -> None:
-        """Hashes of the workspace files the unit's successful attempt staged."""
-        self._write(
-            "UPDATE units SET staged = ? WHERE run = ? AND round = ? AND id = ?",
-            (json.dumps(staged), run_id, round_number, unit_id),
-        )
-
     def selection_done(self, run_id: str, round_number: int) -> None:
         self._write(
             "UPDATE rounds SET selection_done = 1 WHERE run = ? AND round = ?",
@@ -323,16 +326,17 @@ class Journal:
     def attempt_dispatched(
         self, run_id: str, round_number: int, unit_id: str, n: int, rung: str, host: str = ""
     ) -> None:
-        self._write(
-            "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, round_number, unit_id, n, rung, host, time.time()),
-        )
-        self._write(
-            "UPDATE units SET state = 'running', attempts = ?"
-            " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
-            (n, run_id, round_number, unit_id),
-        )
+        with self._transaction():
+            self._write(
+                "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, round_number, unit_id, n, rung, host, time.time()),
+            )
+            self._write(
+                "UPDATE units SET state = 'running', attempts = ?"
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                (n, run_id, round_number, unit_id),
+            )
 
     def attempt_settled(
         self,
@@ -346,8 +350,37 @@ class Journal:
         rung_attempts: int,
         failures: int,
         last: dict[str, Any],
+        staged: dict[str, str] | None = None,
     ) -> bool:
-        """Record an attempt's end; False if it had already been settled (or interrupted)."""
+        """Record an attempt's end (and, for a success, the hashes of what it staged);
+        False if it had already been settled (or interrupted)."""
+        with self._transaction():
+            return self._attempt_settled(
+                run_id,
+                round_number,
+                unit_id,
+                n,
+                result,
+                rung,
+                rung_attempts,
+                failures,
+                last,
+                staged,
+            )
+
+    def _attempt_settled(
+        self,
+        run_id: str,
+        round_number: int,
+        unit_id: str,
+        n: int,
+        result: AttemptResult,
+        rung: int,
+        rung_attempts: int,
+        failures: int,
+        last: dict[str, Any],
+        staged: dict[str, str] | None,
+    ) -> bool:
         settled = self._write(
             "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?, duration = ?,"
             " retry_after = ?, host = ? WHERE run = ? AND round = ? AND unit = ? AND n = ?"
@@ -369,7 +402,8 @@ class Journal:
         if settled:
             self._write(
                 "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
-                " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?"
+                " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
+                " staged = COALESCE(?, staged)"
                 " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
                 (
                     rung,
@@ -379,6 +413,7 @@ class Journal:
                     result.reason,
                     result.output_tail,
                     json.dumps(last),
+                    None if staged is None else json.dumps(staged),
                     run_id,
                     round_number,
                     unit_id,

@@ -27,6 +27,7 @@ import contextlib
 import io
 import math
 import random
+import re
 import shlex
 import tarfile
 import time
@@ -48,10 +49,20 @@ MAX_HANDSHAKES = 8
 QUARANTINE_AFTER = 3
 CHANNEL_RETRY_FOR = 10.0
 _GRACE = 5.0
+_CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+)
 
 
 def wrapper_script() -> str:
-    return resources.files("fanout").joinpath("wrapper.sh").read_text(encoding="utf-8")
+    """The wrapper as sent: without comment lines and indentation (less for sh to read)."""
+    text = resources.files("fanout").joinpath("wrapper.sh").read_text(encoding="utf-8")
+    lines = (line.strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("#")) + "\n"
 
 
 class _Lost(Exception):
@@ -61,6 +72,7 @@ class _Lost(Exception):
 @dataclass(eq=False)
 class _Connection:
     conn: asyncssh.SSHClientConnection
+    room: int  # channels this connection may carry; lowered when sshd refuses one
     channels: int = 0
     closed: bool = False
 
@@ -78,6 +90,8 @@ class _Host:
     reason: str = "not connected yet"
     sandbox: str = "none"
     reconnecting: asyncio.Task[None] | None = None
+    opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+    idle: list[_Agent] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -148,6 +162,9 @@ class SshTransport:
             "keepalive_count_max": count,
             "connect_timeout": self._connect_timeout,
             "login_timeout": self._connect_timeout,
+            # AES-GCM first: with AES-NI it costs a fraction of chacha20-poly1305's CPU per
+            # packet, and packets are most of what the coordinator does per unit.
+            "encryption_algs": _CIPHERS,
         }
         if host.port is not None:
             options["port"] = host.port
@@ -174,7 +191,7 @@ class SshTransport:
                 raise _Unreachable(
                     f"{state.name} ({_where(state.host)}): {_describe(exc)}"
                 ) from None
-        connection = _Connection(conn=conn)
+        connection = _Connection(conn=conn, room=state.per_connection)
         state.connections.append(connection)
         return connection
 
@@ -212,12 +229,12 @@ class SshTransport:
             return "none"
         try:
             probe = await connection.conn.run(
-                "for tool in bwrap setsid tar find; do command -v $tool; done", check=False
+                "for tool in bwrap timeout head tar find; do command -v $tool; done", check=False
             )
         except (OSError, asyncssh.Error) as exc:
             raise _Lost(str(exc)) from None
         found = str(probe.stdout or "")
-        missing = [tool for tool in ("setsid", "tar", "find") if f"/{tool}\n" not in found]
+        missing = [t for t in ("timeout", "head", "tar", "find") if f"/{t}\n" not in found]
         if missing:
             raise _Refused(f"{state.name} lacks {', '.join(missing)} (needed by fanout's wrapper)")
         if "/bwrap\n" in found:
@@ -269,6 +286,9 @@ class SshTransport:
         for state in self._hosts:
             if state.reconnecting is not None:
                 state.reconnecting.cancel()
+            for agent in state.idle:
+                self._retire(agent)
+            state.idle.clear()
             for connection in state.connections:
                 connection.conn.close()
             for connection in state.connections:
@@ -301,27 +321,30 @@ class SshTransport:
     async def _channel(
         self, state: _Host, command: str
     ) -> tuple[_Connection, asyncssh.SSHClientProcess[bytes]]:
-        """A channel on a connection with room, opening another connection if needed;
-        refused opens (sshd's MaxSessions) are retried after a short jittered delay."""
+        """A channel on a connection with room, opening another connection if needed.
+        A refused open (sshd's MaxSessions is lower than the inventory says) teaches the
+        connection its real room, and is retried after a short jittered delay."""
         give_up = time.monotonic() + CHANNEL_RETRY_FOR
         while True:
-            live = [c for c in state.connections if not c.closed]
-            roomy = [c for c in live if c.channels < state.per_connection]
-            if roomy:
-                connection = min(roomy, key=lambda c: c.channels)
-            elif len(live) < math.ceil(state.host.slots / state.per_connection):
-                try:
-                    connection = await self._connect(state)
-                except (_Unreachable, _Refused) as exc:
-                    raise _Lost(str(exc)) from None
-            else:
-                connection = min(live, key=lambda c: c.channels)
-            connection.channels += 1
+            async with state.opening:  # one new connection at a time, counted before use
+                live = [c for c in state.connections if not c.closed]
+                roomy = [c for c in live if c.channels < c.room]
+                if roomy:
+                    connection = min(roomy, key=lambda c: c.channels)
+                elif sum(c.room for c in live) < state.host.slots:
+                    try:
+                        connection = await self._connect(state)
+                    except (_Unreachable, _Refused) as exc:
+                        raise _Lost(str(exc)) from None
+                else:
+                    connection = min(live, key=lambda c: c.channels)
+                connection.channels += 1
             try:
                 process = await connection.conn.create_process(command, encoding=None)
                 return connection, process
             except asyncssh.ChannelOpenError as exc:
                 connection.channels -= 1
+                connection.room = max(1, min(connection.room, connection.channels))
                 if time.monotonic() > give_up:
                     raise _Lost(
                         f"{state.name} refused channels for {CHANNEL_RETRY_FOR:g}s: {exc.reason}"
@@ -340,6 +363,28 @@ class SshTransport:
             return await self._run_on(state, attempt, started)
         finally:
             await self._release(state)
+
+    async def _agent(self, state: _Host, network: bool) -> _Agent:
+        """An idle agent channel on a live connection, or a new one."""
+        while state.idle:
+            agent = state.idle.pop()
+            if agent.network == network and agent.usable():
+                return agent
+            self._retire(agent)
+        flag = "1" if network else "0"
+        args = [state.host.sandbox_root, state.sandbox, flag]
+        command = f"exec sh -c {shlex.quote(self._wrapper)} fanout {shlex.join(args)}"
+        connection, process = await self._channel(state, command)
+        return _Agent(connection=connection, process=process, network=network)
+
+    def _retire(self, agent: _Agent) -> None:
+        """Close an agent's channel: at EOF it kills whatever of its unit still runs."""
+        if not agent.retired:
+            agent.retired = True
+            agent.connection.channels -= 1
+            _cut_lifeline(agent.process)
+            with contextlib.suppress(Exception):
+                agent.process.close()
 
     async def _run_on(self, state: _Host, attempt: Attempt, started: float) -> AttemptResult:
         invocation = attempt.invocation
@@ -362,42 +407,43 @@ class SshTransport:
                 **more,  # type: ignore[arg-type]
             )
 
+        token = f"{self._rng.getrandbits(64):016x}"
+        mark = f"{self._rng.getrandbits(64):016x}"
+        # The agent's own deadline is a backstop a little behind fanout's (which cuts the
+        # lifeline at the timeout), for when fanout cannot reach the host any more.
+        backstop = math.ceil(invocation.timeout) + 2
         try:
-            frames = _frames(attempt)
+            message = _message(attempt, token, backstop, mark)
         except (fanin.PathRefused, OSError) as exc:
             capture.close()
             return result(Status.FAILED, str(exc))
-        timeout = invocation.timeout
-        # The wrapper's own deadline is a backstop a little behind fanout's (which cuts the
-        # lifeline at the timeout), for when fanout cannot reach the host any more.
-        backstop = str(math.ceil(timeout) + 2)
-        args = [state.host.sandbox_root, backstop, state.sandbox, "1" if attempt.network else "0"]
-        command = "exec sh -c " + shlex.quote(self._wrapper) + " fanout " + shlex.join(args)
-        connection: _Connection | None = None
+        agent: _Agent | None = None
+        keep = False
         try:
-            connection, process = await self._channel(state, command)
-            conversation = asyncio.create_task(_converse(process, frames, capture))
+            agent = await self._agent(state, attempt.network)
+            conversation = asyncio.create_task(_converse(agent, message, token, mark, capture))
             try:
-                report = await asyncio.wait_for(asyncio.shield(conversation), timeout)
+                report = await asyncio.wait_for(asyncio.shield(conversation), invocation.timeout)
             except TimeoutError:
-                # Cut the lifeline: the wrapper kills the unit's processes, cleans up and
-                # reports; a host that does not answer within the grace is not waited for.
-                _cut_lifeline(process)
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(conversation, _GRACE)
-                report = _Report(timed_out=True)
-            finally:
+                # Cut the lifeline: the agent kills the unit's processes and cleans up.
+                self._retire(agent)
                 conversation.cancel()
-                _cut_lifeline(process)
-                process.close()
+                report = _Report(timed_out=True)
+            keep = report.complete
         except _Lost as exc:
             await self._host_failed(state, str(exc))
             return result(Status.LOST, f"lost {state.name}: {exc}")
         finally:
-            if connection is not None:
-                connection.channels -= 1
+            if agent is not None:
+                if keep:
+                    state.idle.append(agent)
+                else:
+                    self._retire(agent)
             capture.close()
         if report.lost:
+            if agent is not None and agent.connection_alive():
+                # The channel died but the connection lives: the agent itself failed.
+                return result(Status.LOST, f"the agent on {state.name} stopped: {report.lost}")
             await self._host_failed(state, report.lost)
             return result(Status.LOST, f"lost {state.name}: {report.lost}")
         return self._settle(attempt, report, scanner, result)
@@ -413,7 +459,7 @@ class SshTransport:
         if report.timed_out:
             return result(Status.TIMEOUT, f"timed out after {timeout:g}s")
         if report.worker is None:
-            return result(Status.FAILED, f"the remote wrapper failed (exit {report.exit_status})")
+            return result(Status.FAILED, "the remote agent ran no worker (see the output)")
         code = report.verify if report.verify is not None else report.worker
         stage = "verify" if report.verify is not None else "worker"
         signal_ = throttle.classify(
@@ -498,33 +544,60 @@ class _Report:
     collected: bytes = b""
     timed_out: bool = False
     lost: str = ""
-    exit_status: int | None = None
+    complete: bool = False  # the agent said "done": it is ready for the next unit
 
 
-def _frames(attempt: Attempt) -> bytes:
+@dataclass(eq=False)
+class _Agent:
+    """One long-lived channel running the agent loop, serving one unit at a time."""
+
+    connection: _Connection
+    process: asyncssh.SSHClientProcess[bytes]
+    network: bool
+    retired: bool = False
+
+    def usable(self) -> bool:
+        return not self.retired and not self.connection.closed and self.process.exit_status is None
+
+    def connection_alive(self) -> bool:
+        return not self.connection.closed and not self.connection.conn.is_closed()
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _message(attempt: Attempt, token: str, deadline: int, mark: str) -> bytes:
+    """One unit for the agent: a line "TOKEN DEADLINE MARK SETUP", then the staged tar."""
     invocation = attempt.invocation
-    out = io.BytesIO()
+    words: list[str] = []
+    for name, value in {**attempt.base_env(), **invocation.env, **attempt.secrets}.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise fanin.PathRefused(f"env: {name!r} is not an environment variable name")
+        words.append(f"export {name}={_quote(value)};")
+    words.append(f"prompt={_quote(invocation.prompt)};")
+    words.append(f"worker() {{ launch {_join(invocation.argv)}; }};")
+    if invocation.verify:
+        words.append(f"verify() {{ launch {_join(invocation.verify)}; }};")
+    if invocation.collect:
+        tests = []
+        for pattern in invocation.collect:
+            try:
+                tests.append(f"-regex {_quote(globs.to_find_regex(pattern))}")
+            except ValueError as exc:
+                raise fanin.PathRefused(f"collect: {exc}") from None
+        words.append(f"collect() {{ collect_files {' -o '.join(tests)}; }};")
+    stage = _stage_tar(attempt)
+    line = f"{token} {deadline} {mark} " + " ".join(words) + "\n"
+    return line.encode() + f"{len(stage)}\n".encode() + stage
 
-    def frame(kind: str, payload: bytes, name: str = "") -> None:
-        out.write(f"{kind} {len(payload)}{' ' + name if name else ''}\n".encode())
-        out.write(payload)
 
-    env = {**attempt.base_env(), **invocation.env, **attempt.secrets}
-    for name, value in env.items():
-        frame("env", value.encode(), name)
-    frame("prompt", invocation.prompt.encode())
-    frame("stage", _stage_tar(attempt))
-    for arg in invocation.argv:
-        frame("arg", arg.encode())
-    for arg in invocation.verify:
-        frame("verify", arg.encode())
-    for pattern in invocation.collect:
-        try:
-            frame("collect", globs.to_find_regex(pattern).encode())
-        except ValueError as exc:
-            raise fanin.PathRefused(f"collect: {exc}") from None
-    out.write(b"run 0\n")
-    return out.getvalue()
+def _quote(value: str) -> str:
+    """A shell word for ``value`` on one line: newlines become the agent's "$nl"."""
+    return '"$nl"'.join(shlex.quote(piece) for piece in value.split("\n"))
+
+
+def _join(argv: Sequence[str]) -> str:
+    return " ".join(_quote(arg) for arg in argv)
 
 
 def _stage_tar(attempt: Attempt) -> bytes:
@@ -542,19 +615,35 @@ def _stage_tar(attempt: Attempt) -> bytes:
 
 
 async def _converse(
-    process: asyncssh.SSHClientProcess[bytes], frames: bytes, capture: OutputCapture
+    agent: _Agent, message: bytes, token: str, mark: str, capture: OutputCapture
 ) -> _Report:
+    """Send one unit to the agent and read its verdict; the unit's output (stderr) is
+    read up to the end mark the agent prints after the unit, which no worker can know."""
+    process = agent.process
     report = _Report()
     try:
-        process.stdin.write(frames)
+        process.stdin.write(message)
         await process.stdin.drain()
     except (OSError, asyncssh.Error) as exc:
         report.lost = _describe(exc)
         return report
+    end = f"\n\x1efanout-end {mark}\n".encode()
 
     async def pump_stderr() -> None:
-        while chunk := await process.stderr.read(65536):
-            capture.feed(chunk)
+        pending = b""
+        while True:
+            chunk = await process.stderr.read(65536)
+            if not chunk:
+                capture.feed(pending)
+                return
+            pending += chunk
+            found = pending.find(end)
+            if found >= 0:
+                capture.feed(pending[:found])
+                return
+            keep = len(end) - 1
+            capture.feed(pending[:-keep] if len(pending) > keep else b"")
+            pending = pending[-keep:] if len(pending) > keep else pending
 
     pump = asyncio.create_task(pump_stderr())
     try:
@@ -578,19 +667,18 @@ async def _converse(
                     report.control = payload.decode(errors="replace")
                 else:
                     report.collected = payload
-            elif words[0] == "done":
+            elif words[0] == "done" and words[1:] == [token]:
+                report.complete = True
                 break
-        await pump
+        if report.complete:
+            await pump
     except (OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
         report.lost = _describe(exc)
     finally:
         pump.cancel()
-    if not report.lost and report.worker is None and not report.timed_out:
-        # The channel ended without a verdict: the connection went away, or the wrapper died.
+    if not report.complete and not report.lost:
         status = process.exit_status
-        if status is None and process.exit_signal is None:
-            report.lost = "the connection closed during the attempt"
-        report.exit_status = status
+        report.lost = f"the channel closed during the unit (agent exit status {status})"
     return report
 
 

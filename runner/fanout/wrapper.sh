@@ -1,145 +1,144 @@
-# fanout's remote sandbox wrapper (POSIX sh).  Sent as the command of one SSH channel
-# per attempt: sh -c '<this script>' fanout ROOT TIMEOUT KIND NETWORK
+# fanout's remote sandbox agent (POSIX sh).  fanout keeps one SSH channel per slot
+# running this loop:  exec sh -c '<this script>' fanout ROOT KIND NETWORK
+# and sends it one unit at a time.  A unit costs no SSH handshake, no channel and no
+# shell start-up: only what the unit itself needs.  Every process started here counts,
+# so builtins are used wherever they can be.  fanout sends this file without comments.
 #
-# stdin  : frames "<kind> <length>\n<bytes>" (env, prompt, stage, argv, verify,
-#          collect), then "run 0\n"; after that stdin stays open as the lifeline: when
-#          it reaches EOF (fanout stopped, timed out or lost the connection) every
-#          process of the unit is killed.
-# stdout : protocol lines for fanout: "worker RC", "verify RC", "timeout", then
-#          "control LEN" and "collect LEN" frames, then "done".
-# stderr : the worker's output (stdout and stderr).
+# stdin, per unit: 1. one line: "TOKEN DEADLINE MARK SETUP", SETUP being shell code fanout
+#                     generated with every value single-quoted (exports of env and
+#                     secrets, the prompt, the functions worker, verify and collect);
+#                  2. "<length>\n" and a tar of the staged files.
+#        While a unit runs nothing else arrives, and stdin is the lifeline: at EOF
+#        (fanout stopped, timed the unit out, or lost the connection) the unit's
+#        processes are killed, its sandbox removed, and the agent exits.
+# stdout, per unit: "worker RC", "verify RC", "timeout", "control LEN" + bytes,
+#        "collect LEN" + tar bytes, and last "done TOKEN".  stderr: the worker's output,
+#        then the end mark "\n\036fanout-end MARK\n".
 #
-# The sandbox directory is removed on every exit path.  Secrets arrive as env frames and
-# live only in this shell's memory and the worker's environment: never in argv, never
-# on disk.
+# Secrets arrive in SETUP: they live in shell memory and the worker's environment,
+# never in argv and never on disk.  Each unit runs in a subshell, so nothing of one
+# unit (variables, functions, directory) reaches the next.
 set -u
-root=$1 timeout=$2 kind=$3 network=$4
+root=$1 kind=$2 network=$3
+# Clear the environment (sshd's variables, whatever the login shell's rc files
+# exported): workers see only what the job declares, PATH aside.
+remote_path=${PATH:-/usr/bin:/bin} remote_home=${HOME:-/nonexistent}
+exported=$(export -p)
+while IFS= read -r line; do
+    case $line in
+        'export '*) name=${line#export } ;;
+        'declare -x '*) name=${line#declare -x } ;;
+        *) continue ;;
+    esac
+    name=${name%%=*}
+    case $name in ''|*[!A-Za-z0-9_]*) ;; *) unset "$name" 2>/dev/null ;; esac
+done <<END_OF_EXPORTS
+$exported
+END_OF_EXPORTS
+unset exported line name
+export PATH="$remote_path"
 umask 077
 exec 3<&0 4>&1 1>&2
-base=$(mktemp -d "$root/fanout-XXXXXXXX") || { echo "fanout: cannot create a sandbox in $root" >&2; exit 70; }
-worker=''
-watchers=''
+trap '' PIPE
+nl='
+'
+base='' unit='' lifeline=''
 cleanup() {
-    [ -n "$worker" ] && kill -KILL -- "-$worker" 2>/dev/null
-    for w in $watchers; do kill -KILL -- "-$w" 2>/dev/null; done
-    rm -rf "$base"
+    if [ -n "$base" ]; then
+        if [ -f "$base/pid" ]; then
+            read -r pid < "$base/pid" && kill -s KILL -- "-$pid" 2>/dev/null
+        fi
+        [ -n "$unit" ] && kill -s KILL "$unit" 2>/dev/null
+        cd / && rm -rf "$base"
+    fi
+    [ -n "$lifeline" ] && kill -s KILL "$lifeline" 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 143' HUP INT TERM
-mkdir "$base/work" "$base/home"
 say() { printf '%s\n' "$*" >&4; }
 
-# Remember the remote login PATH and HOME, then clear the environment: the worker sees
-# only what the job declares.
-remote_path=${PATH:-/usr/bin:/bin}
-remote_home=${HOME:-/nonexistent}
-for name in $(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p'); do
-    case $name in PATH|IFS|PS1|PS2|PS4|PPID|OPTIND) ;; *) unset "$name" 2>/dev/null ;; esac
-done
-
-readframe() {  # readframe VAR -> $frame_kind, VAR holds the payload
-    IFS=' ' read -r frame_kind frame_len <&3 || exit 71
-    case $frame_len in ''|*[!0-9]*) exit 72 ;; esac
-    if [ "$frame_len" -gt 0 ]; then
-        eval "$1=\$(head -c \"\$frame_len\" <&3; echo x)"
-        eval "$1=\${$1%x}"
-    else
-        eval "$1=''"
-    fi
-}
-
-argc=0 verifyc=0 collectc=0
-while :; do
-    IFS=' ' read -r frame_kind frame_len frame_name <&3 || exit 71
-    case $frame_len in ''|*[!0-9]*) exit 72 ;; esac
-    case $frame_kind in
-        run) break ;;
-        stage) [ "$frame_len" -gt 0 ] && head -c "$frame_len" <&3 | tar -x --no-same-owner -f - -C "$base/work" ;;
-        prompt) head -c "$frame_len" <&3 > "$base/prompt" ;;
-        env|arg|verify|collect)
-            value=$(head -c "$frame_len" <&3; echo x); value=${value%x}
-            case $frame_kind in
-                env)
-                    case $frame_name in ''|[0-9]*|*[!A-Za-z0-9_]*) exit 73 ;; esac
-                    eval "export $frame_name=\$value" ;;
-                arg) argc=$((argc + 1)); eval "arg_$argc=\$value" ;;
-                verify) verifyc=$((verifyc + 1)); eval "verify_$verifyc=\$value" ;;
-                collect) collectc=$((collectc + 1)); eval "collect_$collectc=\$value" ;;
-            esac ;;
-        *) exit 74 ;;
-    esac
-done
-[ -f "$base/prompt" ] || : > "$base/prompt"
-export PATH="$remote_path" FANOUT_CONTROL="$base/control.json"
-if [ "$kind" = bwrap ]; then
-    export HOME=/tmp TMPDIR=/tmp
-else
-    export HOME="$base/home" TMPDIR="$base/home"
-fi
-cd "$base/work" || exit 75
-started=$(date +%s)
-
-# runstep PREFIX COUNT: run the argv held in PREFIX_1..PREFIX_COUNT in a process group of
-# its own, watched by the deadline and the lifeline; sets $rc (124: deadline passed).
-runstep() {
-    prefix=$1 count=$2
-    set --
-    i=1
-    while [ "$i" -le "$count" ]; do eval "set -- \"\$@\" \"\$${prefix}_$i\""; i=$((i + 1)); done
+# launch ARGV...: run one step in a process group of its own (timeout makes one), with
+# the prompt on stdin, under the hard deadline; sets $rc (124: the deadline passed).
+launch() {
     if [ "$kind" = bwrap ]; then
         net=''
         [ "$network" = 1 ] && net=--share-net
         hide=''
-        [ -d "$remote_home/.ssh" ] && hide="$remote_home/.ssh"
+        [ -d "$remote_home/.ssh" ] && hide=$remote_home/.ssh
         set -- bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /var/tmp \
             ${hide:+--tmpfs "$hide"} --bind "$base" "$base" --chdir "$base/work" \
             --unshare-all $net --die-with-parent --new-session -- "$@"
     fi
-    now=$(date +%s)
-    left=$((timeout - (now - started)))
-    [ "$left" -lt 1 ] && left=1
-    setsid "$@" < "$base/prompt" 2>&1 3<&- 4>&- &
+    (trap - PIPE; exec timeout -k 2 "$deadline" "$@") < "$base/prompt" 2>&1 3<&- 4>&- &
     worker=$!
-    # The lifeline: EOF on stdin kills the unit's process group.
-    setsid sh -c 'cat > /dev/null; kill -KILL -- "-$1" 2>/dev/null || kill -KILL "$1"' lifeline "$worker" \
-        <&3 > /dev/null 2>&1 4>&- &
-    lifeline=$!
-    # The hard deadline, enforced here even if fanout cannot reach us.
-    setsid sh -c 'sleep "$2"; echo 1 > "$3"; kill -KILL -- "-$1" 2>/dev/null || kill -KILL "$1"' deadline \
-        "$worker" "$left" "$base/timedout" < /dev/null > /dev/null 2>&1 3<&- 4>&- &
-    deadline=$!
-    watchers="$lifeline $deadline"
+    echo "$worker" > "$base/pid"
     wait "$worker"
     rc=$?
-    kill -KILL -- "-$worker" 2>/dev/null
-    kill -KILL -- "-$lifeline" "-$deadline" 2>/dev/null
-    worker='' watchers=''
-    [ -f "$base/timedout" ] && rc=124
+    kill -s KILL -- "-$worker" 2>/dev/null  # what the step left running in its group
 }
 
-runstep arg "$argc"
-say "worker $rc"
-if [ "$rc" -eq 0 ] && [ "$verifyc" -gt 0 ]; then
-    runstep verify "$verifyc"
-    say "verify $rc"
-fi
-[ "$rc" -eq 124 ] && [ -f "$base/timedout" ] && say timeout
-if [ -f "$base/control.json" ]; then
-    say "control $(wc -c < "$base/control.json")"
-    cat "$base/control.json" >&4
-fi
-if [ "$rc" -eq 0 ] && [ "$collectc" -gt 0 ]; then
-    # Regular files only (find does not follow symlinks), matched by fanout's patterns.
-    set --
-    i=1
-    while [ "$i" -le "$collectc" ]; do
-        [ "$i" -gt 1 ] && set -- "$@" -o
-        eval "set -- \"\$@\" -regex \"\$collect_$i\""
-        i=$((i + 1))
-    done
-    find . -regextype posix-extended -type f \( "$@" \) ! -path ./.fanout-control.json -print0 \
-        | tar --null -T - -c -f "$base/collect.tar"
+collect_files() {  # collect_files FIND-TESTS...: tar the matching regular files to fanout
+    find . -regextype posix-extended -type f \( "$@" \) -print0 \
+        | tar --null -T - -c -f "$base/collect.tar" || exit 77
     say "collect $(wc -c < "$base/collect.tar")"
     cat "$base/collect.tar" >&4
-fi
-say done
+}
+
+run_unit() {  # the body of one unit, in a subshell
+    eval "$setup"
+    unset setup
+    printf '%s' "$prompt" > "$base/prompt"
+    unset prompt
+    export FANOUT_CONTROL="$base/control.json"
+    if [ "$kind" = bwrap ]; then
+        export HOME=/tmp TMPDIR=/tmp
+    else
+        export HOME="$base/home" TMPDIR="$base/home"
+    fi
+    cd "$base/work" || exit 75
+    worker
+    say "worker $rc"
+    if [ "$rc" -eq 0 ] && command -v verify > /dev/null 2>&1; then
+        verify
+        say "verify $rc"
+    fi
+    [ "$rc" -eq 124 ] && say timeout
+    if [ -f "$base/control.json" ]; then
+        say "control $(wc -c < "$base/control.json")"
+        cat "$base/control.json" >&4
+    fi
+    if [ "$rc" -eq 0 ] && command -v collect > /dev/null 2>&1; then
+        collect
+    fi
+}
+
+while IFS=' ' read -r token deadline mark setup <&3; do
+    case $token$deadline$mark in ''|*[!0-9a-f]*) exit 72 ;; esac
+    # TOKEN is 64 random bits from fanout: nobody can have created this path in advance.
+    base=$root/fanout-$token
+    if ! mkdir -m 700 "$base" "$base/work" "$base/home"; then
+        base=''
+        exit 70
+    fi
+    IFS= read -r length <&3 || exit 71
+    case $length in ''|*[!0-9]*) exit 72 ;; esac
+    if [ "$length" -gt 0 ]; then
+        head -c "$length" <&3 | tar -x --no-same-owner -f - -C "$base/work" || exit 76
+    fi
+    # The lifeline: EOF on stdin while the unit runs TERMs this shell; its trap cleans up.
+    (trap - PIPE; while IFS= read -r _; do :; done; kill -s TERM $$) <&3 > /dev/null 2>&1 4>&- &
+    lifeline=$!
+    (trap - PIPE; run_unit) 3<&- &
+    unit=$!
+    unset setup
+    wait "$unit"
+    unit=''
+    kill -s KILL "$lifeline" 2>/dev/null
+    wait "$lifeline" 2>/dev/null
+    lifeline=''
+    cd / && rm -rf "$base"
+    base=''
+    # The end of this unit's output; MARK is never shown to the worker.
+    printf '\n\036fanout-end %s\n' "$mark"
+    say "done $token"
+done

@@ -1,0 +1,470 @@
+"""The SSH transport against real OpenSSH sshd on loopback: sandboxes, host keys,
+timeouts, lost connections, dead and frozen hosts, secrets, and sshd's session limits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from fanout import spec
+from fanout.errors import HostsUnavailable
+from fanout.events import Events
+from fanout.invocation import Invocation
+from fanout.journal import Journal
+from fanout.outcome import Status
+from fanout.run import Options, Runner
+from fanout.spec import Host
+from fanout.ssh import SshTransport
+from fanout.transport import Attempt, StagedFile
+from helpers import write_job
+from procs import marker, pids_with, short_marker, wait_until_gone, wait_until_present
+
+pytestmark = pytest.mark.slow
+
+
+def _host(pool: Any, server: Any, **more: Any) -> Host:
+    root = pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    values = {
+        "name": server.name,
+        "address": "127.0.0.1",
+        "port": server.port,
+        "user": pool.user,
+        "identity": str(pool.client_key),
+        "slots": 4,
+        "sandbox_root": str(root),
+        **more,
+    }
+    return Host(**values)
+
+
+def _transport(pool: Any, hosts: list[Host], **more: Any) -> SshTransport:
+    options: dict[str, Any] = {
+        "keepalive_interval": 1.0,
+        "keepalive_count": 2,
+        "connect_timeout": 3.0,
+    }
+    options.update(more)
+    return SshTransport(hosts, known_hosts=[pool.known_hosts], rng=random.Random(3), **options)
+
+
+def _attempt(tmp_path: Path, argv: list[str], **more: Any) -> Attempt:
+    invocation = Invocation(
+        unit_id=more.pop("unit_id", "u1"),
+        rung="default",
+        attempt=1,
+        argv=tuple(argv),
+        verify=tuple(more.pop("verify", ())),
+        prompt=more.pop("prompt", ""),
+        env=MappingProxyType(more.pop("env", {})),
+        secrets=tuple(more.get("secrets", {})),
+        timeout=more.pop("timeout", 30),
+        stage=(),
+        collect=tuple(more.pop("collect", ())),
+    )
+    return Attempt(
+        run_id="r1",
+        unit_id=invocation.unit_id,
+        round=1,
+        number=1,
+        invocation=invocation,
+        staged=more.pop("staged", ()),
+        collect_dir=tmp_path / "collected",
+        log_path=tmp_path / "logs" / "a.log",
+        log_limit=1 << 20,
+        tail_limit=8192,
+        network=False,
+        secrets=more.pop("secrets", {}),
+    )
+
+
+def _sandboxes(pool: Any) -> list[str]:
+    root = pool.base / "sandboxes"
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_unit_runs_in_a_remote_sandbox_with_hostile_names_intact(
+    ssh_pool: Any, tmp_path: Path, sandbox: str
+) -> None:
+    server = ssh_pool.add("h1")
+    hostile = 'it\'s a $(touch pwned) `x` "file"; rm -rf ~.txt'
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / hostile).write_text("hello\n")
+    transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
+    await transport.start()
+    script = 'cat; printf "[%s]\\n" "$1"; cat -- "$1"; echo changed >> "$1"; test -z "${HOSTNAME_FROM_LOGIN:-}"'
+    try:
+        result = await transport.run(
+            _attempt(
+                tmp_path,
+                ["sh", "-c", script, "sh", hostile],
+                prompt="the prompt\n",
+                staged=(StagedFile(path=hostile, source=workspace / hostile),),
+                collect=[hostile],
+                verify=["grep", "-q", "changed", hostile],
+            )
+        )
+    finally:
+        await transport.close()
+    assert result.status is Status.SUCCEEDED, (result, result.output_tail)
+    assert result.output_tail == f"the prompt\n[{hostile}]\nhello\n"
+    assert result.host == "h1"
+    assert [c.path for c in result.collected] == [hostile]
+    assert (tmp_path / "collected" / hostile).read_text() == "hello\nchanged\n"
+    assert not (tmp_path / "pwned").exists()
+    assert _sandboxes(ssh_pool) == []
+
+
+async def test_an_unknown_host_key_is_refused_with_a_way_to_trust_it(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    ssh_pool.known_hosts.write_text("")
+    transport = _transport(ssh_pool, [_host(ssh_pool, server)])
+    with pytest.raises(HostsUnavailable) as caught:
+        await transport.start()
+    assert "host key of h1 (127.0.0.1:" in str(caught.value)
+    assert "run `fanout hosts trust h1`" in str(caught.value)
+
+
+async def test_a_changed_host_key_is_refused(ssh_pool: Any, tmp_path: Path) -> None:
+    first = ssh_pool.add("h1")
+    other = ssh_pool.add("h2")
+    kind, key = other.host_public_key.split()[:2]
+    ssh_pool.known_hosts.write_text(f"[127.0.0.1]:{first.port} {kind} {key}\n")
+    transport = _transport(ssh_pool, [_host(ssh_pool, first)])
+    with pytest.raises(HostsUnavailable, match=r"host key of h1 .* is not trusted"):
+        await transport.start()
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_timeout_kills_the_remote_process_tree(
+    ssh_pool: Any, tmp_path: Path, sandbox: str
+) -> None:
+    server = ssh_pool.add("h1")
+    transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
+    await transport.start()
+    token = marker()
+    try:
+        result = await transport.run(
+            _attempt(
+                tmp_path, ["sh", "-c", f"sleep {token} & sleep {token}; echo never"], timeout=1
+            )
+        )
+    finally:
+        await transport.close()
+    assert (result.status, result.reason) == (Status.TIMEOUT, "timed out after 1s")
+    assert wait_until_gone(token) == []
+    assert _sandboxes(ssh_pool) == []
+
+
+async def test_a_cut_connection_leaves_nothing_running_on_the_host(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    transport = _transport(ssh_pool, [_host(ssh_pool, server)])
+    await transport.start()
+    token = marker()
+    task = asyncio.create_task(
+        transport.run(_attempt(tmp_path, ["sh", "-c", f"sleep {token} & sleep {token}"]))
+    )
+    assert await asyncio.to_thread(wait_until_present, token)
+    for state in transport._hosts:
+        for connection in state.connections:
+            connection.conn.abort()
+    result = await task
+    await transport.close()
+    assert result.status is Status.LOST
+    assert await asyncio.to_thread(wait_until_gone, token, 5.0) == []
+    assert await asyncio.to_thread(lambda: _wait_empty(ssh_pool)) == []
+
+
+async def _settled(events: list[dict[str, Any]], count: int) -> None:
+    """Poll (the events list is filled by the run under test) until COUNT units settled."""
+    while sum(1 for e in events if e["event"] == "unit.settled") < count:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+
+
+def _wait_empty(pool: Any, timeout: float = 5.0) -> list[str]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (left := _sandboxes(pool)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+async def test_secrets_never_reach_argv_disk_or_logs(ssh_pool: Any, tmp_path: Path) -> None:
+    server = ssh_pool.add("h1")
+    host = _host(ssh_pool, server)
+    token = short_marker()
+    secret = f"sk-test-{marker()}-value"
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "secrets"
+            [inputs]
+            items = ["a", "b"]
+            [task]
+            command = ["sh", "-c", "echo token is $API_TOKEN; test $(printf %s $API_TOKEN | wc -c) = {len(secret)}; sleep {token}"]
+            secrets = ["API_TOKEN"]
+            """,
+        )
+    )
+    transport = _transport(ssh_pool, [host])
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={"API_TOKEN": secret},
+        events=Events(),
+    )
+    running = asyncio.create_task(runner.execute(Options()))
+    assert await asyncio.to_thread(wait_until_present, token)
+    assert pids_with(secret) == []
+    summary = await running
+    assert summary.counts == {"succeeded": 2}
+    leaked = await asyncio.to_thread(
+        subprocess.run,
+        ["grep", "-rl", secret, str(job.runtime.state_dir), str(ssh_pool.base / "sandboxes")],
+        capture_output=True,
+        text=True,
+    )
+    assert leaked.stdout == ""
+    logs = "".join(p.read_text() for p in job.runtime.state_dir.rglob("*.log"))
+    assert "token is [secret]" in logs
+
+
+async def test_dead_and_frozen_hosts_every_unit_succeeds_exactly_once(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    servers = [ssh_pool.add(f"h{n}") for n in range(3)]
+    shared = ssh_pool.base / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    done = shared / "done.txt"
+    items = ", ".join(f'"u{n:02d}"' for n in range(60))
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "fleet"
+            [inputs]
+            items = [{items}]
+            [task]
+            command = ["sh", "-c", "sleep 0.4; echo $FANOUT_UNIT_ID >> {done}"]
+            timeout = "30s"
+            [runtime]
+            maxConcurrentTasks = 12
+            sandbox = "none"
+            """,
+        )
+    )
+    events: list[dict[str, Any]] = []
+    transport = _transport(
+        ssh_pool,
+        [_host(ssh_pool, s) for s in servers],
+        sandbox_kind="none",
+        notice=lambda message: events.append({"event": "notice", "message": message}),
+    )
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(events.append),
+    )
+
+    async def sabotage() -> None:
+        await _settled(events, 10)
+        servers[0].kill()
+        await _settled(events, 20)
+        servers[1].freeze()
+
+    saboteur = asyncio.create_task(sabotage())
+    summary = await asyncio.wait_for(runner.execute(Options()), 90)
+    await saboteur
+    assert summary.counts == {"succeeded": 60}
+    journal = runner.journal
+    succeeded = [a for a in journal.attempts(summary.run_id) if a["status"] == "succeeded"]
+    assert sorted(a["unit"] for a in succeeded) == [f"u{n:02d}" for n in range(60)]
+    lost = [a for a in journal.attempts(summary.run_id) if a["status"] == "lost"]
+    assert lost, "killing and freezing hosts mid-run must have lost some attempts"
+    assert {a["host"] for a in lost} <= {"h0", "h1"}
+    assert set(done.read_text().split()) == {f"u{n:02d}" for n in range(60)}
+    notices = [e["message"] for e in events if e["event"] == "notice"]
+    assert any(m.startswith("host h0 lost") for m in notices)
+    assert any(m.startswith("host h1 lost") for m in notices)
+
+
+async def test_every_host_down_stops_the_run_and_resume_finishes_it(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    items = ", ".join(f'"u{n}"' for n in range(12))
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "down"
+            [inputs]
+            items = [{items}]
+            [task]
+            command = ["sleep", "0.3"]
+            [runtime]
+            maxConcurrentTasks = 2
+            """,
+        )
+    )
+    events: list[dict[str, Any]] = []
+
+    def runner() -> Runner:
+        return Runner(
+            spec=job,
+            transport=_transport(ssh_pool, [_host(ssh_pool, server, slots=2)]),
+            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+            environ={},
+            events=Events(events.append),
+        )
+
+    async def kill_after_three() -> None:
+        await _settled(events, 3)
+        server.kill()
+
+    killer = asyncio.create_task(kill_after_three())
+    with pytest.raises(HostsUnavailable, match="every SSH host is down"):
+        await asyncio.wait_for(runner().execute(Options()), 60)
+    await killer
+    first = runner()
+    (run,) = first.journal.runs()
+    assert run.state == "stopped"
+    server.start()
+    summary = await asyncio.wait_for(runner().execute(Options(resume=True)), 60)
+    assert summary.run_id == run.id
+    assert summary.counts == {"succeeded": 12}
+
+
+async def test_more_slots_than_sessions_open_more_connections(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1", max_sessions=4)
+    transport = _transport(ssh_pool, [_host(ssh_pool, server, slots=10, max_sessions=4)])
+    await transport.start()
+    try:
+        results = await asyncio.gather(
+            *(
+                transport.run(_attempt(tmp_path / str(n), ["sleep", "0.3"], unit_id=f"u{n}"))
+                for n in range(40)
+            )
+        )
+        connections = len(transport._hosts[0].connections)
+    finally:
+        await transport.close()
+    assert [r.status for r in results] == [Status.SUCCEEDED] * 40
+    assert connections == 5  # 10 slots at 4 - 2 channels per connection
+
+
+async def test_refused_channel_opens_are_retried(ssh_pool: Any, tmp_path: Path) -> None:
+    # The inventory claims 10 sessions; this sshd allows 3: opens near the limit fail
+    # and must be retried rather than failing units.
+    server = ssh_pool.add("h1", max_sessions=3)
+    transport = _transport(ssh_pool, [_host(ssh_pool, server, slots=8, max_sessions=10)])
+    await transport.start()
+    try:
+        results = await asyncio.gather(
+            *(
+                transport.run(_attempt(tmp_path / str(n), ["sleep", "0.2"], unit_id=f"u{n}"))
+                for n in range(24)
+            )
+        )
+    finally:
+        await transport.close()
+    assert [r.status for r in results] == [Status.SUCCEEDED] * 24
+
+
+def test_hosts_check_and_trust_commands(ssh_pool: Any, tmp_path: Path) -> None:
+    good = ssh_pool.add("h1")
+    hosts_file = tmp_path / "hosts.toml"
+    root = ssh_pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    hosts_file.write_text(
+        f'[[hosts]]\nname = "good"\naddress = "127.0.0.1"\nport = {good.port}\nuser = "{ssh_pool.user}"\n'
+        f'identity = "{ssh_pool.client_key}"\nsandboxRoot = "{root}"\n'
+        f'[[hosts]]\nname = "gone"\naddress = "127.0.0.1"\nport = 1\n'
+    )
+    job = write_job(
+        tmp_path,
+        'version = 1\nname = "h"\n[inputs]\nitems = ["a"]\n[task]\ncommand = ["true"]\n[runtime]\nhosts = "hosts.toml"\n',
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("XDG_CONFIG_HOME", None)
+    fanout = [sys.executable, "-m", "fanout"]
+    untrusted = subprocess.run(
+        [*fanout, "hosts", "check", str(job)], capture_output=True, text=True, env=env
+    )
+    assert untrusted.returncode == 4
+    assert "is not trusted" in untrusted.stdout
+    trust = subprocess.run(
+        [*fanout, "hosts", "trust", "good", "--job", str(job), "--yes"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert trust.returncode == 0, trust.stderr
+    assert "ssh-ed25519 key fingerprint SHA256:" in trust.stdout
+    recorded = (home / ".config" / "fanout" / "known_hosts").read_text()
+    assert (
+        recorded == f"[127.0.0.1]:{good.port} " + " ".join(good.host_public_key.split()[:2]) + "\n"
+    )
+    checked = subprocess.run(
+        [*fanout, "hosts", "check", str(job)], capture_output=True, text=True, env=env
+    )
+    assert checked.returncode == 4  # "gone" is still unreachable
+    rows = {line.split("│")[1].strip(): line for line in checked.stdout.splitlines() if "│" in line}
+    assert "yes" in rows["good"]
+    assert "/bin/sh" in rows["good"]
+    assert " ms" in rows["good"]
+    assert "NO" in rows["gone"]
+
+
+async def test_units_sharing_an_agent_share_nothing(ssh_pool: Any, tmp_path: Path) -> None:
+    """Consecutive units on one slot reuse its channel, never each other's environment."""
+    server = ssh_pool.add("h1")
+    transport = _transport(ssh_pool, [_host(ssh_pool, server, slots=1)])
+    await transport.start()
+    try:
+        first = await transport.run(
+            _attempt(
+                tmp_path / "a",
+                ["sh", "-c", "pwd; echo $FOO"],
+                env={"FOO": "from-first"},
+                secrets={"FIRST_TOKEN": "t0ken"},
+            )
+        )
+        second = await transport.run(_attempt(tmp_path / "b", ["env"], unit_id="u2"))
+        channels = transport._hosts[0].connections[0].channels
+    finally:
+        await transport.close()
+    assert first.status is Status.SUCCEEDED
+    assert first.output_tail.splitlines()[1] == "from-first"
+    names = {line.split("=", 1)[0] for line in second.output_tail.splitlines()}
+    assert "FOO" not in names
+    assert "FIRST_TOKEN" not in names
+    assert "FANOUT_UNIT_ID=u2" in second.output_tail
+    assert channels == 1
