@@ -400,7 +400,7 @@ def test_hosts_check_and_trust_commands(ssh_pool: Any, tmp_path: Path) -> None:
     good = ssh_pool.add("h1")
     hosts_file = tmp_path / "hosts.toml"
     root = ssh_pool.base / "sandboxes"
-    root.mkdir(mode=0o777, exist_ok=True)
+    root.mkdir(exist_ok=True)
     hosts_file.write_text(
         f'[[hosts]]\nname = "good"\naddress = "127.0.0.1"\nport = {good.port}\nuser = "{ssh_pool.user}"\n'
         f'identity = "{ssh_pool.client_key}"\nsandboxRoot = "{root}"\n'
@@ -437,10 +437,22 @@ def test_hosts_check_and_trust_commands(ssh_pool: Any, tmp_path: Path) -> None:
     )
     assert checked.returncode == 4  # "gone" is still unreachable
     rows = {line.split("│")[1].strip(): line for line in checked.stdout.splitlines() if "│" in line}
-    assert "yes" in rows["good"]
     assert "/bin/sh" in rows["good"]
     assert " ms" in rows["good"]
     assert "NO" in rows["gone"]
+    assert "is not writable" in rows["good"]  # the sandbox root is root's 0755 directory
+    refused = subprocess.run(
+        [*fanout, "run", str(job)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert refused.returncode == 4
+    assert "host good quarantined: good: cannot create a sandbox in" in refused.stderr
+    root.chmod(0o777)
+    ran = subprocess.run(
+        [*fanout, "run", str(job)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "host gone is unavailable" in ran.stderr
+    assert "finished: 1 succeeded" in ran.stderr
 
 
 async def test_units_sharing_an_agent_share_nothing(ssh_pool: Any, tmp_path: Path) -> None:

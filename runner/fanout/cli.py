@@ -397,7 +397,7 @@ def hosts_check(
             p.error,
         )
     Console(width=200).print(table)
-    raise typer.Exit(0 if all(p.auth for p in probes) else 4)
+    raise typer.Exit(0 if all(p.auth and not p.error for p in probes) else 4)
 
 
 @hosts_app.command("trust")

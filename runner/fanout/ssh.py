@@ -28,6 +28,7 @@ import io
 import math
 import random
 import re
+import secrets
 import shlex
 import tarfile
 import time
@@ -278,9 +279,17 @@ class SshTransport:
                 connection.closed = True
                 connection.conn.abort()
             state.connections.clear()
-            self._schedule_reconnect(state)
+            if not state.quarantined:
+                self._schedule_reconnect(state)
         async with self._changed:
             self._changed.notify_all()
+
+    async def _quarantine(self, state: _Host, reason: str) -> None:
+        """Take a host out of this run for good (a problem retrying will not fix)."""
+        if not state.quarantined:
+            state.quarantined = True
+            self._notice(f"host {state.name} quarantined: {reason}")
+        await self._host_failed(state, reason)
 
     async def close(self) -> None:
         for state in self._hosts:
@@ -407,8 +416,9 @@ class SshTransport:
                 **more,  # type: ignore[arg-type]
             )
 
-        token = f"{self._rng.getrandbits(64):016x}"
-        mark = f"{self._rng.getrandbits(64):016x}"
+        # Unpredictable, not from the (seedable) jitter RNG: the token names the sandbox
+        # in a shared directory, and the mark must be unguessable by the worker.
+        token, mark = secrets.token_hex(8), secrets.token_hex(8)
         # The agent's own deadline is a backstop a little behind fanout's (which cuts the
         # lifeline at the timeout), for when fanout cannot reach the host any more.
         backstop = math.ceil(invocation.timeout) + 2
@@ -440,6 +450,9 @@ class SshTransport:
                 else:
                     self._retire(agent)
             capture.close()
+        if report.refused:
+            await self._quarantine(state, f"{state.name}: {report.refused}")
+            return result(Status.LOST, f"{state.name} cannot run units: {report.refused}")
         if report.lost:
             if agent is not None and agent.connection_alive():
                 # The channel died but the connection lives: the agent itself failed.
@@ -498,13 +511,13 @@ class SshTransport:
             begin = time.monotonic()
             await conn.run("true", check=False)
             rtt = (time.monotonic() - begin) * 1000
+            root = shlex.quote(host.sandbox_root)
             facts = await conn.run(
-                'echo "$SHELL"; command -v bwrap || echo -; df -Pk '
-                + shlex.quote(host.sandbox_root)
-                + " | tail -1",
+                f'echo "$SHELL"; command -v bwrap || echo -; df -Pk {root} | tail -1;'
+                f" test -d {root} -a -w {root} && echo writable || echo read-only",
                 check=False,
             )
-            lines = [*str(facts.stdout or "").splitlines(), "", "", ""]
+            lines = [*str(facts.stdout or "").splitlines(), "", "", "", ""]
             fields = lines[2].split()
             free = (
                 f"{int(fields[3]) // 1024:,} MiB"
@@ -519,7 +532,7 @@ class SshTransport:
                 bwrap=lines[1] != "-",
                 free_disk=free,
                 rtt_ms=rtt,
-                error="",
+                error="" if lines[3] == "writable" else f"{host.sandbox_root} is not writable",
             )
         finally:
             conn.close()
@@ -545,6 +558,7 @@ class _Report:
     timed_out: bool = False
     lost: str = ""
     complete: bool = False  # the agent said "done": it is ready for the next unit
+    refused: str = ""  # the host cannot run units at all (its sandbox root, say)
 
 
 @dataclass(eq=False)
@@ -667,6 +681,9 @@ async def _converse(
                     report.control = payload.decode(errors="replace")
                 else:
                     report.collected = payload
+            elif words[0] == "error":
+                report.refused = " ".join(words[1:])
+                break
             elif words[0] == "done" and words[1:] == [token]:
                 report.complete = True
                 break
@@ -676,7 +693,7 @@ async def _converse(
         report.lost = _describe(exc)
     finally:
         pump.cancel()
-    if not report.complete and not report.lost:
+    if not report.complete and not report.lost and not report.refused:
         status = process.exit_status
         report.lost = f"the channel closed during the unit (agent exit status {status})"
     return report

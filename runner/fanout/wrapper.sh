@@ -116,8 +116,9 @@ while IFS=' ' read -r token deadline mark setup <&3; do
     case $token$deadline$mark in ''|*[!0-9a-f]*) exit 72 ;; esac
     # TOKEN is 64 random bits from fanout: nobody can have created this path in advance.
     base=$root/fanout-$token
-    if ! mkdir -m 700 "$base" "$base/work" "$base/home"; then
+    if ! mkdir -m 700 "$base" "$base/work" "$base/home" 2>/dev/null; then
         base=''
+        say "error cannot create a sandbox in $root (sandboxRoot must be a writable directory)"
         exit 70
     fi
     IFS= read -r length <&3 || exit 71

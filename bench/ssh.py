@@ -1,0 +1,144 @@
+"""500 no-op units over one loopback sshd host with 8 slots: fanout's full path (agent,
+staging, journal, sandbox none, then bwrap) against GNU parallel -S, with and without a
+warm ControlMaster, in the same run.  Needs root (it starts sshd and a test user) and
+the test helpers in tests/sshd.py.
+
+Usage: .venv/bin/python bench/ssh.py [UNITS] [SLOTS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from fanout import spec
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.run import Options, Runner
+from fanout.spec import Host
+from fanout.ssh import SshTransport
+from sshd import Pool, make_pool
+
+
+def fanout_rate(
+    pool: Pool, port: int, units: int, slots: int, sandbox: str, scratch: Path
+) -> float:
+    root = pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    host = Host(
+        name="h1",
+        address="127.0.0.1",
+        port=port,
+        user=pool.user,
+        identity=str(pool.client_key),
+        slots=slots,
+        sandbox_root=str(root),
+    )
+    workdir = scratch / sandbox
+    workdir.mkdir()
+    (workdir / "job.toml").write_text(
+        f'version = 1\nname = "ssh-{sandbox}"\n[inputs]\ncommand = ["seq", "{units}"]\n'
+        f'format = "lines"\n[task]\ncommand = ["true"]\n[runtime]\n'
+        f'maxConcurrentTasks = {slots}\nsandbox = "{sandbox}"\n'
+    )
+    job = spec.load(workdir / "job.toml")
+
+    async def run() -> float:
+        runner = Runner(
+            spec=job,
+            transport=SshTransport([host], known_hosts=[pool.known_hosts], sandbox_kind=sandbox),
+            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+            environ={"PATH": "/usr/bin:/bin"},
+            events=Events(),
+        )
+        start = time.perf_counter()
+        summary = await runner.execute(Options())
+        elapsed = time.perf_counter() - start
+        assert summary.counts == {"succeeded": units}, summary.counts
+        return elapsed
+
+    return asyncio.run(run())
+
+
+def parallel_rate(
+    pool: Pool, port: int, units: int, slots: int, master: bool, scratch: Path
+) -> float:
+    ssh = [
+        "ssh",
+        "-p",
+        str(port),
+        "-i",
+        str(pool.client_key),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"UserKnownHostsFile={pool.known_hosts}",
+    ]
+    if master:
+        control = scratch / "cm-%r@%h:%p"
+        ssh += [
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={control}",
+            "-o",
+            "ControlPersist=60",
+        ]
+        subprocess.run([*ssh, f"{pool.user}@127.0.0.1", "true"], check=True)  # warm it
+    numbers = "".join(f"{n}\n" for n in range(units))
+    start = time.perf_counter()
+    subprocess.run(
+        ["parallel", "--ssh", " ".join(ssh), "-S", f"{slots}/{pool.user}@127.0.0.1", "true"],
+        input=numbers,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    elapsed = time.perf_counter() - start
+    if master:
+        subprocess.run(
+            [*ssh, "-O", "exit", f"{pool.user}@127.0.0.1"], capture_output=True, check=False
+        )
+    return elapsed
+
+
+def main() -> None:
+    units = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    slots = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    pool = make_pool()
+    scratch = Path(tempfile.mkdtemp(prefix="fanout-bench-"))
+    try:
+        server = pool.add("h1")
+        rows = [
+            ("fanout, sandbox none", fanout_rate(pool, server.port, units, slots, "none", scratch)),
+            (
+                "fanout, sandbox bwrap",
+                fanout_rate(pool, server.port, units, slots, "bwrap", scratch),
+            ),
+            ("GNU parallel -S", parallel_rate(pool, server.port, units, slots, False, scratch)),
+            (
+                "GNU parallel -S, warm ControlMaster",
+                parallel_rate(pool, server.port, units, slots, True, scratch),
+            ),
+        ]
+    finally:
+        pool.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    base = dict(rows)["GNU parallel -S, warm ControlMaster"]
+    print(f"{units} no-op units over one loopback sshd host, {slots} slots\n")
+    print("| tool | wall s | units/s | vs parallel + ControlMaster |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, wall in rows:
+        print(f"| {name} | {wall:.2f} | {units / wall:.0f} | {base / wall:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
