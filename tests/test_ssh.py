@@ -480,3 +480,23 @@ async def test_units_sharing_an_agent_share_nothing(ssh_pool: Any, tmp_path: Pat
     assert "FIRST_TOKEN" not in names
     assert "FANOUT_UNIT_ID=u2" in second.output_tail
     assert channels == 1
+
+
+async def test_placement_prefers_the_least_loaded_host_and_respects_slots(tmp_path: Path) -> None:
+    hosts = [Host(name="small", address="a", slots=1), Host(name="big", address="b", slots=3)]
+    transport = SshTransport(hosts, known_hosts=[])
+    for state in transport._hosts:
+        state.healthy = True
+    placed = [(await transport._place()).name for _ in range(4)]
+    assert placed == ["small", "big", "big", "big"]
+    waiting = asyncio.create_task(transport._place())
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # every slot is taken
+    await transport._release(transport._hosts[1])
+    assert (await asyncio.wait_for(waiting, 1)).name == "big"
+    for state in transport._hosts:
+        state.healthy, state.quarantined, state.reason = False, True, f"{state.name} is gone"
+    with pytest.raises(
+        HostsUnavailable, match="every SSH host is down: small is gone; big is gone"
+    ):
+        await transport._place()
