@@ -24,6 +24,7 @@ from fanout.journal import Journal
 from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
+
 from sshd import Pool, make_pool
 
 

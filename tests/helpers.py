@@ -6,8 +6,9 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from fanout.cli import app
 from typer.testing import CliRunner
+
+from fanout.cli import app
 
 MINIMAL = """\
 version = 1

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from fanout import spec
+
 from helpers import MINIMAL, cli, write_job
 
 
@@ -61,8 +63,11 @@ def test_plan_shows_units_the_first_task_and_the_pace(chdir_tmp: Path) -> None:
     assert "  command  enrich --domain acme.example" in result.out
     assert "  secrets  CRM_TOKEN (values come from the environment)" in result.out
     assert "    | Enrich acme.example" in result.out
-    assert "crm: 12.5 task(s)/min (50 requests per 1m, 4 per task)  <- tightest" in result.out
-    assert "2 unit(s) x 4 request(s) at 50/1m: at least 9.6s, crm is the bottleneck" in result.out
+    assert "crm: 12 task(s)/min (50 requests per 1m, 4 per task)  <- tightest" in result.out
+    assert (
+        "2 unit(s) x 4 request(s) at 50/1m: at least 10s, crm is the bottleneck"
+        " (12 task(s) fit a window)" in result.out
+    )
 
 
 def test_plan_shows_next_cron_fires_in_zone_and_utc(chdir_tmp: Path) -> None:

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from fakes import FakeTransport
+
 from fanout import ladder, spec
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
@@ -16,6 +16,8 @@ from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
 from fanout.spec import Backoff
 from fanout.transport import Attempt
+
+from fakes import FakeTransport
 from helpers import write_job
 
 pytestmark = pytest.mark.looptime

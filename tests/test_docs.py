@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from fanout import spec
 from fanout.schema import subschema
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fanout.globs import compile_glob
 
 

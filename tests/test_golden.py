@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from helpers import cli
 
 CASES = sorted((Path(__file__).parent / "data" / "invalid").glob("*.toml"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from fanout.errors import StateError
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Outcome, Status, UnitState

@@ -10,10 +10,12 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+
 from fanout.invocation import Invocation
 from fanout.local import LocalTransport
 from fanout.outcome import Status
 from fanout.transport import Attempt, StagedFile
+
 from procs import marker, pids_with, wait_until_gone, wait_until_present
 
 KINDS = ["bwrap", "none"]

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fanout.quantities import (
     duration_text,
     format_duration,
@@ -8,8 +11,6 @@ from fanout.quantities import (
     parse_size,
     size_text,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(

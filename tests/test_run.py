@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+
 from fanout import spec
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.local import LocalTransport
 from fanout.run import Options, Runner
+
 from helpers import write_job
 from procs import wait_until_gone
 

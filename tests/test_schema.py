@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from fanout import spec
 from fanout.schema import job_schema, schema_text
 

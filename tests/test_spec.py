@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+
 from fanout import spec
 from fanout.errors import JobError
 from fanout.schema import job_schema
+
 from helpers import MINIMAL, write_job
 
 

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+
 from fanout import spec
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
@@ -23,6 +24,7 @@ from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
 from fanout.transport import Attempt, StagedFile
+
 from helpers import write_job
 from procs import marker, pids_with, short_marker, wait_until_gone, wait_until_present
 

@@ -6,9 +6,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from fanout import invocation, spec
 from fanout.templates import UNIT_SHAPE, RenderError, Templates
 from fanout.units import Unit
+
 from helpers import write_job
 
 HOSTILE = "a b; rm -rf ~ $(touch pwned) `id` 'q\" \\ \n*"

@@ -6,9 +6,10 @@ import tomllib
 from typing import Any
 
 import tomli_w
-from fanout.tomlpos import KeyPath, scan
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from fanout.tomlpos import KeyPath, scan
 
 DOCUMENT = '''\
 #:schema x

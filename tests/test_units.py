@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from fanout import spec
 from fanout.errors import InputFailed, JobError
 from fanout.units import select
+
 from helpers import write_job
 
 ENV = {"PATH": os.environ["PATH"]}

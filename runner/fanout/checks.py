@@ -217,6 +217,15 @@ def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     names: dict[str, int] = {}
     for index, limit in enumerate(_list(doc, "limits")):
         name = limit.get("name") if isinstance(limit, dict) else None
+        requests = limit.get("requests") if isinstance(limit, dict) else None
+        per_task = limit.get("requestsPerTask", 1) if isinstance(limit, dict) else None
+        if isinstance(requests, int) and isinstance(per_task, int) and 0 < requests < per_task:
+            problems.append(
+                ctx.at_value(
+                    ("limits", index, "requestsPerTask"),
+                    f"a task making {per_task} requests never fits in {requests} per window",
+                )
+            )
         if isinstance(name, str):
             if name in names:
                 problems.append(

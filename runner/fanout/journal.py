@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS runs (
     parent TEXT,
     trigger TEXT NOT NULL DEFAULT '{}',
     wall REAL NOT NULL DEFAULT 0,
-    note TEXT NOT NULL DEFAULT ''
+    note TEXT NOT NULL DEFAULT '',
+    limits TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS rounds (
     run TEXT NOT NULL,
@@ -114,6 +115,7 @@ class RunRow:
     trigger: dict[str, Any]
     wall: float
     note: str
+    limits: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -235,11 +237,24 @@ class Journal:
     def rounds(self, run_id: str) -> list[sqlite3.Row]:
         return list(self.db.execute("SELECT * FROM rounds WHERE run = ? ORDER BY round", (run_id,)))
 
-    def finish_run(self, run_id: str, *, state: str, wall: float, note: str = "") -> None:
-        self._write(
-            "UPDATE runs SET state = ?, finished = ?, wall = wall + ?, note = ? WHERE id = ?",
-            (state, time.time(), wall, note, run_id),
-        )
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        state: str,
+        wall: float,
+        note: str = "",
+        limits: dict[str, Any] | None = None,
+    ) -> None:
+        """Close a run (this stretch of it: a resumed run adds its wall time)."""
+        with self._transaction():
+            row = self.db.execute("SELECT limits FROM runs WHERE id = ?", (run_id,)).fetchone()
+            merged = _merge_limits(json.loads(row["limits"]) if row else {}, limits or {})
+            self._write(
+                "UPDATE runs SET state = ?, finished = ?, wall = wall + ?, note = ?, limits = ?"
+                " WHERE id = ?",
+                (state, time.time(), wall, note, json.dumps(merged), run_id),
+            )
 
     def reopen_run(self, run_id: str) -> None:
         """A resumed run is running again; attempts left dispatched were interrupted."""
@@ -489,6 +504,23 @@ class Journal:
         )
 
 
+def _merge_limits(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Limit statistics over the stretches of a resumed run: counts add up."""
+    merged = dict(old)
+    for name, stats in new.items():
+        before = merged.get(name)
+        if before is None:
+            merged[name] = stats
+            continue
+        merged[name] = {
+            **stats,
+            "starts": before["starts"] + stats["starts"],
+            "throttles": before["throttles"] + stats["throttles"],
+            "pausedSeconds": round(before["pausedSeconds"] + stats["pausedSeconds"], 3),
+        }
+    return merged
+
+
 def _unit_data(unit: Unit) -> str:
     return json.dumps({"items": list(unit.items), "origin": unit.origin, "group": unit.group})
 
@@ -533,6 +565,7 @@ def _run_row(row: sqlite3.Row) -> RunRow:
         trigger=json.loads(row["trigger"]),
         wall=row["wall"],
         note=row["note"],
+        limits=json.loads(row["limits"]),
     )
 
 

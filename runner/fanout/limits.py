@@ -1,18 +1,54 @@
-"""Rate limits of the external APIs workers call: how fast units may be dispatched.
+"""Rate limits of the external APIs workers call: how fast units may start, and the
+pause that follows when an API says "slow down".  The only module that imports aiolimiter.
 
-A task takes ``requestsPerTask`` requests from every limit it uses, so each limit
-allows ``requests / per / requestsPerTask`` task starts per second; the tightest
-limit sets the pace of the whole fleet.
+Pacing.  A task takes ``requestsPerTask`` requests from every limit it uses, so at most
+``floor(requests / requestsPerTask)`` tasks fit in any window of length ``per`` (50
+requests a minute at 4 a task is 12 tasks, not 12.5: the 13th would make 52).  Starts
+are spaced evenly, one every ``per / floor(requests / requestsPerTask)`` seconds
+(``AsyncLimiter(1, interval)``): aiolimiter's plain leaky bucket would let a whole
+period's worth through at once and about twice the rate in the first period, while even
+spacing keeps every window of length ``per`` within ``requests``.  Every limit the task
+uses applies, so the tightest sets the pace of the fleet.  ``maxInFlight`` caps
+concurrent tasks per API.
+
+The pause gate.  aiolimiter cannot pause, so the gate beside it can: when a worker
+reports a throttle signal (see ``throttle``) the named limit, or every limit the task
+uses, stops granting starts for ``max(Retry-After, backoff) * (1 + U(0, jitter))``,
+capped at ``retry.throttle.max`` but never shorter than Retry-After.  ``backoff``
+doubles from ``retry.throttle.initial`` with each throttle in a row on that limit and
+resets after a success; the jitter keeps clients from retrying in lockstep.  Units
+already running are not disturbed; queued units hold no capacity, so the pause reaches
+them.  With no limits declared a throttle signal pauses all dispatch.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from aiolimiter import AsyncLimiter
 
 from .events import Events
-from .outcome import AttemptResult
-from .spec import Limit, Spec
+from .outcome import AttemptResult, Status
+from .spec import Limit, Spec, Throttle
+
+# Spacing a hair wider than exact, so float rounding never fits one start too many.
+_SAFETY = 1 + 1e-6
+ALL = "*"
+
+
+class _EvenLimiter(AsyncLimiter):
+    """aiolimiter's bucket, with float dust swept up: after ``interval`` the level can be
+    1e-16 instead of 0, and the wake-up it then schedules for that dust can land on the
+    same clock tick forever on a coarse (or virtual) clock."""
+
+    def _leak(self) -> None:
+        super()._leak()
+        if self._level < 1e-9:
+            self._level = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +56,12 @@ class Pace:
     limit: Limit
 
     @property
+    def tasks_per_window(self) -> int:
+        return self.limit.requests // self.limit.requests_per_task
+
+    @property
     def tasks_per_second(self) -> float:
-        return self.limit.requests / self.limit.per / self.limit.requests_per_task
+        return self.tasks_per_window / self.limit.per
 
 
 def paces(spec: Spec) -> list[Pace]:
@@ -61,9 +101,11 @@ class Gate(Protocol):
 
     def report(self, result: AttemptResult) -> None: ...
 
+    def stats(self) -> dict[str, dict[str, Any]]: ...
+
 
 class OpenGate:
-    """No limits: every start is allowed at once."""
+    """No limits and no pauses: every start is allowed at once."""
 
     async def acquire(self) -> None:
         return None
@@ -74,7 +116,150 @@ class OpenGate:
     def report(self, result: AttemptResult) -> None:
         return None
 
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return {}
 
-def gate_for(spec: Spec, events: Events | None = None) -> Gate:
+
+@dataclass(eq=False)
+class _State:
+    name: str
+    limiter: _EvenLimiter | None
+    in_flight: asyncio.Semaphore | None
+    configured_per_second: float | None
+    paused_until: float = 0.0
+    throttles_in_a_row: int = 0
+    throttles: int = 0
+    paused_seconds: float = 0.0
+    starts: int = 0
+    first_start: float = 0.0
+    last_start: float = 0.0
+
+
+class RateGate:
+    """Paces task starts to every limit a task uses and pauses them on throttle signals."""
+
+    def __init__(
+        self,
+        limits: Sequence[Limit],
+        throttle: Throttle,
+        *,
+        events: Events | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._throttle = throttle
+        self._events = events or Events()
+        self._rng = rng or random.Random()
+        self._states: dict[str, _State] = {}
+        for limit in limits:
+            pace = Pace(limit)
+            interval = 1 / pace.tasks_per_second * _SAFETY
+            self._states[limit.name] = _State(
+                name=limit.name,
+                limiter=_EvenLimiter(1, interval),
+                in_flight=asyncio.Semaphore(limit.max_in_flight) if limit.max_in_flight else None,
+                configured_per_second=pace.tasks_per_second,
+            )
+        if not self._states:
+            self._states[ALL] = _State(
+                name=ALL, limiter=None, in_flight=None, configured_per_second=None
+            )
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        held: list[asyncio.Semaphore] = []
+        try:
+            for state in self._states.values():
+                if state.in_flight is not None:
+                    await state.in_flight.acquire()
+                    held.append(state.in_flight)
+            while True:
+                for state in self._states.values():
+                    await self._unpaused(state)
+                    if state.limiter is not None:
+                        await state.limiter.acquire()
+                # A pause that began while this start waited for capacity still applies.
+                if all(s.paused_until <= loop.time() for s in self._states.values()):
+                    break
+        except BaseException:
+            for semaphore in held:
+                semaphore.release()
+            raise
+        now = loop.time()
+        for state in self._states.values():
+            if not state.starts:
+                state.first_start = now
+            state.starts += 1
+            state.last_start = now
+
+    async def _unpaused(self, state: _State) -> None:
+        loop = asyncio.get_running_loop()
+        # A deadline that may move later while we sleep: re-check after each sleep.
+        while (left := state.paused_until - loop.time()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(left)
+
+    def release(self) -> None:
+        for state in self._states.values():
+            if state.in_flight is not None:
+                state.in_flight.release()
+
+    def report(self, result: AttemptResult) -> None:
+        throttled = result.status is Status.THROTTLED or result.retry_after is not None
+        if not throttled:
+            if result.status is Status.SUCCEEDED:
+                for state in self._states.values():
+                    state.throttles_in_a_row = 0
+            return
+        named = self._states.get(result.throttled_limit or "")
+        targets = [named] if named is not None else list(self._states.values())
+        for state in targets:
+            self.pause(state.name, result.retry_after, reason=result.reason)
+
+    def pause(self, name: str, retry_after: float | None, *, reason: str = "throttled") -> float:
+        """Pause ``name`` as a throttle signal asks; returns the pause in seconds."""
+        state = self._states[name]
+        throttle = self._throttle
+        state.throttles += 1
+        state.throttles_in_a_row += 1
+        backoff = min(throttle.max, throttle.initial * 2.0 ** (state.throttles_in_a_row - 1))
+        floor = retry_after or 0.0
+        seconds = max(floor, backoff) * (1 + self._rng.uniform(0, throttle.jitter))
+        seconds = max(floor, min(seconds, throttle.max))
+        now = asyncio.get_running_loop().time()
+        until = now + seconds
+        if until > state.paused_until:
+            state.paused_seconds += until - max(now, state.paused_until)
+            state.paused_until = until
+        self._events.emit(
+            "limit.paused",
+            limit=name if name != ALL else "all dispatch",
+            seconds=round(seconds, 3),
+            retryAfter=retry_after,
+            reason=reason,
+        )
+        return seconds
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per limit: starts, achieved and configured starts per minute, throttles, pause."""
+        found = {}
+        for state in self._states.values():
+            if state.name == ALL and not state.throttles:
+                continue
+            span = state.last_start - state.first_start
+            achieved = (state.starts - 1) / span * 60 if span > 0 else None
+            found[state.name] = {
+                "starts": state.starts,
+                "achievedPerMinute": None if achieved is None else round(achieved, 3),
+                "configuredPerMinute": None
+                if state.configured_per_second is None
+                else round(state.configured_per_second * 60, 3),
+                "throttles": state.throttles,
+                "pausedSeconds": round(state.paused_seconds, 3),
+            }
+        return found
+
+
+def gate_for(
+    spec: Spec, events: Events | None = None, rng: random.Random | None = None
+) -> RateGate:
     """The rate gate ``spec`` needs."""
-    return OpenGate()
+    return RateGate(spec.task_limits(), spec.retry.throttle, events=events, rng=rng)

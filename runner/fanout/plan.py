@@ -174,6 +174,11 @@ def _pace_lines(spec: Spec, units: int) -> list[str]:
         f"          {units:,} unit(s) x {paces[0].limit.requests_per_task} request(s) at "
         f"{paces[0].limit.requests}/{duration_text(paces[0].limit.per)}: at least "
         f"{format_duration(wall)}, {paces[0].limit.name} is the bottleneck"
+        + (
+            f" ({paces[0].tasks_per_window} task(s) fit a window)"
+            if paces[0].limit.requests_per_task > 1
+            else ""
+        )
     )
     return lines
 

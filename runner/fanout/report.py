@@ -77,6 +77,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
             {"round": r["round"], "records": r["records"], "units": r["selected"]}
             for r in journal.rounds(run_id)
         ],
+        "limits": run.limits,
         "totals": dict(sorted(totals.items())),
         "attempts": dict(sorted(attempts.items())),
         "units": units,
@@ -121,6 +122,21 @@ def render_markdown(data: dict[str, Any]) -> str:
                 for r in data["rounds"]
             )
         )
+        lines.append("")
+    if data["limits"]:
+        lines += [
+            "| limit | configured starts/min | achieved starts/min | throttled | paused |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name, stats in data["limits"].items():
+            configured = stats["configuredPerMinute"]
+            achieved = stats["achievedPerMinute"]
+            lines.append(
+                f"| {'all dispatch' if name == '*' else name} "
+                f"| {'-' if configured is None else f'{configured:g}'} "
+                f"| {'-' if achieved is None else f'{achieved:.4g}'} "
+                f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
+            )
         lines.append("")
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
     if changed:

@@ -73,7 +73,7 @@ class Runner:
     journal: Journal
     environ: Mapping[str, str]
     events: Events = field(default_factory=Events)
-    gate: Gate | None = None
+    gate: Gate = field(default_factory=OpenGate)
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
 
@@ -177,7 +177,9 @@ class Runner:
         finally:
             await self.transport.close()
             wall = self.monotonic() - started
-            self.journal.finish_run(run_id, state=state, wall=wall, note=note)
+            self.journal.finish_run(
+                run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
+            )
             written = report.write(self.journal, run_id, self.run_dir(run_id))
             self.events.emit(
                 "run.finished", run=run_id, state=state, note=note, report=str(written)
@@ -214,7 +216,7 @@ class Runner:
             events=self.events,
             run_dir=self.run_dir(run_id),
             concurrency=min(concurrency, self.transport.capacity),
-            gate=self.gate or OpenGate(),
+            gate=self.gate,
             secrets=secrets,
             trigger=options.trigger,
             rng=self.rng,

@@ -1,0 +1,177 @@
+"""Rate limits on virtual time (looptime drives the loop clock aiolimiter reads)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from fanout import limits, spec
+from fanout.limits import RateGate
+from fanout.outcome import AttemptResult, Status
+from fanout.spec import Limit, Throttle
+
+from helpers import write_job
+
+pytestmark = pytest.mark.looptime
+
+THROTTLE = Throttle(initial=5, max=600, jitter=0.5)
+
+
+async def _starts(gate: RateGate, count: int, concurrency: int = 8) -> list[float]:
+    """Start times of ``count`` tasks of 0.1 s each, ``concurrency`` at a time."""
+    loop = asyncio.get_running_loop()
+    times: list[float] = []
+    slots = asyncio.Semaphore(concurrency)
+
+    async def task() -> None:
+        async with slots:
+            await gate.acquire()
+            times.append(loop.time())
+            await asyncio.sleep(0.1)
+            gate.release()
+
+    await asyncio.gather(*(task() for _ in range(count)))
+    return sorted(times)
+
+
+def _most_in_any_window(times: list[float], width: float) -> int:
+    """The most start times in any half-open window [t, t + width)."""
+    best, left = 0, 0
+    for right, moment in enumerate(times):
+        while times[left] <= moment - width:
+            left += 1
+        best = max(best, right - left + 1)
+    return best
+
+
+async def test_pace_matches_the_limit_and_never_exceeds_any_window() -> None:
+    limit = Limit(name="api", requests=50, per=60, requests_per_task=4)
+    gate = RateGate([limit], THROTTLE)
+    times = await _starts(gate, 240)
+    # 50 requests a minute at 4 a task: 12 tasks fit in a minute, one every 5 s.
+    achieved = (len(times) - 1) / (times[-1] - times[0]) * 60
+    assert achieved == pytest.approx(12, rel=0.01)
+    assert achieved <= 12
+    assert _most_in_any_window(times, 60) * 4 <= 50
+    assert times[0] == pytest.approx(0, abs=1e-6)  # no burst, and no needless wait either
+
+
+async def test_the_tighter_of_two_limits_governs() -> None:
+    loose = Limit(name="search", requests=100, per=1)
+    tight = Limit(name="crm", requests=10, per=1)
+    gate = RateGate([loose, tight], THROTTLE)
+    times = await _starts(gate, 101)
+    assert (times[-1] - times[0]) == pytest.approx(10, rel=0.01)
+    assert _most_in_any_window(times, 1) <= 10
+    stats = gate.stats()
+    assert stats["crm"]["achievedPerMinute"] == pytest.approx(600, rel=0.01)
+    assert stats["search"]["configuredPerMinute"] == 6000
+
+
+async def test_max_in_flight_caps_concurrent_tasks() -> None:
+    gate = RateGate([Limit(name="db", requests=1000, per=1, max_in_flight=3)], THROTTLE)
+    running = peak = 0
+
+    async def task() -> None:
+        nonlocal running, peak
+        await gate.acquire()
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(1)
+        running -= 1
+        gate.release()
+
+    await asyncio.gather(*(task() for _ in range(12)))
+    assert peak == 3
+
+
+async def test_retry_after_pauses_that_limit_for_at_least_its_value() -> None:
+    loop = asyncio.get_running_loop()
+    api = Limit(name="api", requests=600, per=60)
+    other = Limit(name="other", requests=600, per=60)
+    gate = RateGate([api, other], Throttle(initial=5, max=600, jitter=0.2), rng=random.Random(1))
+    await gate.acquire()
+    gate.release()
+    gate.report(
+        AttemptResult(status=Status.THROTTLED, reason="429", retry_after=30, throttled_limit="api")
+    )
+    paused_at = loop.time()
+    await gate.acquire()
+    waited = loop.time() - paused_at
+    assert 30 <= waited <= 30 * 1.2
+    stats = gate.stats()
+    assert (stats["api"]["throttles"], stats["other"]["throttles"]) == (1, 0)
+    assert stats["api"]["pausedSeconds"] == pytest.approx(waited, abs=0.01)
+
+
+async def test_jitter_spreads_resumptions() -> None:
+    resumed = []
+    for seed in range(20):
+        gate = RateGate([Limit(name="api", requests=100, per=1)], THROTTLE, rng=random.Random(seed))
+        resumed.append(gate.pause("api", 30))
+    assert min(resumed) >= 30
+    assert max(resumed) <= 45
+    assert max(resumed) - min(resumed) > 5
+    assert len({round(r, 3) for r in resumed}) == 20
+
+
+async def test_repeated_throttling_backs_off_exponentially_and_success_resets_it() -> None:
+    gate = RateGate([Limit(name="api", requests=100, per=1)], Throttle(initial=5, max=60, jitter=0))
+    assert [gate.pause("api", None) for _ in range(6)] == [5, 10, 20, 40, 60, 60]
+    gate.report(AttemptResult(status=Status.SUCCEEDED, reason="ok"))
+    assert gate.pause("api", 2) == 5
+    assert gate.pause("api", 90) == 90  # Retry-After is a floor, even above the cap
+
+
+async def test_a_throttle_without_limits_pauses_all_dispatch() -> None:
+    loop = asyncio.get_running_loop()
+    gate = RateGate([], Throttle(initial=5, max=600, jitter=0))
+    assert gate.stats() == {}
+    gate.report(AttemptResult(status=Status.THROTTLED, reason="exit 75", exit_code=75))
+    start = loop.time()
+    await gate.acquire()
+    assert loop.time() - start == pytest.approx(5)
+    assert gate.stats()["*"]["throttles"] == 1
+
+
+async def test_a_pause_reaches_units_already_waiting_for_capacity() -> None:
+    loop = asyncio.get_running_loop()
+    gate = RateGate([Limit(name="api", requests=1, per=10)], Throttle(initial=5, max=600, jitter=0))
+    await gate.acquire()
+    waiting = asyncio.create_task(gate.acquire())  # due at t=10
+    await asyncio.sleep(1)
+    gate.pause("api", 30)  # until t=31
+    await waiting
+    assert loop.time() == pytest.approx(31, abs=0.01)
+
+
+def test_plan_math_names_the_bottleneck(tmp_path: Path) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "pace"
+            [inputs]
+            items = ["a"]
+            [task]
+            command = ["true"]
+            limits = ["anthropic"]
+            [[limits]]
+            name = "anthropic"
+            requests = 50
+            per = "1m"
+            requestsPerTask = 4
+            [[limits]]
+            name = "unused"
+            requests = 1
+            per = "1h"
+            """,
+        )
+    )
+    assert [p.limit.name for p in limits.paces(job)] == ["anthropic"]
+    # 12 tasks a minute (50 // 4): 1,000 units need 83 min 20 s.
+    assert limits.minimum_wall_time(job, 1000) == pytest.approx(1000 / 12 * 60)

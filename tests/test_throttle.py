@@ -1,0 +1,200 @@
+"""Throttle signals: each way a worker can say "slow down", and a real 429 end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from fanout import spec, throttle
+from fanout.events import Events
+from fanout.invocation import Invocation
+from fanout.journal import Journal
+from fanout.limits import gate_for
+from fanout.local import LocalTransport
+from fanout.outcome import Status
+from fanout.run import Options, Runner
+from fanout.transport import Attempt
+
+from api429 import Api, serve
+from helpers import write_job
+
+
+def test_retry_after_values() -> None:
+    now = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+    assert throttle.parse_retry_after("30", now) == 30
+    assert throttle.parse_retry_after("Sun, 29 Nov 2026 12:01:30 GMT", now) == 90
+    assert throttle.parse_retry_after("Sun, 29 Nov 2026 11:00:00 GMT", now) == 0
+    assert throttle.parse_retry_after("soon", now) is None
+
+
+def _attempt(tmp_path: Path, script: str, patterns: tuple[str, ...] = ()) -> Attempt:
+    return Attempt(
+        run_id="r",
+        unit_id="u",
+        round=1,
+        number=1,
+        invocation=Invocation(
+            unit_id="u",
+            rung="default",
+            attempt=1,
+            argv=("sh", "-c", script),
+            verify=(),
+            prompt="",
+            env=MappingProxyType({}),
+            secrets=(),
+            timeout=30,
+            stage=(),
+            collect=(),
+        ),
+        staged=(),
+        collect_dir=tmp_path / "c",
+        log_path=tmp_path / "a.log",
+        log_limit=1 << 16,
+        tail_limit=4096,
+        network=False,
+        throttle_patterns=patterns,
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "patterns", "retry_after", "limit", "source"),
+    [
+        ("exit 75", (), None, None, "exit code 75"),
+        (
+            "echo 'HTTP/1.1 429' >&2; echo 'Retry-After: 12' >&2; exit 1",
+            (),
+            12,
+            None,
+            "Retry-After",
+        ),
+        ("echo 'retry-after: 7'; exit 2", (), 7, None, "Retry-After"),
+        (
+            'printf \'{"throttled": true, "retryAfter": 30, "limit": "anthropic"}\' > "$FANOUT_CONTROL"; exit 1',
+            (),
+            30,
+            "anthropic",
+            "control file",
+        ),
+        (
+            "echo 'error: rate_limit_error (try later)'; exit 1",
+            ("rate_limit_error",),
+            None,
+            None,
+            "pattern 'rate_limit_error'",
+        ),
+    ],
+)
+async def test_each_throttle_signal_is_recognised(
+    tmp_path: Path,
+    script: str,
+    patterns: tuple[str, ...],
+    retry_after: float | None,
+    limit: str | None,
+    source: str,
+) -> None:
+    transport = LocalTransport(slots=1, sandbox_kind="none", root=tmp_path, path=os.environ["PATH"])
+    await transport.start()
+    result = await transport.run(_attempt(tmp_path, script, patterns))
+    assert (result.status, result.retry_after, result.throttled_limit) == (
+        Status.THROTTLED,
+        retry_after,
+        limit,
+    )
+    assert result.reason == f"throttled ({source})"
+
+
+async def test_success_with_a_retry_after_line_still_succeeds(tmp_path: Path) -> None:
+    transport = LocalTransport(slots=1, sandbox_kind="none", root=tmp_path, path=os.environ["PATH"])
+    await transport.start()
+    result = await transport.run(_attempt(tmp_path, "echo 'Retry-After: 3'; exit 0"))
+    assert (result.status, result.retry_after) == (Status.SUCCEEDED, 3)
+
+
+WORKER = r"""
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=10)
+except urllib.error.HTTPError as error:
+    if error.code == 429:
+        print("Retry-After:", error.headers["Retry-After"], file=sys.stderr)
+        sys.exit(75)
+    raise
+"""
+
+
+@pytest.mark.slow
+async def test_a_real_429_pauses_the_fleet_and_every_unit_completes(tmp_path: Path) -> None:
+    """The API's quota is used up by someone else when the run starts.  After its first
+    429 fanout waits out Retry-After, then never sends more than the limit in any window."""
+    api = Api(limit=5, window=2.0, exhausted_first_window=True)
+    server, url = serve(api)
+    (tmp_path / "call.py").write_text(WORKER)
+    items = ", ".join(f'"u{n:02d}"' for n in range(14))
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "api"
+            [inputs]
+            items = [{items}]
+            [units]
+            stage = ["call.py"]
+            [task]
+            command = ["{sys.executable}", "call.py", "{url}"]
+            [runtime]
+            maxConcurrentTasks = 4
+            network = true
+            [[limits]]
+            name = "api"
+            requests = 5
+            per = "2400ms"     # the API allows 5 per 2 s; a margin for start-up jitter
+            [retry.throttle]
+            initial = "500ms"
+            max = "10s"
+            jitter = 0.2
+            """,
+        )
+    )
+    events: list[dict[str, object]] = []
+    sink = Events(events.append)
+    (tmp_path / "sandboxes").mkdir()
+    runner = Runner(
+        spec=job,
+        transport=LocalTransport(slots=4, root=tmp_path / "sandboxes", path=os.environ["PATH"]),
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ=dict(os.environ),
+        events=sink,
+        gate=gate_for(job, sink),
+    )
+    try:
+        summary = await asyncio.wait_for(runner.execute(Options()), 120)
+    finally:
+        server.shutdown()
+    assert summary.counts == {"succeeded": 14}
+    log = sorted(api.log)
+    first_429 = next(t for t, status in log if status == 429)
+    pauses = [e for e in events if e["event"] == "limit.paused"]
+    assert pauses
+    resume = first_429 + float(pauses[0]["retryAfter"])  # type: ignore[arg-type]
+    after = [t for t, _ in log if t >= resume]
+    assert after, "units ran after the pause"
+    # Every request the API saw after the pause, answered or refused: at most 5 in each
+    # of its windows, so it never had to refuse one again.  (Starts are paced exactly,
+    # see test_limits; arrivals here carry each worker's start-up jitter.)
+    per_window: dict[int, int] = {}
+    for moment in after:
+        per_window[int(moment // api.window)] = per_window.get(int(moment // api.window), 0) + 1
+    assert max(per_window.values()) <= 5
+    assert [status for t, status in log if t >= resume] == [200] * len(after)
+    throttled = [a for a in runner.journal.attempts(summary.run_id) if a["status"] == "throttled"]
+    assert throttled
+    report = runner.journal.run(summary.run_id).limits["api"]
+    assert report["throttles"] >= 1
+    assert report["pausedSeconds"] >= float(pauses[0]["retryAfter"])  # type: ignore[arg-type]
