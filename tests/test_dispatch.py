@@ -215,3 +215,46 @@ def test_backoff_grows_exponentially_to_its_cap_with_full_jitter() -> None:
     assert sum(samples) / len(samples) == pytest.approx(20, rel=0.05)
     equal = Backoff(initial=10, max=60, jitter="equal")
     assert all(20 <= ladder.backoff_delay(3, equal, rng) <= 40 for _ in range(200))
+
+
+async def test_a_throttled_unit_pauses_dispatch_and_runs_again_on_the_same_rung(
+    tmp_path: Path,
+) -> None:
+    from fanout.limits import gate_for
+
+    job = _job(
+        tmp_path,
+        items=4,
+        concurrency=1,
+        extra="""
+[[limits]]
+name = "api"
+requests = 60
+per = "1m"
+[retry.throttle]
+initial = "1s"
+max = "5m"
+jitter = 0.2
+""",
+    )
+    calls: list[tuple[str, float]] = []
+    loop = asyncio.get_running_loop()
+
+    def script(attempt: Attempt) -> AttemptResult:
+        calls.append((attempt.unit_id, loop.time()))
+        if attempt.unit_id == "u0" and attempt.number == 1:
+            return AttemptResult(status=Status.THROTTLED, reason="429", retry_after=30)
+        return AttemptResult(status=Status.SUCCEEDED, reason="ok")
+
+    runner = _runner(job, FakeTransport(script=script, delay=0.1))
+    runner.gate = gate_for(job, runner.events, random.Random(5))
+    summary = await runner.execute(Options())
+    assert summary.counts == {"succeeded": 4}
+    assert sorted(unit for unit, _ in calls) == ["u0", "u0", "u1", "u2", "u3"]
+    throttled_at = calls[0][1] + 0.1
+    # Nothing starts for Retry-After plus at most 20% jitter; then all run, 1 s apart.
+    assert 30 <= calls[1][1] - throttled_at <= 36
+    assert all(t >= calls[1][1] for _, t in calls[1:])
+    (row,) = [r for r in runner.journal.units(summary.run_id) if r.unit.id == "u0"]
+    assert (row.rung, row.attempts) == (0, 2)
+    assert runner.journal.run(summary.run_id).limits["api"]["throttles"] == 1
