@@ -364,3 +364,22 @@ def test_retry_failed_reruns_only_the_failed_units(tmp_path: Path) -> None:
     )
     assert again.returncode == 0, again.stderr
     assert sorted(out.read_text().split()) == ["u00", "u01", "u02", "u03"]
+
+
+@pytest.mark.slow
+def test_a_second_run_of_a_job_is_skipped_or_queued(tmp_path: Path) -> None:
+    job, gates, out = _gated_job(tmp_path, 2)
+    first = _start(job, tmpdir=tmp_path)
+    _wait(lambda: _running(tmp_path) == 2)
+    second = subprocess.run([*FANOUT, "run", str(job)], capture_output=True, text=True)
+    assert second.returncode == 6
+    assert f"job 'gated' is already running (pid {first.pid}, started by fanout run" in second.stderr
+    assert "this run was skipped (overlap = skip)" in second.stderr
+    queued = _start(job, "--overlap", "queue", tmpdir=tmp_path)
+    time.sleep(0.5)
+    assert queued.poll() is None  # waiting for the lock
+    for n in range(2):
+        (gates / f"u{n:02d}").touch()
+    assert first.wait(timeout=30) == 0
+    assert queued.wait(timeout=30) == 0
+    assert sorted(out.read_text().split()) == ["u00", "u00", "u01", "u01"]

@@ -47,6 +47,12 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
+class OverlapPolicy(StrEnum):
+    SKIP = "skip"
+    QUEUE = "queue"
+    REPLACE = "replace"
+
+
 def _call(action: Callable[[], T]) -> T:
     """Run one library call; a FanoutError becomes its message on stderr and its exit code."""
     try:
@@ -180,19 +186,33 @@ def run(
             help="Run at most N units at once (overrides maxConcurrentTasks).",
         ),
     ] = None,
+    overlap: Annotated[
+        OverlapPolicy,
+        typer.Option(
+            "--overlap",
+            help="If a run of this job is going: skip (exit 6), queue (wait), or replace it.",
+        ),
+    ] = OverlapPolicy.SKIP,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
 ) -> None:
     """Run a job: select units, run each in its own sandbox, retry up the ladder, apply
     collected files between rounds, and write report.md and report.json.
 
     Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
-    2 for an invalid job, 3 if nothing was selected, 130 if interrupted.  Ctrl-C drains:
+    2 for an invalid job, 3 if nothing was selected, 4 if the inputs or hosts cannot
+    run, 6 if another run of the job holds its lock, 130 if interrupted.  Ctrl-C drains:
     running units are stopped and their sandboxes removed; --resume picks them up.
     """
     from . import run as running
 
     options = running.Options(apply=apply, resume=resume, concurrency=jobs)
-    raise typer.Exit(_call(lambda: _execute(file, hosts, verbose, lambda r: r.execute(options))))
+    raise typer.Exit(
+        _call(
+            lambda: _execute(
+                file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value
+            )
+        )
+    )
 
 
 StateDir = Annotated[
@@ -240,7 +260,13 @@ def retry(
     raise typer.Exit(_call(lambda: _execute(file, hosts, verbose, action)))
 
 
-def _execute(file: Path, hosts: Path | None, verbose: bool, action: Callable[[Any], Any]) -> int:
+def _execute(
+    file: Path,
+    hosts: Path | None,
+    verbose: bool,
+    action: Callable[[Any], Any],
+    overlap: Any = "skip",
+) -> int:
     from rich.console import Console
 
     from . import launch, spec
@@ -252,7 +278,7 @@ def _execute(file: Path, hosts: Path | None, verbose: bool, action: Callable[[An
     console = Console(stderr=True, highlight=False)
     display = Display(console, verbose=verbose)
     with display:
-        summary = launch.run_blocking(job, _environ(), [display], action)
+        summary = launch.run_blocking(job, _environ(), [display], action, overlap=overlap)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no units"
     console.print(f"run {summary.run_id} {summary.state}: {counts}")
     if summary.wall_seconds > 0:
@@ -338,6 +364,105 @@ def schema() -> None:
     from .schema import schema_text
 
     print(schema_text(), end="")
+
+
+@app.command()
+def triggers(
+    file: JobFile,
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Fires per trigger.")] = 5,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after", help="Start from this ISO 8601 time (default: now), e.g. 2027-11-07T00:00Z."
+        ),
+    ] = None,
+) -> None:
+    """The next fire times of each cron trigger, in its time zone and in UTC, with a
+    plain-English reading of the schedule."""
+    from . import plan as planning
+    from . import spec
+    from .errors import FanoutError
+
+    def fires() -> str:
+        job = spec.load(file, require_hosts=False)
+        try:
+            start = (
+                datetime.fromisoformat(after.replace("Z", "+00:00")) if after else datetime.now(UTC)
+            )
+        except ValueError:
+            raise FanoutError(
+                f"--after {after!r} is not an ISO 8601 time like 2027-11-07T00:00Z"
+            ) from None
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=UTC)
+        if not job.triggers:
+            return f"{file} has no triggers\n"
+        lines = []
+        for fire in planning.next_fires(job, start, count):
+            named = f"{fire.trigger!r} " if fire.trigger != fire.expression else ""
+            lines.append(f"{named}{fire.expression} ({fire.timezone}): {fire.explanation}")
+            for moment in fire.times:
+                lines.append(f"  {planning.iso(moment)}  {planning.iso(moment.astimezone(UTC))}")
+        return "\n".join(lines) + "\n"
+
+    print(_call(fires), end="")
+
+
+@app.command()
+def schedule(
+    files: Annotated[
+        list[Path], typer.Argument(help="Job files whose triggers to fire.", show_default=False)
+    ],
+    hosts: HostsOption = None,
+) -> None:
+    """Fire the cron triggers of the given jobs until stopped: a foreground process for
+    systemd or a container.  Logs go to stdout; SIGTERM or Ctrl-C stop firing and
+    interrupt the runs in progress, which stay resumable.  The last fire of each
+    trigger is kept in the state directory, so a restart neither fires twice nor
+    forgets a missed fire (each trigger's catchUp decides)."""
+    import asyncio
+    import signal
+
+    from rich.console import Console
+
+    from . import launch, spec
+    from . import run as running
+    from .progress import Display
+    from .schedule import Fire, Scheduler
+
+    jobs = [_call(lambda f=f: spec.load(f, hosts_file=hosts)) for f in files]  # type: ignore[misc]
+    environ = _environ()
+    console = Console(highlight=False, soft_wrap=True)
+
+    def log(message: str) -> None:
+        console.print(
+            f"{datetime.now(UTC).isoformat(timespec='seconds')} {message}", highlight=False
+        )
+
+    async def start_run(fire: Fire) -> str:
+        display = Display(console, live=False, prefix=fire.job.name)
+        summary = await launch.run_async(
+            fire.job,
+            environ,
+            [display],
+            lambda r: r.execute(running.Options(trigger=fire.context)),
+            overlap=fire.trigger.overlap,
+            by=f"fanout schedule ({fire.trigger.name})",
+        )
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no units"
+        return f"run {summary.run_id} {summary.state}: {counts}"
+
+    async def main() -> None:
+        scheduler = Scheduler(jobs, start_run=start_run, log=log)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, scheduler.stop)
+        names = ", ".join(f"{j.name} ({len(j.triggers)} trigger(s))" for j in jobs)
+        log(f"scheduling {names}")
+        await scheduler.run()
+        log("stopped")
+
+    asyncio.run(main())
 
 
 hosts_app = typer.Typer(

@@ -15,6 +15,7 @@ from . import limits
 from .errors import Interrupted
 from .events import Events, Sink
 from .journal import Journal
+from .lock import JobLock, Overlap
 from .run import Runner, Summary
 from .spec import Spec
 from .transport import Transport
@@ -69,17 +70,32 @@ def runner_for(
 
 
 async def run_async(
-    job: Spec, environ: Mapping[str, str], sinks: list[Sink], action: Action
+    job: Spec,
+    environ: Mapping[str, str],
+    sinks: list[Sink],
+    action: Action,
+    *,
+    overlap: Overlap = "skip",
+    by: str = "fanout run",
 ) -> Summary:
+    """Run ``action`` holding the job's lock (``overlap`` decides how it is taken)."""
+    lock = JobLock(job.runtime.state_dir, job.name)
+    await lock.acquire(overlap, by=by)
     journal = Journal(job.runtime.state_dir / "journal.sqlite")
     try:
         return await action(runner_for(job, environ, sinks, journal))
     finally:
         journal.close()
+        lock.release()
 
 
 def run_blocking(
-    job: Spec, environ: Mapping[str, str], sinks: list[Sink], action: Action
+    job: Spec,
+    environ: Mapping[str, str],
+    sinks: list[Sink],
+    action: Action,
+    *,
+    overlap: Overlap = "skip",
 ) -> Summary:
     """Run to the end on a fresh event loop; Ctrl-C or SIGTERM raise Interrupted once
     the run has drained."""
@@ -90,7 +106,7 @@ def run_blocking(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)
-        return await run_async(job, environ, sinks, action)
+        return await run_async(job, environ, sinks, action, overlap=overlap)
 
     try:
         return asyncio.run(main())

@@ -20,11 +20,17 @@ from .quantities import format_duration
 
 class Display:
     def __init__(
-        self, console: Console, *, live: bool | None = None, verbose: bool = False
+        self,
+        console: Console,
+        *,
+        live: bool | None = None,
+        verbose: bool = False,
+        prefix: str = "",
     ) -> None:
         self.console = console
         self.live_mode = console.is_terminal if live is None else live
         self.verbose = verbose
+        self.prefix = f"{prefix}: " if prefix else ""
         self.started = time.monotonic()
         self.selected = 0
         self.selection_done = False
@@ -58,7 +64,9 @@ class Display:
 
     def _line(self, text: str, style: str = "") -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
-        self.console.print(Text(f"{stamp} {text}", style=style), highlight=False, soft_wrap=True)
+        self.console.print(
+            Text(f"{stamp} {self.prefix}{text}", style=style), highlight=False, soft_wrap=True
+        )
 
     def _on_run_started(self, event: dict[str, Any]) -> None:
         self._line(f"run {event['run']} of {event['job']} started")

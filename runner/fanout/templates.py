@@ -43,7 +43,7 @@ LAST_SHAPE: dict[str, Shape] = {
     "attempt": None,
 }
 JOB_SHAPE: dict[str, Shape] = {"name": None, "description": None, "file": None}
-TRIGGER_SHAPE: dict[str, Shape] = {"name": None, "schedule": None, "vars": None}
+TRIGGER_SHAPE: dict[str, Shape] = {"name": None, "schedule": None, "vars": None, "time": None}
 
 
 class TemplateProblem(Exception):

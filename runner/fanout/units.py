@@ -65,7 +65,9 @@ def base_context(spec: Spec, trigger: Mapping[str, Any] | None = None) -> dict[s
     """Template variables that do not depend on the unit: ``job`` and ``trigger``."""
     return {
         "job": {"name": spec.name, "description": spec.description, "file": str(spec.file)},
-        "trigger": dict(trigger) if trigger else {"name": "manual", "schedule": "", "vars": {}},
+        "trigger": dict(trigger)
+        if trigger
+        else {"name": "manual", "schedule": "", "vars": {}, "time": ""},
     }
 
 

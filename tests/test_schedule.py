@@ -1,0 +1,274 @@
+"""The scheduler on virtual time: fires, overlap, catch-up, restarts, and the job lock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import spec
+from fanout.errors import JobLocked
+from fanout.lock import JobLock
+from fanout.schedule import Fire, FireLog, Scheduler, trigger_key
+
+from helpers import write_job
+
+ORIGIN = datetime(2027, 3, 1, 9, 55, tzinfo=UTC)
+
+
+class LoopClock:
+    """Wall time that follows the (virtual) loop clock from ``origin``."""
+
+    def __init__(self, origin: datetime) -> None:
+        self.origin = origin
+        self.start = asyncio.get_running_loop().time()
+
+    def now(self) -> datetime:
+        return self.origin + timedelta(seconds=asyncio.get_running_loop().time() - self.start)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def _job(tmp_path: Path, trigger: str, name: str = "nightly") -> spec.Spec:
+    return spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "{name}"
+            [inputs]
+            items = ["a"]
+            [task]
+            command = ["true"]
+            [[triggers]]
+            type = "cron"
+            {trigger}
+            """,
+        )
+    )
+
+
+class Recorder:
+    """A stand-in for a run: holds the job lock for ``minutes`` of virtual time."""
+
+    def __init__(self, clock: LoopClock, minutes: float) -> None:
+        self.clock = clock
+        self.minutes = minutes
+        self.started: list[tuple[str, str]] = []  # (scheduled fire, actual start), HH:MM
+        self.interrupted: list[str] = []
+
+    async def __call__(self, fire: Fire) -> str:
+        lock = JobLock(fire.job.runtime.state_dir, fire.job.name)
+        await lock.acquire(fire.trigger.overlap, by="test")
+        try:
+            self.started.append((f"{fire.at.astimezone(UTC):%H:%M}", f"{self.clock.now():%H:%M}"))
+            try:
+                await asyncio.sleep(self.minutes * 60)
+            except asyncio.CancelledError:
+                self.interrupted.append(f"{fire.at.astimezone(UTC):%H:%M}")
+                raise
+            return "ok"
+        finally:
+            lock.release()
+
+
+pytestmark = pytest.mark.looptime
+
+
+async def _run(
+    tmp_path: Path, trigger: str, minutes: float, until: str
+) -> tuple[Recorder, list[str]]:
+    clock = LoopClock(ORIGIN)
+    recorder = Recorder(clock, minutes)
+    logs: list[str] = []
+    job = _job(tmp_path, trigger)
+    scheduler = Scheduler([job], start_run=recorder, clock=clock, log=logs.append)
+    await scheduler.run(until=datetime.fromisoformat(until))
+    return recorder, logs
+
+
+async def test_fires_on_time_in_the_triggers_zone(tmp_path: Path) -> None:
+    recorder, _ = await _run(
+        tmp_path, 'schedule = "*/20 * * * *"\ntimezone = "Asia/Kolkata"', 1, "2027-03-01T11:05Z"
+    )
+    # Every 20 minutes on Kolkata's clock (UTC+05:30): :10, :30 and :50 past in UTC.
+    assert recorder.started == [("10:10", "10:10"), ("10:30", "10:30"), ("10:50", "10:50")]
+
+
+async def test_overlap_skip(tmp_path: Path) -> None:
+    recorder, logs = await _run(
+        tmp_path, 'schedule = "*/10 * * * *"\noverlap = "skip"', 25, "2027-03-01T11:00Z"
+    )
+    assert recorder.started == [("10:00", "10:00"), ("10:30", "10:30"), ("11:00", "11:00")]
+    assert sum("skipped: the previous run is still going" in line for line in logs) == 4
+
+
+async def test_overlap_queue_keeps_one_run_waiting(tmp_path: Path) -> None:
+    recorder, logs = await _run(
+        tmp_path, 'schedule = "*/10 * * * *"\noverlap = "queue"', 25, "2027-03-01T10:45Z"
+    )
+    # 10:10 waits for the 10:00 run; 10:20 finds 10:10 already queued; 10:30 queues
+    # behind 10:10, which is running by then.
+    assert recorder.started == [("10:00", "10:00"), ("10:10", "10:25"), ("10:30", "10:50")]
+    assert any("10:20" in line and "already queued" in line for line in logs)
+
+
+async def test_overlap_replace_interrupts_the_running_run(tmp_path: Path) -> None:
+    recorder, _ = await _run(
+        tmp_path, 'schedule = "*/10 * * * *"\noverlap = "replace"', 25, "2027-03-01T10:25Z"
+    )
+    assert recorder.started == [("10:00", "10:00"), ("10:10", "10:10"), ("10:20", "10:20")]
+    assert recorder.interrupted[:2] == ["10:00", "10:10"]
+
+
+async def test_catch_up_latest_runs_the_latest_missed_fire_once(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "0 * * * *"\ncatchUp = "latest"\nstartingDeadline = "2h"')
+    FireLog(job).set(trigger_key(0, job.triggers[0]), datetime(2027, 3, 1, 4, 0, tzinfo=UTC))
+    clock = LoopClock(ORIGIN)
+    recorder = Recorder(clock, 1)
+    logs: list[str] = []
+    await Scheduler([job], start_run=recorder, clock=clock, log=logs.append).run(
+        until=datetime(2027, 3, 1, 10, 30, tzinfo=UTC)
+    )
+    assert recorder.started == [("09:00", "09:55"), ("10:00", "10:00")]
+    assert (
+        "missed 5 fire(s) while down; catching up the latest (2027-03-01T09:00:00+00:00)" in logs[0]
+    )
+
+
+async def test_catch_up_none_and_a_passed_deadline_skip_missed_fires(tmp_path: Path) -> None:
+    for trigger, reason in [
+        ('schedule = "0 * * * *"\ncatchUp = "none"', "catchUp = none"),
+        (
+            'schedule = "0 * * * *"\ncatchUp = "latest"\nstartingDeadline = "30m"',
+            "past its startingDeadline",
+        ),
+    ]:
+        directory = tmp_path / reason.replace(" ", "-")
+        job = _job(directory, trigger)
+        FireLog(job).set(trigger_key(0, job.triggers[0]), datetime(2027, 3, 1, 4, 0, tzinfo=UTC))
+        clock = LoopClock(ORIGIN)
+        recorder = Recorder(clock, 1)
+        logs: list[str] = []
+        await Scheduler([job], start_run=recorder, clock=clock, log=logs.append).run(
+            until=datetime(2027, 3, 1, 10, 30, tzinfo=UTC)
+        )
+        assert recorder.started == [("10:00", "10:00")]
+        assert logs[0].endswith(f"(latest 2027-03-01T09:00:00+00:00); skipped: {reason}")
+
+
+async def test_a_restart_neither_fires_twice_nor_forgets(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "*/10 * * * *"\ncatchUp = "latest"')
+    clock = LoopClock(ORIGIN)
+    first = Recorder(clock, 1)
+    await Scheduler([job], start_run=first, clock=clock).run(
+        until=datetime(2027, 3, 1, 10, 5, tzinfo=UTC)
+    )
+    assert first.started == [("10:00", "10:00")]
+    saved = json.loads((job.runtime.state_dir / "schedule" / "nightly.json").read_text())
+    assert list(saved.values()) == ["2027-03-01T10:00:00+00:00"]
+    # The scheduler restarts at 10:05: 10:00 already fired, nothing to catch up.
+    second = Recorder(clock, 1)
+    await Scheduler([job], start_run=second, clock=clock).run(
+        until=datetime(2027, 3, 1, 10, 15, tzinfo=UTC)
+    )
+    assert second.started == [("10:10", "10:10")]
+    # Down from 10:15 to 10:38: the 10:20 and 10:30 fires were missed; catch up 10:30.
+    await asyncio.sleep((datetime(2027, 3, 1, 10, 38, tzinfo=UTC) - clock.now()).total_seconds())
+    third = Recorder(clock, 1)
+    await Scheduler([job], start_run=third, clock=clock).run(
+        until=datetime(2027, 3, 1, 10, 45, tzinfo=UTC)
+    )
+    assert third.started == [("10:30", "10:38"), ("10:40", "10:40")]
+
+
+async def test_trigger_vars_reach_the_run(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'name = "light"\nschedule = "@hourly"\nvars = { mode = "light" }')
+    fires: list[Fire] = []
+
+    async def start_run(fire: Fire) -> None:
+        fires.append(fire)
+
+    await Scheduler([job], start_run=start_run, clock=LoopClock(ORIGIN)).run(
+        until=datetime(2027, 3, 1, 10, 1, tzinfo=UTC)
+    )
+    assert fires[0].context == {
+        "name": "light",
+        "schedule": "@hourly",
+        "vars": {"mode": "light"},
+        "time": "2027-03-01T10:00:00+00:00",
+    }
+
+
+LOCKER = """
+import sys, time
+sys.path.insert(0, {runner!r})
+from pathlib import Path
+from fanout.lock import JobLock
+lock = JobLock(Path({state!r}), "race")
+got = lock.try_acquire(by="racer")
+print("got" if got else "lost", flush=True)
+time.sleep(1.5)
+"""
+
+
+@pytest.mark.looptime(False)
+def test_two_processes_racing_for_a_job_lock(tmp_path: Path, repo: Path) -> None:
+    code = LOCKER.format(runner=str(repo / "runner"), state=str(tmp_path))
+    racers = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    results = sorted(p.communicate(timeout=20)[0].strip() for p in racers)
+    assert results == ["got", "lost", "lost", "lost"]
+    # The kernel released the lock with its holder: the next one gets it.
+    assert JobLock(tmp_path, "race").try_acquire()
+
+
+@pytest.mark.looptime(False)
+async def test_skip_names_the_holder_and_queue_waits(tmp_path: Path) -> None:
+    holder = JobLock(tmp_path, "job")
+    assert holder.try_acquire(by="fanout schedule (nightly)")
+    with pytest.raises(
+        JobLocked,
+        match=rf"job 'job' is already running \(pid {os.getpid()}, started by fanout schedule \(nightly\)",
+    ):
+        await JobLock(tmp_path, "job").acquire("skip")
+    waiter = asyncio.create_task(JobLock(tmp_path, "job").acquire("queue"))
+    await asyncio.sleep(0.5)
+    assert not waiter.done()
+    holder.release()
+    await asyncio.wait_for(waiter, 5)
+
+
+@pytest.mark.looptime(False)
+def test_schedule_command_logs_and_stops_on_sigterm(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "0 3 * * *"')
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fanout", "schedule", str(job.file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    assert "scheduling nightly (1 trigger(s))" in first
+    time.sleep(0.3)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.strip().endswith("stopped")
+    saved: dict[str, Any] = json.loads(
+        (job.runtime.state_dir / "schedule" / "nightly.json").read_text()
+    )
+    assert list(saved) == ["0:0 3 * * *@UTC"]
