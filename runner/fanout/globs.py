@@ -4,6 +4,7 @@ path component, always relative to the workspace and never reaching outside it."
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 
 def compile_glob(pattern: str) -> re.Pattern[str]:
@@ -36,7 +37,9 @@ def is_glob(pattern: str) -> bool:
     return any(ch in pattern for ch in "*?[")
 
 
-def _component(part: str, pattern: str) -> str:
+def _component(part: str, pattern: str, escape: Callable[[str], str] = re.escape) -> str:
+    """One path component of a glob as a regex; ``escape`` quotes literal characters
+    (Python's ``re`` or POSIX extended, for find)."""
     out = ""
     i = 0
     while i < len(part):
@@ -55,7 +58,7 @@ def _component(part: str, pattern: str) -> str:
             out += "[" + body.replace("\\", "\\\\") + "]"
             i = end
         else:
-            out += re.escape(ch)
+            out += escape(ch)
         i += 1
     return out
 
@@ -77,29 +80,9 @@ def to_find_regex(pattern: str) -> str:
         if part == "**":
             regex += ".*" if last else "([^/]+/)*"
             continue
-        regex += _ere_component(part) + ("" if last else "/")
+        regex += _component(part, pattern, _ere_literal) + ("" if last else "/")
     return r"\./" + regex
 
 
 def _ere_literal(text: str) -> str:
     return "".join("\\" + ch if ch in _ERE_SPECIAL else ch for ch in text)
-
-
-def _ere_component(part: str) -> str:
-    out = ""
-    i = 0
-    while i < len(part):
-        ch = part[i]
-        if ch == "*":
-            out += "[^/]*"
-        elif ch == "?":
-            out += "[^/]"
-        elif ch == "[":
-            end = part.find("]", i + 2)
-            body = part[i + 1 : end]
-            out += "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
-            i = end
-        else:
-            out += _ere_literal(ch)
-        i += 1
-    return out

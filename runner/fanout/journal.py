@@ -370,70 +370,44 @@ class Journal:
         """Record an attempt's end (and, for a success, the hashes of what it staged);
         False if it had already been settled (or interrupted)."""
         with self._transaction():
-            return self._attempt_settled(
-                run_id,
-                round_number,
-                unit_id,
-                n,
-                result,
-                rung,
-                rung_attempts,
-                failures,
-                last,
-                staged,
-            )
-
-    def _attempt_settled(
-        self,
-        run_id: str,
-        round_number: int,
-        unit_id: str,
-        n: int,
-        result: AttemptResult,
-        rung: int,
-        rung_attempts: int,
-        failures: int,
-        last: dict[str, Any],
-        staged: dict[str, str] | None,
-    ) -> bool:
-        settled = self._write(
-            "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?, duration = ?,"
-            " retry_after = ?, host = ? WHERE run = ? AND round = ? AND unit = ? AND n = ?"
-            " AND status IS NULL",
-            (
-                time.time(),
-                str(result.status),
-                result.exit_code,
-                result.reason,
-                result.duration,
-                result.retry_after,
-                result.host,
-                run_id,
-                round_number,
-                unit_id,
-                n,
-            ),
-        )
-        if settled:
-            self._write(
-                "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
-                " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
-                " staged = COALESCE(?, staged)"
-                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+            settled = self._write(
+                "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?,"
+                " duration = ?, retry_after = ?, host = ?"
+                " WHERE run = ? AND round = ? AND unit = ? AND n = ? AND status IS NULL",
                 (
-                    rung,
-                    rung_attempts,
-                    failures,
-                    result.duration,
+                    time.time(),
+                    str(result.status),
+                    result.exit_code,
                     result.reason,
-                    result.output_tail,
-                    json.dumps(last),
-                    None if staged is None else json.dumps(staged),
+                    result.duration,
+                    result.retry_after,
+                    result.host,
                     run_id,
                     round_number,
                     unit_id,
+                    n,
                 ),
             )
+            if settled:
+                self._write(
+                    "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
+                    " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
+                    " staged = COALESCE(?, staged) WHERE run = ? AND round = ? AND id = ?"
+                    " AND state NOT IN ('succeeded', 'failed')",
+                    (
+                        rung,
+                        rung_attempts,
+                        failures,
+                        result.duration,
+                        result.reason,
+                        result.output_tail,
+                        json.dumps(last),
+                        None if staged is None else json.dumps(staged),
+                        run_id,
+                        round_number,
+                        unit_id,
+                    ),
+                )
         return settled == 1
 
     def unit_settled(self, run_id: str, outcome: Outcome) -> bool:

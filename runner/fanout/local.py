@@ -26,6 +26,7 @@ from . import fanin, sandbox, throttle
 from .capture import OutputCapture
 from .outcome import AttemptResult, Status
 from .transport import Attempt
+from .verdict import Verdict
 
 _PR_SET_PDEATHSIG = 1
 _DRAIN_AFTER_KILL = 2.0
@@ -98,23 +99,7 @@ class LocalTransport:
         invocation = attempt.invocation
         work = directory  # one directory per sandbox: directory creation is the hot path
 
-        def result(status: Status, reason: str, **more: object) -> AttemptResult:
-            return AttemptResult(
-                status=status,
-                reason=reason,
-                duration=time.monotonic() - started,
-                output_tail=capture.tail,
-                **more,  # type: ignore[arg-type]
-            )
-
-        scanner = throttle.Scanner(attempt.throttle_patterns)
-        capture = OutputCapture(
-            attempt.log_path,
-            log_limit=attempt.log_limit,
-            tail_limit=attempt.tail_limit,
-            secrets=attempt.secrets.values(),
-            on_line=scanner.line,
-        )
+        verdict = Verdict(attempt)
         try:
             try:
                 for item in attempt.staged:
@@ -122,7 +107,9 @@ class LocalTransport:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(item.source, target)
             except OSError as exc:
-                return result(Status.FAILED, f"stage: {exc.strerror or exc}: {exc.filename}")
+                return verdict.result(
+                    Status.FAILED, f"stage: {exc.strerror or exc}: {exc.filename}"
+                )
             control = work / throttle.CONTROL_FILE
             env = {
                 "PATH": self._path,
@@ -135,6 +122,7 @@ class LocalTransport:
                 **attempt.secrets,
             }
             deadline = started + invocation.timeout
+            capture = verdict.capture
             code = await self._exec(
                 invocation.argv,
                 directory,
@@ -144,43 +132,22 @@ class LocalTransport:
                 capture,
                 attempt.network,
             )
-            stage_name = "worker"
+            stage = "worker"
             if code == 0 and invocation.verify:
-                stage_name = "verify"
+                stage = "verify"
                 code = await self._exec(
                     invocation.verify, directory, env, "", deadline, capture, attempt.network
                 )
-            signal_ = throttle.classify(
-                code,
-                scanner.signal,
-                throttle.from_control(control.read_text()) if control.is_file() else None,
-            )
-            throttled = {
-                "retry_after": signal_.retry_after if signal_ else None,
-                "throttled_limit": signal_.limit if signal_ else None,
-            }
-            if code is None:
-                return result(Status.TIMEOUT, f"timed out after {invocation.timeout:g}s")
-            if code != 0:
-                if signal_ is not None:
-                    return result(
-                        Status.THROTTLED,
-                        f"throttled ({signal_.source})",
-                        exit_code=code,
-                        **throttled,
-                    )
-                return result(
-                    Status.FAILED, f"{stage_name} exited with status {code}", exit_code=code
-                )
-            try:
-                collected = fanin.copy_collected(
+            return verdict.decide(
+                code=code,
+                stage=stage,
+                control=control.read_text() if control.is_file() else None,
+                collect=lambda: fanin.copy_collected(
                     work, invocation.collect, attempt.collect_dir, skip=[throttle.CONTROL_FILE]
-                )
-            except (fanin.PathRefused, OSError) as exc:
-                return result(Status.FAILED, str(exc), exit_code=0)
-            return result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
+                ),
+            )
         finally:
-            capture.close()
+            verdict.close()
 
     async def _exec(
         self,

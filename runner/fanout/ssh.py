@@ -39,12 +39,13 @@ from pathlib import Path
 
 import asyncssh
 
-from . import fanin, globs, throttle
+from . import fanin, globs
 from .capture import OutputCapture
 from .errors import EnvironmentProblem, HostsUnavailable
 from .outcome import AttemptResult, CollectedFile, Status
 from .spec import Host
 from .transport import Attempt
+from .verdict import Verdict
 
 MAX_HANDSHAKES = 8
 QUARANTINE_AFTER = 3
@@ -366,10 +367,9 @@ class SshTransport:
     # Attempts -------------------------------------------------------------------
 
     async def run(self, attempt: Attempt) -> AttemptResult:
-        started = time.monotonic()
         state = await self._place()
         try:
-            return await self._run_on(state, attempt, started)
+            return await self._run_on(state, attempt)
         finally:
             await self._release(state)
 
@@ -395,27 +395,10 @@ class SshTransport:
             with contextlib.suppress(Exception):
                 agent.process.close()
 
-    async def _run_on(self, state: _Host, attempt: Attempt, started: float) -> AttemptResult:
+    async def _run_on(self, state: _Host, attempt: Attempt) -> AttemptResult:
         invocation = attempt.invocation
-        scanner = throttle.Scanner(attempt.throttle_patterns)
-        capture = OutputCapture(
-            attempt.log_path,
-            log_limit=attempt.log_limit,
-            tail_limit=attempt.tail_limit,
-            secrets=attempt.secrets.values(),
-            on_line=scanner.line,
-        )
-
-        def result(status: Status, reason: str, **more: object) -> AttemptResult:
-            return AttemptResult(
-                status=status,
-                reason=reason,
-                duration=time.monotonic() - started,
-                output_tail=capture.tail,
-                host=state.name,
-                **more,  # type: ignore[arg-type]
-            )
-
+        verdict = Verdict(attempt, host=state.name)
+        result = verdict.result
         # Unpredictable, not from the (seedable) jitter RNG: the token names the sandbox
         # in a shared directory, and the mark must be unguessable by the worker.
         token, mark = secrets.token_hex(8), secrets.token_hex(8)
@@ -425,13 +408,15 @@ class SshTransport:
         try:
             message = _message(attempt, token, backstop, mark)
         except (fanin.PathRefused, OSError) as exc:
-            capture.close()
+            verdict.close()
             return result(Status.FAILED, str(exc))
         agent: _Agent | None = None
         keep = False
         try:
             agent = await self._agent(state, attempt.network)
-            conversation = asyncio.create_task(_converse(agent, message, token, mark, capture))
+            conversation = asyncio.create_task(
+                _converse(agent, message, token, mark, verdict.capture)
+            )
             try:
                 report = await asyncio.wait_for(asyncio.shield(conversation), invocation.timeout)
             except TimeoutError:
@@ -449,7 +434,7 @@ class SshTransport:
                     state.idle.append(agent)
                 else:
                     self._retire(agent)
-            capture.close()
+            verdict.close()
         if report.refused:
             await self._quarantine(state, f"{state.name}: {report.refused}")
             return result(Status.LOST, f"{state.name} cannot run units: {report.refused}")
@@ -459,40 +444,16 @@ class SshTransport:
                 return result(Status.LOST, f"the agent on {state.name} stopped: {report.lost}")
             await self._host_failed(state, report.lost)
             return result(Status.LOST, f"lost {state.name}: {report.lost}")
-        return self._settle(attempt, report, scanner, result)
-
-    def _settle(
-        self,
-        attempt: Attempt,
-        report: _Report,
-        scanner: throttle.Scanner,
-        result: Callable[..., AttemptResult],
-    ) -> AttemptResult:
-        timeout = attempt.invocation.timeout
-        if report.timed_out:
-            return result(Status.TIMEOUT, f"timed out after {timeout:g}s")
-        if report.worker is None:
+        if report.worker is None and not report.timed_out:
             return result(Status.FAILED, "the remote agent ran no worker (see the output)")
-        code = report.verify if report.verify is not None else report.worker
-        stage = "verify" if report.verify is not None else "worker"
-        signal_ = throttle.classify(
-            code, scanner.signal, throttle.from_control(report.control) if report.control else None
+        return verdict.decide(
+            code=None
+            if report.timed_out
+            else (report.verify if report.verify is not None else report.worker),
+            stage="verify" if report.verify is not None else "worker",
+            control=report.control or None,
+            collect=lambda: _extract(report.collected, attempt.collect_dir),
         )
-        throttled = {
-            "retry_after": signal_.retry_after if signal_ else None,
-            "throttled_limit": signal_.limit if signal_ else None,
-        }
-        if code != 0:
-            if signal_ is not None:
-                return result(
-                    Status.THROTTLED, f"throttled ({signal_.source})", exit_code=code, **throttled
-                )
-            return result(Status.FAILED, f"{stage} exited with status {code}", exit_code=code)
-        try:
-            collected = _extract(report.collected, attempt.collect_dir)
-        except (fanin.PathRefused, tarfile.TarError, OSError) as exc:
-            return result(Status.FAILED, f"collect: {exc}", exit_code=0)
-        return result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
 
     # Probes and trust -------------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""From what a worker did to an AttemptResult, the same way for every transport: its
+output captured (log, tail, redaction, throttle scanning) and the rules that turn exit
+codes, throttle signals and the collect step into a status."""
+
+from __future__ import annotations
+
+import tarfile
+import time
+from collections.abc import Callable
+
+from . import fanin, throttle
+from .capture import OutputCapture
+from .outcome import AttemptResult, CollectedFile, Status
+from .transport import Attempt
+
+
+class Verdict:
+    """Watches one attempt's output and decides its result."""
+
+    def __init__(self, attempt: Attempt, *, host: str = "local") -> None:
+        self.attempt = attempt
+        self.host = host
+        self.started = time.monotonic()
+        self.scanner = throttle.Scanner(attempt.throttle_patterns)
+        self.capture = OutputCapture(
+            attempt.log_path,
+            log_limit=attempt.log_limit,
+            tail_limit=attempt.tail_limit,
+            secrets=attempt.secrets.values(),
+            on_line=self.scanner.line,
+        )
+
+    def result(self, status: Status, reason: str, **more: object) -> AttemptResult:
+        return AttemptResult(
+            status=status,
+            reason=reason,
+            duration=time.monotonic() - self.started,
+            output_tail=self.capture.tail,
+            host=self.host,
+            **more,  # type: ignore[arg-type]
+        )
+
+    def decide(
+        self,
+        *,
+        code: int | None,
+        stage: str,
+        control: str | None,
+        collect: Callable[[], tuple[CollectedFile, ...]],
+    ) -> AttemptResult:
+        """The result of a finished attempt: ``code`` of its last ``stage`` (None: it
+        timed out), the control file's text, and ``collect`` to run on success."""
+        if code is None:
+            return self.result(
+                Status.TIMEOUT, f"timed out after {self.attempt.invocation.timeout:g}s"
+            )
+        signal = throttle.classify(
+            code, self.scanner.signal, throttle.from_control(control) if control else None
+        )
+        throttled = {
+            "retry_after": signal.retry_after if signal else None,
+            "throttled_limit": signal.limit if signal else None,
+        }
+        if code != 0:
+            if signal is not None:
+                reason = f"throttled ({signal.source})"
+                return self.result(Status.THROTTLED, reason, exit_code=code, **throttled)
+            return self.result(Status.FAILED, f"{stage} exited with status {code}", exit_code=code)
+        try:
+            collected = collect()
+        except (fanin.PathRefused, tarfile.TarError, OSError) as exc:
+            reason = str(exc) if isinstance(exc, fanin.PathRefused) else f"collect: {exc}"
+            return self.result(Status.FAILED, reason, exit_code=0)
+        return self.result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
+
+    def close(self) -> None:
+        self.capture.close()
