@@ -373,7 +373,9 @@ def test_a_second_run_of_a_job_is_skipped_or_queued(tmp_path: Path) -> None:
     _wait(lambda: _running(tmp_path) == 2)
     second = subprocess.run([*FANOUT, "run", str(job)], capture_output=True, text=True)
     assert second.returncode == 6
-    assert f"job 'gated' is already running (pid {first.pid}, started by fanout run" in second.stderr
+    assert (
+        f"job 'gated' is already running (pid {first.pid}, started by fanout run" in second.stderr
+    )
     assert "this run was skipped (overlap = skip)" in second.stderr
     queued = _start(job, "--overlap", "queue", tmpdir=tmp_path)
     time.sleep(0.5)
