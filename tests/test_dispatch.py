@@ -258,3 +258,16 @@ jitter = 0.2
     (row,) = [r for r in runner.journal.units(summary.run_id) if r.unit.id == "u0"]
     assert (row.rung, row.attempts) == (0, 2)
     assert runner.journal.run(summary.run_id).limits["api"]["throttles"] == 1
+
+
+async def test_a_transport_that_cannot_start_stops_the_run_resumably(tmp_path: Path) -> None:
+    class Unreachable(FakeTransport):
+        async def start(self) -> None:
+            raise HostsUnavailable("no SSH host is reachable: w1: connection refused")
+
+    runner = _runner(_job(tmp_path, items=2), Unreachable())
+    with pytest.raises(HostsUnavailable, match="no SSH host is reachable"):
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert (run.state, run.note) == ("stopped", "no SSH host is reachable: w1: connection refused")
+    assert (runner.run_dir(run.id) / "report.md").exists()

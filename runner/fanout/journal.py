@@ -220,6 +220,12 @@ class Journal:
         ).fetchone()
         return None if row is None else _run_row(row)
 
+    def worker_seconds(self, run_id: str) -> float:
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(worker_seconds), 0) AS total FROM units WHERE run = ?", (run_id,)
+        ).fetchone()
+        return float(row["total"])
+
     def set_round(self, run_id: str, round_number: int, *, records: int, selected: int) -> None:
         self._write("UPDATE runs SET round = ? WHERE id = ?", (round_number, run_id))
         self._write(

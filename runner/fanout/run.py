@@ -131,8 +131,13 @@ class Runner:
         started = self.monotonic()
         last_selection: str | None = None
         state, note = "finished", ""
-        await self.transport.start()
+        failure: EnvironmentProblem | None = None
         try:
+            try:
+                await self.transport.start()
+            except EnvironmentProblem as exc:  # no host reachable, no bwrap where required
+                failure = exc
+                raise
             number = first_round
             while True:
                 ctx = self._round(run_id, number, secrets, options)
@@ -174,6 +179,11 @@ class Runner:
         except asyncio.CancelledError:
             state, note = "interrupted", "interrupted; `fanout run --resume` continues"
             raise
+        except EnvironmentProblem as exc:
+            if exc is not failure:
+                raise
+            state, note = "stopped", str(exc)
+            raise
         finally:
             await self.transport.close()
             wall = self.monotonic() - started
@@ -197,7 +207,7 @@ class Runner:
             report_dir=self.run_dir(run_id),
             note=note,
             wall_seconds=self.journal.run(run_id).wall,
-            worker_seconds=sum(r.worker_seconds for r in self.journal.units(run_id)),
+            worker_seconds=self.journal.worker_seconds(run_id),
         )
         if state == "stopped":
             raise HostsUnavailable(
