@@ -279,3 +279,31 @@ async def test_sandbox_bwrap_required_but_missing_is_an_error(
     assert warnings == [
         "bubblewrap (bwrap) not found: units run in plain directories without isolation"
     ]
+
+
+async def test_tools_installed_under_tmp_stay_visible_in_bwrap(tmp_path: Path) -> None:
+    """A checkout and its virtualenv under /tmp (CI, scratch clones) must still run."""
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    (prefix / "lib" / "data.txt").write_text("from the prefix\n")
+    tool = prefix / "bin" / "my-tool"
+    tool.write_text(f"#!/bin/sh\ncat {prefix}/lib/data.txt\n")
+    tool.chmod(0o755)
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    transport = LocalTransport(
+        slots=1, sandbox_kind="bwrap", root=root, path=f"{prefix}/bin:{os.environ['PATH']}"
+    )
+    await transport.start()
+    result = await transport.run(_attempt(tmp_path, ["my-tool"]))
+    assert (result.status, result.output_tail) == (Status.SUCCEEDED, "from the prefix\n")
+
+
+def test_tool_dirs_bring_a_bin_directory_s_prefix() -> None:
+    from fanout.sandbox import tool_dirs
+
+    assert tool_dirs("/tmp/ci/.venv/bin:/usr/bin:/var/tmp/tools:/tmp:relative") == [
+        Path("/tmp/ci/.venv"),
+        Path("/var/tmp/tools"),
+    ]

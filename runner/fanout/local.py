@@ -56,6 +56,8 @@ class LocalTransport:
         self.root = root or Path(tempfile.gettempdir())
         self._path = path
         self._hidden = tuple(hidden)
+        # Tools on PATH, and fanout's own environment (tests and jobs run its python).
+        self._tools = tuple(sandbox.tool_dirs(f"{path}:{sys.prefix}/bin"))
         self._warn = warn
         self.kind: sandbox.Kind = "none"
 
@@ -169,6 +171,7 @@ class LocalTransport:
             hidden=self._hidden,
             image=self._image,
             env_names=list(env),
+            tools=self._tools,
         )
         starting = asyncio.ensure_future(
             asyncio.create_subprocess_exec(

@@ -72,9 +72,11 @@ def wrap(
     hidden: Sequence[Path] = (),
     image: str | None = None,
     env_names: Sequence[str] = (),
+    tools: Sequence[Path] = (),
 ) -> list[str]:
     """The argv that runs ``argv`` inside the sandbox.  Environment values never appear
-    here: they reach the worker through the wrapper's own environment."""
+    here: they reach the worker through the wrapper's own environment.  ``tools`` are
+    directories under the private /tmp that must stay visible (see ``tool_dirs``)."""
     if kind == "none":
         # setpriv makes the worker die with fanout even if fanout is SIGKILLed, without a
         # preexec_fn (which would force a slow fork instead of vfork for every worker).
@@ -90,8 +92,30 @@ def wrap(
     for path in hidden:
         if path.is_dir():
             command += ["--tmpfs", str(path)]
+    for path in tools:
+        command += ["--ro-bind-try", str(path), str(path)]
     command += ["--bind", str(sandbox), str(sandbox), "--chdir", str(sandbox)]
     command += ["--unshare-all", "--die-with-parent", "--new-session"]
     if network:
         command.append("--share-net")
     return [*command, "--", *argv]
+
+
+_PRIVATE = (Path("/tmp"), Path("/var/tmp"))
+
+
+def tool_dirs(path: str) -> list[Path]:
+    """Directories of ``path`` (a PATH value) that a private /tmp would hide: a checkout
+    and its virtualenv under /tmp must still run inside bwrap.  A ``.../bin`` entry
+    brings its whole prefix (a virtualenv needs its ``lib``), read-only."""
+    found: list[Path] = []
+    for entry in path.split(":"):
+        directory = Path(entry)
+        if not directory.is_absolute() or not any(
+            directory.is_relative_to(private) for private in _PRIVATE
+        ):
+            continue
+        root = directory.parent if directory.name == "bin" else directory
+        if root not in found and root not in _PRIVATE:
+            found.append(root)
+    return found
