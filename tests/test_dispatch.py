@@ -271,3 +271,35 @@ async def test_a_transport_that_cannot_start_stops_the_run_resumably(tmp_path: P
     (run,) = runner.journal.runs()
     assert (run.state, run.note) == ("stopped", "no SSH host is reachable: w1: connection refused")
     assert (runner.run_dir(run.id) / "report.md").exists()
+
+
+async def test_a_resumed_run_renders_with_the_trigger_that_started_it(tmp_path: Path) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+version = 1
+name = "mode"
+[inputs]
+items = ["u0", "u1"]
+[task]
+prompt = "mode={{ trigger.vars.mode | default('manual') }}"
+command = ["agent"]
+[runtime]
+maxConcurrentTasks = 1
+""",
+        )
+    )
+
+    def down(attempt: Attempt) -> AttemptResult:
+        if attempt.unit_id == "u1":
+            raise HostsUnavailable("every SSH host is down")
+        return AttemptResult(status=Status.SUCCEEDED, reason="ok")
+
+    trigger = {"name": "nightly", "schedule": "@daily", "vars": {"mode": "light"}, "time": ""}
+    with pytest.raises(HostsUnavailable):
+        await _runner(job, FakeTransport(script=down)).execute(Options(trigger=trigger))
+    again = FakeTransport()
+    summary = await _runner(job, again).execute(Options(resume=True))
+    assert summary.counts == {"succeeded": 2}
+    assert [a.invocation.prompt for a in again.attempts] == ["mode=light"]

@@ -20,7 +20,7 @@ import random
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,8 @@ class Runner:
             if row is None:
                 raise StateError(f"no unfinished run of job {spec.name!r} to resume")
             run_id, first_round, apply = row.id, row.round, row.apply
+            # Templates render as they did before the crash: the same trigger context.
+            options = replace(options, trigger=row.trigger or options.trigger)
             self.journal.reopen_run(run_id)
             event: dict[str, Any] = {"event": "run.resumed", "round": first_round}
         else:
