@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from fanout import spec
+from fanout import plan, spec
 from fanout.errors import JobError
 from fanout.schema import job_schema
 
@@ -81,14 +81,14 @@ def test_resolved_document_is_a_valid_job_that_loads_to_the_same_spec(
     repo: Path, tmp_path: Path
 ) -> None:
     original = spec.load(repo / "fanout.toml.example")
-    document = spec.to_document(original)
+    document = plan.to_document(original)
     import jsonschema
 
     jsonschema.validate(document, job_schema())
     copy = tmp_path / "resolved.toml"
     copy.write_text(tomli_w.dumps(document))
     again = spec.load(copy)
-    assert spec.to_document(again) == document
+    assert plan.to_document(again) == document
     assert tomllib.loads(copy.read_text())["runtime"]["maxConcurrentTasks"] == 4
 
 

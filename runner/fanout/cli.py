@@ -279,8 +279,7 @@ def _execute(
     display = Display(console, verbose=verbose)
     with display:
         summary = launch.run_blocking(job, _environ(), [display], action, overlap=overlap)
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no units"
-    console.print(f"run {summary.run_id} {summary.state}: {counts}")
+    console.print(summary.describe())
     if summary.wall_seconds > 0:
         console.print(
             f"wall {format_duration(summary.wall_seconds)}, worker time "
@@ -386,24 +385,18 @@ def triggers(
     def fires() -> str:
         job = spec.load(file, require_hosts=False)
         try:
-            start = (
-                datetime.fromisoformat(after.replace("Z", "+00:00")) if after else datetime.now(UTC)
-            )
+            start = datetime.fromisoformat(after.replace("Z", "+00:00")) if after else None
         except ValueError:
             raise FanoutError(
                 f"--after {after!r} is not an ISO 8601 time like 2027-11-07T00:00Z"
             ) from None
-        if start.tzinfo is None:
+        if start is None:
+            start = datetime.now(UTC)
+        elif start.tzinfo is None:
             start = start.replace(tzinfo=UTC)
         if not job.triggers:
             return f"{file} has no triggers\n"
-        lines = []
-        for fire in planning.next_fires(job, start, count):
-            named = f"{fire.trigger!r} " if fire.trigger != fire.expression else ""
-            lines.append(f"{named}{fire.expression} ({fire.timezone}): {fire.explanation}")
-            for moment in fire.times:
-                lines.append(f"  {planning.iso(moment)}  {planning.iso(moment.astimezone(UTC))}")
-        return "\n".join(lines) + "\n"
+        return planning.render_fires(planning.next_fires(job, start, count))
 
     print(_call(fires), end="")
 
@@ -426,7 +419,6 @@ def schedule(
     from rich.console import Console
 
     from . import launch, spec
-    from . import run as running
     from .progress import Display
     from .schedule import Fire, Scheduler
 
@@ -441,16 +433,8 @@ def schedule(
 
     async def start_run(fire: Fire) -> str:
         display = Display(console, live=False, prefix=fire.job.name)
-        summary = await launch.run_async(
-            fire.job,
-            environ,
-            [display],
-            lambda r: r.execute(running.Options(trigger=fire.context)),
-            overlap=fire.trigger.overlap,
-            by=f"fanout schedule ({fire.trigger.name})",
-        )
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no units"
-        return f"run {summary.run_id} {summary.state}: {counts}"
+        summary = await launch.run_fire(fire, environ, [display])
+        return summary.describe()
 
     async def main() -> None:
         scheduler = Scheduler(jobs, start_run=start_run, log=log)

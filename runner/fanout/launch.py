@@ -16,7 +16,8 @@ from .errors import Interrupted
 from .events import Events, Sink
 from .journal import Journal
 from .lock import JobLock, Overlap
-from .run import Runner, Summary
+from .run import Options, Runner, Summary
+from .schedule import Fire
 from .spec import Spec
 from .transport import Transport
 
@@ -115,3 +116,15 @@ def run_blocking(
             "interrupted: running units were stopped and their sandboxes removed; "
             f"`fanout run {job.file} --resume` continues"
         ) from None
+
+
+async def run_fire(fire: Fire, environ: Mapping[str, str], sinks: list[Sink]) -> Summary:
+    """The run a scheduled fire starts: the trigger's context and overlap policy."""
+    return await run_async(
+        fire.job,
+        environ,
+        sinks,
+        lambda runner: runner.execute(Options(trigger=fire.context)),
+        overlap=fire.trigger.overlap,
+        by=f"fanout schedule ({fire.trigger.name})",
+    )

@@ -7,27 +7,30 @@ fires.  ``render_text`` turns it into the text the CLI prints.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import tomli_w
 
-from . import invocation, limits
+from . import cron, invocation, limits
 from .invocation import Invocation
-from .quantities import duration_text, format_duration
-from .spec import Spec, to_document
-from .templates import RenderError
+from .quantities import duration_text, format_duration, size_text
+from .spec import Inputs, Spec, camel_case
+from .templates import RenderError, Template
 from .units import Unit, select
 
 SHOWN_UNITS = 10
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Fire:
+class TriggerFires:
     trigger: str
     expression: str
     timezone: str
@@ -46,7 +49,7 @@ class Plan:
     first_task_error: str | None
     concurrency: int
     sandbox: str
-    fires: tuple[Fire, ...]
+    fires: tuple[TriggerFires, ...]
 
 
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
@@ -77,9 +80,9 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
     )
 
 
-def next_fires(spec: Spec, now: datetime, count: int) -> tuple[Fire, ...]:
+def next_fires(spec: Spec, now: datetime, count: int) -> tuple[TriggerFires, ...]:
     return tuple(
-        Fire(
+        TriggerFires(
             trigger=trigger.name,
             expression=trigger.schedule.text,
             timezone=trigger.timezone,
@@ -201,3 +204,60 @@ def _task_lines(task: Invocation) -> list[str]:
         lines.append("  prompt (stdin):")
         lines += [f"    | {line}" for line in task.prompt.rstrip("\n").split("\n")]
     return lines
+
+
+def render_fires(fires: tuple[TriggerFires, ...]) -> str:
+    """``fanout triggers``: each trigger's reading, then its fires in its zone and UTC."""
+    lines = []
+    for fire in fires:
+        named = f"{fire.trigger!r} " if fire.trigger != fire.expression else ""
+        lines.append(f"{named}{fire.expression} ({fire.timezone}): {fire.explanation}")
+        for moment in fire.times:
+            lines.append(f"  {iso(moment)}  {iso(moment.astimezone(UTC))}")
+    return "\n".join(lines) + "\n"
+
+
+_SIZES = frozenset({"log_limit", "output_tail"})
+_HIDDEN = frozenset({"file", "templates", "hosts_file"})
+
+
+def to_document(value: Any, name: str = "") -> Any:
+    """The job file ``value`` stands for, with every default filled in."""
+    if isinstance(value, Template):
+        return value.source
+    if isinstance(value, cron.CronExpr):
+        return value.text
+    if isinstance(value, re.Pattern):
+        return value.pattern
+    if isinstance(value, Path):
+        return str(value)
+    if is_dataclass(value):
+        document = {}
+        skip = _HIDDEN | (_inapplicable_inputs(value) if isinstance(value, Inputs) else set())
+        for item in fields(value):
+            inner = getattr(value, item.name)
+            if item.name in skip or inner is None or inner == () or inner == {}:
+                continue
+            document[camel_case(item.name)] = to_document(inner, item.name)
+        return document
+    if isinstance(value, Mapping):
+        return {k: to_document(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [to_document(v) for v in value]
+    if isinstance(value, float) and name != "jitter":
+        return duration_text(value)
+    if isinstance(value, int) and not isinstance(value, bool) and name in _SIZES:
+        return size_text(value)
+    return value
+
+
+def _inapplicable_inputs(inputs: Inputs) -> set[str]:
+    """Input keys whose defaults mean nothing for this source (hidden by ``plan``)."""
+    skip = set()
+    if inputs.source != "files":
+        skip |= {"gitignore", "exclude"}
+    if inputs.source != "command":
+        skip |= {"format", "ok_exit_codes", "timeout"}
+    if not inputs.pointer:
+        skip.add("pointer")
+    return skip

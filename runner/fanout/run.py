@@ -57,6 +57,10 @@ class Summary:
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
 
+    def describe(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items())) or "no units"
+        return f"run {self.run_id} {self.state}: {counts}"
+
     @property
     def exit_code(self) -> int:
         if self.state == "interrupted":

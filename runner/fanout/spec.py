@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from . import checks, cron, schema, tomlpos
 from .errors import JobError, Problem
-from .quantities import duration_text, parse_duration, parse_size, size_text
+from .quantities import parse_duration, parse_size
 from .templates import Template, Templates
 
 JobValue = str | int | float | bool
@@ -494,49 +494,3 @@ def dataclass_fields(cls: type) -> list[str]:
     """Names of a spec dataclass's fields (used by the schema agreement test)."""
     assert is_dataclass(cls)
     return [f.name for f in fields(cls)]
-
-
-_SIZES = frozenset({"log_limit", "output_tail"})
-_HIDDEN = frozenset({"file", "templates", "hosts_file"})
-
-
-def to_document(value: Any, name: str = "") -> Any:
-    """The job file ``value`` stands for, with every default filled in (for ``plan``)."""
-    if isinstance(value, Template):
-        return value.source
-    if isinstance(value, cron.CronExpr):
-        return value.text
-    if isinstance(value, re.Pattern):
-        return value.pattern
-    if isinstance(value, Path):
-        return str(value)
-    if is_dataclass(value):
-        document = {}
-        skip = _HIDDEN | (_inapplicable_inputs(value) if isinstance(value, Inputs) else set())
-        for item in fields(value):
-            inner = getattr(value, item.name)
-            if item.name in skip or inner is None or inner == () or inner == {}:
-                continue
-            document[camel_case(item.name)] = to_document(inner, item.name)
-        return document
-    if isinstance(value, Mapping):
-        return {k: to_document(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [to_document(v) for v in value]
-    if isinstance(value, float) and name != "jitter":
-        return duration_text(value)
-    if isinstance(value, int) and not isinstance(value, bool) and name in _SIZES:
-        return size_text(value)
-    return value
-
-
-def _inapplicable_inputs(inputs: Inputs) -> set[str]:
-    """Input keys whose defaults mean nothing for this source (hidden by ``plan``)."""
-    skip = set()
-    if inputs.source != "files":
-        skip |= {"gitignore", "exclude"}
-    if inputs.source != "command":
-        skip |= {"format", "ok_exit_codes", "timeout"}
-    if not inputs.pointer:
-        skip.add("pointer")
-    return skip

@@ -24,25 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import math
 import random
-import re
 import secrets
 import shlex
-import tarfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import asyncssh
 
-from . import fanin, globs
+from . import fanin, protocol
 from .capture import OutputCapture
 from .errors import EnvironmentProblem, HostsUnavailable
-from .outcome import AttemptResult, CollectedFile, Status
+from .outcome import AttemptResult, Status
 from .spec import Host
 from .transport import Attempt
 from .verdict import Verdict
@@ -58,13 +54,6 @@ _CIPHERS = (
     "aes128-ctr",
     "aes256-ctr",
 )
-
-
-def wrapper_script() -> str:
-    """The wrapper as sent: without comment lines and indentation (less for sh to read)."""
-    text = resources.files("fanout").joinpath("wrapper.sh").read_text(encoding="utf-8")
-    lines = (line.strip() for line in text.splitlines())
-    return "\n".join(line for line in lines if line and not line.startswith("#")) + "\n"
 
 
 class _Lost(Exception):
@@ -146,7 +135,7 @@ class SshTransport:
         self._notice = notice
         self._rng = rng or random.Random()
         self._changed = asyncio.Condition()
-        self._wrapper = wrapper_script()
+        self._wrapper = protocol.wrapper_script()
 
     @property
     def capacity(self) -> int:
@@ -406,7 +395,7 @@ class SshTransport:
         # lifeline at the timeout), for when fanout cannot reach the host any more.
         backstop = math.ceil(invocation.timeout) + 2
         try:
-            message = _message(attempt, token, backstop, mark)
+            message = protocol.message(attempt, token, backstop, mark)
         except (fanin.PathRefused, OSError) as exc:
             verdict.close()
             return result(Status.FAILED, str(exc))
@@ -423,7 +412,7 @@ class SshTransport:
                 # Cut the lifeline: the agent kills the unit's processes and cleans up.
                 self._retire(agent)
                 conversation.cancel()
-                report = _Report(timed_out=True)
+                report = protocol.Report(timed_out=True)
             keep = report.complete
         except _Lost as exc:
             await self._host_failed(state, str(exc))
@@ -452,7 +441,7 @@ class SshTransport:
             else (report.verify if report.verify is not None else report.worker),
             stage="verify" if report.verify is not None else "worker",
             control=report.control or None,
-            collect=lambda: _extract(report.collected, attempt.collect_dir),
+            collect=lambda: protocol.extract(report.collected, attempt.collect_dir),
         )
 
     # Probes and trust -------------------------------------------------------------
@@ -510,18 +499,6 @@ class _Unreachable(Exception):
     """The host could not be reached this time."""
 
 
-@dataclass
-class _Report:
-    worker: int | None = None
-    verify: int | None = None
-    control: str = ""
-    collected: bytes = b""
-    timed_out: bool = False
-    lost: str = ""
-    complete: bool = False  # the agent said "done": it is ready for the next unit
-    refused: str = ""  # the host cannot run units at all (its sandbox root, say)
-
-
 @dataclass(eq=False)
 class _Agent:
     """One long-lived channel running the agent loop, serving one unit at a time."""
@@ -538,116 +515,21 @@ class _Agent:
         return not self.connection.closed and not self.connection.conn.is_closed()
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _message(attempt: Attempt, token: str, deadline: int, mark: str) -> bytes:
-    """One unit for the agent: a line "TOKEN DEADLINE MARK SETUP", then the staged tar."""
-    invocation = attempt.invocation
-    words: list[str] = []
-    for name, value in {**attempt.base_env(), **invocation.env, **attempt.secrets}.items():
-        if not _ENV_NAME.fullmatch(name):
-            raise fanin.PathRefused(f"env: {name!r} is not an environment variable name")
-        words.append(f"export {name}={_quote(value)};")
-    words.append(f"prompt={_quote(invocation.prompt)};")
-    words.append(f"worker() {{ launch {_join(invocation.argv)}; }};")
-    if invocation.verify:
-        words.append(f"verify() {{ launch {_join(invocation.verify)}; }};")
-    if invocation.collect:
-        tests = []
-        for pattern in invocation.collect:
-            try:
-                tests.append(f"-regex {_quote(globs.to_find_regex(pattern))}")
-            except ValueError as exc:
-                raise fanin.PathRefused(f"collect: {exc}") from None
-        words.append(f"collect() {{ collect_files {' -o '.join(tests)}; }};")
-    stage = _stage_tar(attempt)
-    line = f"{token} {deadline} {mark} " + " ".join(words) + "\n"
-    return line.encode() + f"{len(stage)}\n".encode() + stage
-
-
-def _quote(value: str) -> str:
-    """A shell word for ``value`` on one line: newlines become the agent's "$nl"."""
-    return '"$nl"'.join(shlex.quote(piece) for piece in value.split("\n"))
-
-
-def _join(argv: Sequence[str]) -> str:
-    return " ".join(_quote(arg) for arg in argv)
-
-
-def _stage_tar(attempt: Attempt) -> bytes:
-    if not attempt.staged:
-        return b""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for item in attempt.staged:
-            info = archive.gettarinfo(str(item.source), arcname=item.path)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            with item.source.open("rb") as stream:
-                archive.addfile(info, stream)
-    return buffer.getvalue()
-
-
 async def _converse(
     agent: _Agent, message: bytes, token: str, mark: str, capture: OutputCapture
-) -> _Report:
-    """Send one unit to the agent and read its verdict; the unit's output (stderr) is
-    read up to the end mark the agent prints after the unit, which no worker can know."""
+) -> protocol.Report:
+    """Send one unit to the agent and read its verdict and its output."""
     process = agent.process
-    report = _Report()
+    report = protocol.Report()
     try:
         process.stdin.write(message)
         await process.stdin.drain()
     except (OSError, asyncssh.Error) as exc:
         report.lost = _describe(exc)
         return report
-    end = f"\n\x1efanout-end {mark}\n".encode()
-
-    async def pump_stderr() -> None:
-        pending = b""
-        while True:
-            chunk = await process.stderr.read(65536)
-            if not chunk:
-                capture.feed(pending)
-                return
-            pending += chunk
-            found = pending.find(end)
-            if found >= 0:
-                capture.feed(pending[:found])
-                return
-            keep = len(end) - 1
-            capture.feed(pending[:-keep] if len(pending) > keep else b"")
-            pending = pending[-keep:] if len(pending) > keep else pending
-
-    pump = asyncio.create_task(pump_stderr())
+    pump = asyncio.create_task(protocol.read_output(process.stderr, mark, capture))
     try:
-        stdout = process.stdout
-        while True:
-            line = await stdout.readline()
-            if not line:
-                break
-            words = line.decode(errors="replace").split()
-            if not words:
-                continue
-            if words[0] == "worker":
-                report.worker = int(words[1])
-            elif words[0] == "verify":
-                report.verify = int(words[1])
-            elif words[0] == "timeout":
-                report.timed_out = True
-            elif words[0] in ("control", "collect"):
-                payload = await stdout.readexactly(int(words[1]))
-                if words[0] == "control":
-                    report.control = payload.decode(errors="replace")
-                else:
-                    report.collected = payload
-            elif words[0] == "error":
-                report.refused = " ".join(words[1:])
-                break
-            elif words[0] == "done" and words[1:] == [token]:
-                report.complete = True
-                break
+        await protocol.read_verdict(process.stdout, token, report)
         if report.complete:
             await pump
     except (OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
@@ -664,32 +546,6 @@ def _cut_lifeline(process: asyncssh.SSHClientProcess[bytes]) -> None:
     """EOF on the wrapper's stdin: it kills whatever of the unit still runs."""
     with contextlib.suppress(Exception):
         process.stdin.write_eof()
-
-
-def _extract(data: bytes, destination: Path) -> tuple[CollectedFile, ...]:
-    if not data:
-        return ()
-    collected = []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
-        for member in archive.getmembers():
-            name = member.name.removeprefix("./")
-            if not member.isfile():
-                continue
-            try:
-                globs.compile_glob(name)
-            except ValueError as exc:
-                raise fanin.PathRefused(str(exc)) from None
-            target = destination / name
-            if not fanin.inside(target.resolve(), destination.resolve()):
-                raise fanin.PathRefused(f"{name!r} leaves the unit folder")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = archive.extractfile(member)
-            assert source is not None
-            target.write_bytes(source.read())
-            collected.append(
-                CollectedFile(path=name, sha256=fanin.sha256_file(target), size=member.size)
-            )
-    return tuple(collected)
 
 
 def _where(host: Host) -> str:
