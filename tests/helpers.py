@@ -5,10 +5,13 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from typer.testing import CliRunner
 
 from fanout.cli import app
+from fanout.invocation import Invocation
+from fanout.transport import Attempt, StagedFile
 
 MINIMAL = """\
 version = 1
@@ -40,3 +43,50 @@ def write_job(directory: Path, text: str, name: str = "job.toml") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
+
+
+def make_attempt(
+    directory: Path,
+    argv: list[str],
+    *,
+    unit_id: str = "u1",
+    verify: list[str] | None = None,
+    timeout: float = 30,
+    prompt: str = "",
+    staged: tuple[StagedFile, ...] = (),
+    collect: tuple[str, ...] | list[str] = (),
+    env: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
+    network: bool = False,
+    log_limit: int = 1 << 20,
+    tail_limit: int = 8192,
+    throttle_patterns: tuple[str, ...] = (),
+) -> Attempt:
+    """One attempt as a transport receives it, writing its files below ``directory``."""
+    return Attempt(
+        run_id="r1",
+        unit_id=unit_id,
+        round=1,
+        number=1,
+        invocation=Invocation(
+            unit_id=unit_id,
+            rung="default",
+            attempt=1,
+            argv=tuple(argv),
+            verify=tuple(verify or ()),
+            prompt=prompt,
+            env=MappingProxyType(env or {}),
+            secrets=tuple(secrets or {}),
+            timeout=timeout,
+            stage=(),
+            collect=tuple(collect),
+        ),
+        staged=staged,
+        collect_dir=directory / "collected",
+        log_path=directory / "logs" / "a1.log",
+        log_limit=log_limit,
+        tail_limit=tail_limit,
+        network=network,
+        throttle_patterns=throttle_patterns,
+        secrets=secrets or {},
+    )

@@ -7,62 +7,23 @@ import asyncio
 import os
 import shutil
 from pathlib import Path
-from types import MappingProxyType
+from typing import Any
 
 import pytest
 
-from fanout.invocation import Invocation
 from fanout.local import LocalTransport
 from fanout.outcome import Status
 from fanout.transport import Attempt, StagedFile
 
+from helpers import make_attempt
 from procs import marker, pids_with, wait_until_gone, wait_until_present
 
 KINDS = ["bwrap", "none"]
 BWRAP = shutil.which("bwrap")
 
 
-def _attempt(
-    tmp_path: Path,
-    argv: list[str],
-    *,
-    verify: list[str] | None = None,
-    timeout: float = 30,
-    prompt: str = "",
-    staged: tuple[StagedFile, ...] = (),
-    collect: tuple[str, ...] = (),
-    env: dict[str, str] | None = None,
-    secrets: dict[str, str] | None = None,
-    network: bool = False,
-    log_limit: int = 1 << 20,
-    tail_limit: int = 4096,
-) -> Attempt:
-    return Attempt(
-        run_id="r1",
-        unit_id="u1",
-        round=1,
-        number=1,
-        invocation=Invocation(
-            unit_id="u1",
-            rung="default",
-            attempt=1,
-            argv=tuple(argv),
-            verify=tuple(verify or ()),
-            prompt=prompt,
-            env=MappingProxyType(env or {}),
-            secrets=tuple(secrets or {}),
-            timeout=timeout,
-            stage=(),
-            collect=collect,
-        ),
-        staged=staged,
-        collect_dir=tmp_path / "collected",
-        log_path=tmp_path / "logs" / "a1.log",
-        log_limit=log_limit,
-        tail_limit=tail_limit,
-        network=network,
-        secrets=secrets or {},
-    )
+def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
+    return make_attempt(tmp_path, argv, **{"tail_limit": 4096, **options})
 
 
 async def _transport(tmp_path: Path, kind: str) -> LocalTransport:

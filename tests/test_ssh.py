@@ -9,7 +9,6 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ import pytest
 from fanout import spec
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
-from fanout.invocation import Invocation
 from fanout.journal import Journal
 from fanout.outcome import Status
 from fanout.run import Options, Runner
@@ -25,7 +23,7 @@ from fanout.spec import Host
 from fanout.ssh import SshTransport
 from fanout.transport import Attempt, StagedFile
 
-from helpers import write_job
+from helpers import make_attempt, write_job
 from procs import marker, pids_with, short_marker, wait_until_gone, wait_until_present
 
 pytestmark = pytest.mark.slow
@@ -58,34 +56,8 @@ def _transport(pool: Any, hosts: list[Host], **more: Any) -> SshTransport:
     return SshTransport(hosts, known_hosts=[pool.known_hosts], rng=random.Random(3), **options)
 
 
-def _attempt(tmp_path: Path, argv: list[str], **more: Any) -> Attempt:
-    invocation = Invocation(
-        unit_id=more.pop("unit_id", "u1"),
-        rung="default",
-        attempt=1,
-        argv=tuple(argv),
-        verify=tuple(more.pop("verify", ())),
-        prompt=more.pop("prompt", ""),
-        env=MappingProxyType(more.pop("env", {})),
-        secrets=tuple(more.get("secrets", {})),
-        timeout=more.pop("timeout", 30),
-        stage=(),
-        collect=tuple(more.pop("collect", ())),
-    )
-    return Attempt(
-        run_id="r1",
-        unit_id=invocation.unit_id,
-        round=1,
-        number=1,
-        invocation=invocation,
-        staged=more.pop("staged", ()),
-        collect_dir=tmp_path / "collected",
-        log_path=tmp_path / "logs" / "a.log",
-        log_limit=1 << 20,
-        tail_limit=8192,
-        network=False,
-        secrets=more.pop("secrets", {}),
-    )
+def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
+    return make_attempt(tmp_path, argv, **options)
 
 
 def _sandboxes(pool: Any) -> list[str]:

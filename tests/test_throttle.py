@@ -7,13 +7,11 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from types import MappingProxyType
 
 import pytest
 
 from fanout import spec, throttle
 from fanout.events import Events
-from fanout.invocation import Invocation
 from fanout.journal import Journal
 from fanout.limits import gate_for
 from fanout.local import LocalTransport
@@ -22,7 +20,7 @@ from fanout.run import Options, Runner
 from fanout.transport import Attempt
 
 from api429 import Api, serve
-from helpers import write_job
+from helpers import make_attempt, write_job
 
 
 def test_retry_after_values() -> None:
@@ -34,32 +32,7 @@ def test_retry_after_values() -> None:
 
 
 def _attempt(tmp_path: Path, script: str, patterns: tuple[str, ...] = ()) -> Attempt:
-    return Attempt(
-        run_id="r",
-        unit_id="u",
-        round=1,
-        number=1,
-        invocation=Invocation(
-            unit_id="u",
-            rung="default",
-            attempt=1,
-            argv=("sh", "-c", script),
-            verify=(),
-            prompt="",
-            env=MappingProxyType({}),
-            secrets=(),
-            timeout=30,
-            stage=(),
-            collect=(),
-        ),
-        staged=(),
-        collect_dir=tmp_path / "c",
-        log_path=tmp_path / "a.log",
-        log_limit=1 << 16,
-        tail_limit=4096,
-        network=False,
-        throttle_patterns=patterns,
-    )
+    return make_attempt(tmp_path, ["sh", "-c", script], throttle_patterns=patterns)
 
 
 @pytest.mark.parametrize(
