@@ -101,7 +101,9 @@ def validate(
         ),
     ] = OutputFormat.text,
 ) -> None:
-    """Check job files against the schema and fanout's rules; exit 0 if all are valid, 2 if not.
+    """Check job files against the schema and fanout's rules.
+
+    Exit 0 if all are valid, 2 if not.
 
     Every problem is reported at once as FILE:LINE:COL: key.path: what is wrong.
     Input commands are not run (see 'fanout plan' for that).
@@ -134,10 +136,11 @@ def plan(
         Path | None, typer.Option("--hosts", help="A hosts file replacing runtime.hosts.")
     ] = None,
 ) -> None:
-    """Show what 'fanout run' would do: the units selected now, the first unit's rendered
-    prompt and command, concurrency, the pace the tightest rate limit allows, the next
-    cron fires and the resolved job with defaults filled in.  Runs the input command;
-    runs no worker.  Exit 3 if nothing is selected.
+    """Show what 'fanout run' would do, without running any worker.
+
+    The units selected now, the first unit's rendered prompt and command, concurrency,
+    the pace the tightest rate limit allows, the next cron fires and the resolved job
+    with defaults filled in.  Runs the input command.  Exit 3 if nothing is selected.
     """
     from . import plan as planning
     from . import spec
@@ -195,8 +198,10 @@ def run(
     ] = OverlapPolicy.SKIP,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
 ) -> None:
-    """Run a job: select units, run each in its own sandbox, retry up the ladder, apply
-    collected files between rounds, and write report.md and report.json.
+    """Run a job: every unit in its own sandbox, up the retry ladder, in rounds.
+
+    Selects the units, runs each in a fresh sandbox, retries up the ladder, applies
+    collected files between rounds, and writes report.md and report.json.
 
     Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
     2 for an invalid job, 3 if nothing was selected, 4 if the inputs or hosts cannot
@@ -239,8 +244,10 @@ def retry(
     state_dir: StateDir = Path(".fanout"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
 ) -> None:
-    """Start a new run over the units that failed in RUN, from the first rung of the
-    ladder, with the job file RUN was started from."""
+    """Start a new run over the units that failed in RUN, from the first rung.
+
+    It uses the job file RUN was started from.
+    """
     from . import run as running
     from .journal import Journal
 
@@ -376,8 +383,10 @@ def triggers(
         ),
     ] = None,
 ) -> None:
-    """The next fire times of each cron trigger, in its time zone and in UTC, with a
-    plain-English reading of the schedule."""
+    """The next fires of each cron trigger, in its time zone and in UTC.
+
+    Each trigger comes with a plain-English reading of its schedule.
+    """
     from . import plan as planning
     from . import spec
     from .errors import FanoutError
@@ -408,11 +417,13 @@ def schedule(
     ],
     hosts: HostsOption = None,
 ) -> None:
-    """Fire the cron triggers of the given jobs until stopped: a foreground process for
-    systemd or a container.  Logs go to stdout; SIGTERM or Ctrl-C stop firing and
-    interrupt the runs in progress, which stay resumable.  The last fire of each
-    trigger is kept in the state directory, so a restart neither fires twice nor
-    forgets a missed fire (each trigger's catchUp decides)."""
+    """Fire the cron triggers of the given jobs until stopped (systemd, containers).
+
+    A foreground process that logs to stdout.  SIGTERM or Ctrl-C stop firing and
+    interrupt the runs in progress, which stay resumable.  The last fire of each trigger
+    is kept in the state directory, so a restart neither fires twice nor forgets a
+    missed fire (each trigger's catchUp decides).
+    """
     import asyncio
     import signal
 
@@ -471,8 +482,11 @@ def hosts_check(
     file: JobFile,
     hosts: HostsOption = None,
 ) -> None:
-    """Probe every host of the job in parallel: reachable, authenticated, remote shell,
-    bwrap, free disk in the sandbox root and round-trip time.  Exit 4 if any is not usable."""
+    """Probe every host of the job in parallel.
+
+    Reachable, authenticated, remote shell, bwrap, free disk in the sandbox root and
+    round-trip time.  Exit 4 if any is not usable.
+    """
     import asyncio
 
     from rich.console import Console
@@ -518,8 +532,11 @@ def hosts_trust(
     hosts: HostsOption = None,
     yes: Annotated[bool, typer.Option("--yes", help="Trust without asking.")] = False,
 ) -> None:
-    """Show HOST's SSH host key fingerprint and, once you confirm it is the right one,
-    record it in fanout's own known_hosts file (~/.config/fanout/known_hosts)."""
+    """Show HOST's SSH host key fingerprint, and trust it once you confirm.
+
+    The key is recorded in fanout's own known_hosts file (~/.config/fanout/known_hosts),
+    never in yours.
+    """
     import asyncio
 
     from . import hosts as inventory
