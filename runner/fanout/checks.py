@@ -24,7 +24,6 @@ from .templates import (
     UNIT_SHAPE,
     Shape,
     Templates,
-    chain_lines,
 )
 from .tomlpos import KeyPath, Positions
 
@@ -207,7 +206,7 @@ def _check_templates(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 def _rung_var_uses(source: str, ctx: Context) -> list[tuple[str, int]]:
     return [
         (chain[2], lineno)
-        for chain, lineno in chain_lines(source, ctx.templates)
+        for chain, lineno in ctx.templates.chains(source)
         if len(chain) >= 3 and chain[:2] == ("rung", "vars")
     ]
 

@@ -236,18 +236,9 @@ async def _settle(process: asyncio.subprocess.Process, reader: asyncio.Task[None
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is not None and not _group_alive(process.pid):
-        return
+    """SIGKILL the worker's process group, leader gone or not (an empty group is fine)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _alive(pid: int) -> bool:

@@ -247,7 +247,6 @@ class Runner:
         progress) is known before anything runs; a resumed round reads the journal."""
         existing = self.journal.round_row(ctx.run_id, ctx.number)
         if resuming and existing is not None and existing["selection_done"]:
-            tally.done = False  # what was selected before the crash is not re-read
             return self._from_journal(ctx)
         if stream and not resuming:
             return self._streamed(ctx, tally)

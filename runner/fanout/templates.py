@@ -109,6 +109,7 @@ class Templates:
         env.filters.update(filters)
         self.env = env
         self._compiled: dict[str, Template] = {}
+        self._chains: dict[str, list[tuple[tuple[str, ...], int]]] = {}
 
     def _relpath(self, path: str) -> str:
         """A path relative to the workspace (absolute paths from linters become stable ids)."""
@@ -151,6 +152,7 @@ class Templates:
         except TemplateProblem as exc:
             return [exc]
         tree = self.env.parse(source)
+        self._chains[source] = _chains(tree)
         problems: list[TemplateProblem] = []
         known = set(shapes) | set(self.env.globals)
         for name in sorted(meta.find_undeclared_variables(tree) - known):
@@ -160,7 +162,7 @@ class Templates:
                 TemplateProblem(f"undefined variable {name!r}{hint}", _line_of(tree, name))
             )
         local_names = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
-        for chain, lineno in _chains(tree):
+        for chain, lineno in self._chains[source]:
             if chain[0] in local_names or chain[0] not in shapes:
                 continue
             problem = _check_chain(chain, shapes)
@@ -168,16 +170,19 @@ class Templates:
                 problems.append(TemplateProblem(problem, lineno))
         return problems
 
+    def chains(self, source: str) -> list[tuple[tuple[str, ...], int]]:
+        """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in
+        ``source``, each with the template line it is on (kept from ``check``)."""
+        if not is_template(source):
+            return []
+        if source not in self._chains:
+            self._chains[source] = _chains(self.env.parse(source))
+        return self._chains[source]
+
 
 def is_template(source: str) -> bool:
     """Whether ``source`` uses template syntax at all (else it renders as itself)."""
     return "{{" in source or "{%" in source or "{#" in source
-
-
-def chain_lines(source: str, env: Templates) -> list[tuple[tuple[str, ...], int]]:
-    """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in ``source``,
-    each with the template line it is on."""
-    return _chains(env.env.parse(source)) if is_template(source) else []
 
 
 def _check_chain(chain: tuple[str, ...], shapes: Mapping[str, Shape]) -> str | None:
