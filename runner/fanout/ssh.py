@@ -46,7 +46,8 @@ from .verdict import Verdict
 MAX_HANDSHAKES = 8
 QUARANTINE_AFTER = 3
 CHANNEL_RETRY_FOR = 10.0
-_GRACE = 5.0
+# How long a timed-out attempt waits for the host to finish its teardown.
+TEARDOWN_GRACE = 5.0
 _CIPHERS = (
     "aes128-gcm@openssh.com",
     "aes256-gcm@openssh.com",
@@ -384,6 +385,22 @@ class SshTransport:
             with contextlib.suppress(Exception):
                 agent.process.close()
 
+    async def _retire_after_teardown(self, agent: _Agent) -> None:
+        """Cut an agent's lifeline and wait (bounded) for it to exit.
+
+        The agent exits only after it has killed the unit's processes and removed its
+        sandbox, so when this returns the attempt's teardown on the host is finished, as
+        it is for a local attempt: the next rung never starts beside the last one's
+        leftovers.  A host that does not answer within TEARDOWN_GRACE is left to the
+        agent's own deadline.
+        """
+        if agent.retired:
+            return
+        _cut_lifeline(agent.process)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(agent.process.wait_closed(), TEARDOWN_GRACE)
+        self._retire(agent)
+
     async def _run_on(self, state: _Host, attempt: Attempt) -> AttemptResult:
         invocation = attempt.invocation
         verdict = Verdict(attempt, host=state.name)
@@ -410,8 +427,8 @@ class SshTransport:
                 report = await asyncio.wait_for(asyncio.shield(conversation), invocation.timeout)
             except TimeoutError:
                 # Cut the lifeline: the agent kills the unit's processes and cleans up.
-                self._retire(agent)
                 conversation.cancel()
+                await self._retire_after_teardown(agent)
                 report = protocol.Report(timed_out=True)
             keep = report.complete
         except _Lost as exc:
