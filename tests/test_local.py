@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from fanout.local import LocalTransport
 from fanout.outcome import Status
+from fanout.sandbox import Kind, wrap
 from fanout.transport import Attempt, StagedFile
 
 from helpers import make_attempt
@@ -221,7 +223,7 @@ async def test_missing_command_is_a_failure_not_a_crash(tmp_path: Path) -> None:
     transport = await _transport(tmp_path, "none")
     result = await transport.run(_attempt(tmp_path, ["no-such-program-xyz"]))
     assert (result.status, result.exit_code) == (Status.FAILED, 127)
-    assert "no-such-program-xyz: No such file or directory" in result.output_tail
+    assert "fanout: cannot start no-such-program-xyz: " in result.output_tail
 
 
 async def test_sandbox_bwrap_required_but_missing_is_an_error(
@@ -268,3 +270,17 @@ def test_tool_dirs_bring_a_bin_directory_s_prefix() -> None:
         Path("/tmp/ci/.venv"),
         Path("/var/tmp/tools"),
     ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_whose_parent_is_not_fanout_never_starts(tmp_path: Path, kind: Kind) -> None:
+    # fanout SIGKILLed while spawning a worker: the worker's parent is no longer fanout by
+    # the time the parent-death signal is set, so the signal would never come.  A second
+    # process between fanout and the wrapped argv stands in for that reparenting.
+    ran = tmp_path / "ran"
+    argv = wrap(kind, ["touch", str(ran)], sandbox=tmp_path, network=False)
+    direct = subprocess.run(argv, check=False)
+    assert (direct.returncode, ran.exists()) == (0, True)
+    ran.unlink()
+    reparented = subprocess.run(["sh", "-c", '"$@"', "sh", *argv], check=False)
+    assert (reparented.returncode, ran.exists()) == (137, False)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -28,12 +27,7 @@ from .outcome import AttemptResult, Status
 from .transport import Attempt
 from .verdict import Verdict
 
-_PR_SET_PDEATHSIG = 1
 _DRAIN_AFTER_KILL = 2.0
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class LocalTransport:
@@ -182,9 +176,7 @@ class LocalTransport:
                 cwd=directory,
                 env=dict(env),
                 start_new_session=True,
-                preexec_fn=_die_with_parent
-                if self.kind == "none" and not sandbox.SETPRIV
-                else None,
+                preexec_fn=sandbox.preexec(self.kind),
             )
         )
         try:
