@@ -114,6 +114,9 @@ def copy_collected(
     sandbox: Path, patterns: Iterable[str], destination: Path, *, skip: Iterable[str] = ()
 ) -> tuple[CollectedFile, ...]:
     """Copy the files ``patterns`` select in ``sandbox`` into ``destination``."""
+    patterns = list(patterns)
+    if not patterns:
+        return ()
     try:
         names = [n for n in select_files(sandbox, patterns) if n not in set(skip)]
     except PathRefused as exc:
