@@ -191,40 +191,45 @@ class LocalTransport:
                 _kill_group(started)
                 await started.wait()
             raise
-        feeder = asyncio.create_task(_feed(process, stdin_text.encode()))
+        _feed(process, stdin_text.encode())
         reader = asyncio.create_task(_read(process, capture))
+        exited = False
         try:
-            remaining = max(0.0, deadline - time.monotonic())
             try:
-                return await asyncio.wait_for(process.wait(), remaining)
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    code = await process.wait()
+                exited = True
+                return code
             except TimeoutError:
                 return None
         finally:
             _kill_group(process)
-            feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.shield(asyncio.wait_for(_settle(process, reader), _DRAIN_AFTER_KILL))
-            reader.cancel()
+            # The group is dead.  Whatever still holds the output pipe (a process that
+            # left the group) or keeps the worker from being reaped gets a bounded wait.
+            waiting = {reader} if exited else {reader, asyncio.ensure_future(process.wait())}
+            waiting = {task for task in waiting if not task.done()}
+            if waiting:
+                try:
+                    await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
+                finally:
+                    for task in waiting:
+                        task.cancel()
 
 
-async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
+def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
+    """Hand the prompt to the pipe and close it.  The transport writes what the pipe does
+    not take at once as the worker reads, and gives up quietly if the worker exits
+    without reading: no task, no drain."""
     assert process.stdin is not None
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        if data:
-            process.stdin.write(data)
-            await process.stdin.drain()
-        process.stdin.close()
+    if data:
+        process.stdin.write(data)
+    process.stdin.close()
 
 
 async def _read(process: asyncio.subprocess.Process, capture: OutputCapture) -> None:
     assert process.stdout is not None
     while chunk := await process.stdout.read(65536):
         capture.feed(chunk)
-
-
-async def _settle(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
-    await process.wait()
-    await reader
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
