@@ -142,6 +142,30 @@ async def test_timeout_kills_the_remote_process_tree(
     assert _sandboxes(ssh_pool) == []
 
 
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_an_interrupted_unit_is_torn_down_before_close_returns(
+    ssh_pool: Any, tmp_path: Path, sandbox: str
+) -> None:
+    server = ssh_pool.add("h1")
+    transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
+    await transport.start()
+    token = marker()
+    task = asyncio.create_task(
+        transport.run(_attempt(tmp_path, ["sh", "-c", f"sleep {token} & sleep {token}"]))
+    )
+    try:
+        assert await asyncio.to_thread(wait_until_present, token)
+        assert len(_sandboxes(ssh_pool)) == 1
+        task.cancel()  # Ctrl-C
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await transport.close()
+    # No waiting here: close() returns once the host has cleaned up.
+    assert _sandboxes(ssh_pool) == []
+    assert pids_with(token) == []
+
+
 async def test_a_cut_connection_leaves_nothing_running_on_the_host(
     ssh_pool: Any, tmp_path: Path
 ) -> None:

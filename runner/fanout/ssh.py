@@ -137,6 +137,7 @@ class SshTransport:
         self._rng = rng or random.Random()
         self._changed = asyncio.Condition()
         self._wrapper = protocol.wrapper_script()
+        self._reapers: set[asyncio.Task[None]] = set()
 
     @property
     def capacity(self) -> int:
@@ -289,6 +290,10 @@ class SshTransport:
             for agent in state.idle:
                 self._retire(agent)
             state.idle.clear()
+        if self._reapers:
+            # Interrupted and timed-out units' teardowns on their hosts, each bounded.
+            await asyncio.wait(set(self._reapers))
+        for state in self._hosts:
             for connection in state.connections:
                 connection.conn.close()
             for connection in state.connections:
@@ -376,30 +381,23 @@ class SshTransport:
         connection, process = await self._channel(state, command)
         return _Agent(connection=connection, process=process, network=network)
 
-    def _retire(self, agent: _Agent) -> None:
-        """Close an agent's channel: at EOF it kills whatever of its unit still runs."""
-        if not agent.retired:
-            agent.retired = True
-            agent.connection.channels -= 1
-            _cut_lifeline(agent.process)
-            with contextlib.suppress(Exception):
-                agent.process.close()
+    def _retire(self, agent: _Agent) -> asyncio.Task[None]:
+        """Cut an agent's lifeline; the task that ends when the agent has exited.
 
-    async def _retire_after_teardown(self, agent: _Agent) -> None:
-        """Cut an agent's lifeline and wait (bounded) for it to exit.
-
-        The agent exits only after it has killed the unit's processes and removed its
-        sandbox, so when this returns the attempt's teardown on the host is finished, as
-        it is for a local attempt: the next rung never starts beside the last one's
-        leftovers.  A host that does not answer within TEARDOWN_GRACE is left to the
-        agent's own deadline.
+        At EOF the agent kills whatever of its unit still runs, removes the sandbox and
+        exits, so when the task ends the unit's teardown on the host is finished, as it
+        is for a local attempt: a timed-out unit's next rung never starts beside the last
+        one's leftovers, and ``close`` (which waits for every such task) returns after
+        an interrupted run's hosts are clean.  A host that does not answer within
+        TEARDOWN_GRACE is left to the agent's own deadline.
         """
-        if agent.retired:
-            return
-        _cut_lifeline(agent.process)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(agent.process.wait_closed(), TEARDOWN_GRACE)
-        self._retire(agent)
+        if agent.reaper is None:
+            agent.retired = True
+            _cut_lifeline(agent.process)
+            agent.reaper = asyncio.get_running_loop().create_task(_reap(agent))
+            self._reapers.add(agent.reaper)
+            agent.reaper.add_done_callback(self._reapers.discard)
+        return agent.reaper
 
     async def _run_on(self, state: _Host, attempt: Attempt) -> AttemptResult:
         invocation = attempt.invocation
@@ -417,6 +415,7 @@ class SshTransport:
             verdict.close()
             return result(Status.FAILED, str(exc))
         agent: _Agent | None = None
+        conversation: asyncio.Task[protocol.Report] | None = None
         keep = False
         try:
             agent = await self._agent(state, attempt.network)
@@ -428,13 +427,15 @@ class SshTransport:
             except TimeoutError:
                 # Cut the lifeline: the agent kills the unit's processes and cleans up.
                 conversation.cancel()
-                await self._retire_after_teardown(agent)
+                await asyncio.shield(self._retire(agent))
                 report = protocol.Report(timed_out=True)
             keep = report.complete
         except _Lost as exc:
             await self._host_failed(state, str(exc))
             return result(Status.LOST, f"lost {state.name}: {exc}")
         finally:
+            if conversation is not None:
+                conversation.cancel()  # done already, unless the attempt was cancelled
             if agent is not None:
                 if keep:
                     state.idle.append(agent)
@@ -524,6 +525,7 @@ class _Agent:
     process: asyncssh.SSHClientProcess[bytes]
     network: bool
     retired: bool = False
+    reaper: asyncio.Task[None] | None = None
 
     def usable(self) -> bool:
         return not self.retired and not self.connection.closed and self.process.exit_status is None
@@ -557,6 +559,17 @@ async def _converse(
         status = process.exit_status
         report.lost = f"the channel closed during the unit (agent exit status {status})"
     return report
+
+
+async def _reap(agent: _Agent) -> None:
+    """Wait (bounded) for a retired agent to exit, then release its channel."""
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(agent.process.wait_closed(), TEARDOWN_GRACE)
+    finally:
+        agent.connection.channels -= 1
+        with contextlib.suppress(Exception):
+            agent.process.close()
 
 
 def _cut_lifeline(process: asyncssh.SSHClientProcess[bytes]) -> None:
