@@ -284,3 +284,18 @@ def test_a_worker_whose_parent_is_not_fanout_never_starts(tmp_path: Path, kind: 
     ran.unlink()
     reparented = subprocess.run(["sh", "-c", '"$@"', "sh", *argv], check=False)
     assert (reparented.returncode, ran.exists()) == (137, False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_large_prompt_reaches_a_slow_reader_and_a_non_reader_is_fine(
+    tmp_path: Path, kind: str
+) -> None:
+    transport = await _transport(tmp_path, kind)
+    prompt = "x" * (1 << 20) + "\n"  # sixteen times what a pipe holds
+    slow = await transport.run(
+        _attempt(tmp_path, ["sh", "-c", "sleep 0.2; wc -c"], prompt=prompt, unit_id="slow")
+    )
+    deaf = await transport.run(_attempt(tmp_path, ["true"], prompt=prompt, unit_id="deaf"))
+    assert (slow.status, slow.output_tail.strip()) == (Status.SUCCEEDED, str(len(prompt)))
+    assert deaf.status is Status.SUCCEEDED
+    _assert_torn_down(tmp_path)
