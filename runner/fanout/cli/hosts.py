@@ -1,0 +1,104 @@
+"""Commands about SSH hosts: hosts check, hosts trust."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .app import HostsOption, JobFile, app, call, environ
+
+hosts_app = typer.Typer(
+    name="hosts",
+    help="Check SSH hosts and trust their keys.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(hosts_app, rich_help_panel="Hosts")
+
+
+def _inventory(file: Path | None, hosts: Path | None) -> Any:
+    from .. import spec
+
+    if file is not None:
+        return spec.load(file, hosts_file=hosts).runtime.hosts
+    return spec.load_hosts_file(hosts) if hosts is not None else ()
+
+
+@hosts_app.command("check")
+def hosts_check(
+    file: JobFile,
+    hosts: HostsOption = None,
+) -> None:
+    """Probe every host of the job in parallel.
+
+    Reachable, authenticated, remote shell, bwrap, free disk in the sandbox root and
+    round-trip time.  Exit 4 if any is not usable.
+    """
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .. import hosts as inventory
+    from ..errors import EnvironmentProblem
+    from ..ssh import SshTransport
+
+    def probe() -> Any:
+        pool = _inventory(file, hosts)
+        if not pool:
+            raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
+        transport = SshTransport(pool, known_hosts=inventory.known_hosts_files(environ()))
+        return asyncio.run(transport.probe_all())
+
+    probes = call(probe)
+    table = Table(
+        "host", "address", "reachable", "auth", "shell", "bwrap", "free disk", "rtt", "problem"
+    )
+    for p in probes:
+        table.add_row(
+            p.name,
+            p.address,
+            "yes" if p.reachable else "NO",
+            "yes" if p.auth else "NO",
+            p.shell,
+            "yes" if p.bwrap else "no",
+            p.free_disk,
+            f"{p.rtt_ms:.1f} ms" if p.rtt_ms is not None else "",
+            p.error,
+        )
+    Console(width=200).print(table)
+    raise typer.Exit(0 if all(p.auth and not p.error for p in probes) else 4)
+
+
+@hosts_app.command("trust")
+def hosts_trust(
+    host: Annotated[str, typer.Argument(help="A host name from the inventory, or ADDRESS[:PORT].")],
+    job: Annotated[
+        Path | None, typer.Option("--job", help="Find HOST in this job's hosts.")
+    ] = None,
+    hosts: HostsOption = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Trust without asking.")] = False,
+) -> None:
+    """Show HOST's SSH host key fingerprint, and trust it once you confirm.
+
+    The key is recorded in fanout's own known_hosts file (~/.config/fanout/known_hosts),
+    never in yours.
+    """
+    import asyncio
+
+    from .. import hosts as inventory
+    from ..ssh import fetch_host_key
+
+    coordinator_env = environ()
+    target = call(lambda: inventory.find(_inventory(job, hosts), host))
+    line, fingerprint, kind = call(lambda: asyncio.run(fetch_host_key(target)))
+    print(f"{target.name} ({target.address}{':' + str(target.port) if target.port else ''})")
+    print(f"  {kind} key fingerprint {fingerprint}")
+    if not yes and not typer.confirm("Trust this key?", default=False):
+        print("not trusted", file=sys.stderr)
+        raise typer.Exit(1)
+    path = inventory.record(line, coordinator_env)
+    print(f"trusted: recorded in {path}")

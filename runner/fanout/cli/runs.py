@@ -1,0 +1,187 @@
+"""Commands about runs: run, retry, status, report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .app import HostsOption, JobFile, OutputFormat, OverlapPolicy, StateDir, app, call, environ
+
+
+@app.command(rich_help_panel="Runs")
+def run(
+    file: JobFile,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the last unfinished run of this job.")
+    ] = False,
+    apply: Annotated[
+        bool | None,
+        typer.Option(
+            "--apply/--no-apply",
+            help="Write collected files back to the workspace (default: collect.apply).",
+        ),
+    ] = None,
+    hosts: HostsOption = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Run at most N units at once (overrides maxConcurrentTasks).",
+        ),
+    ] = None,
+    overlap: Annotated[
+        OverlapPolicy,
+        typer.Option(
+            "--overlap",
+            help="If a run of this job is going: skip (exit 6), queue (wait), or replace it.",
+        ),
+    ] = OverlapPolicy.SKIP,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
+) -> None:
+    """Run a job: every unit in its own sandbox, up the retry ladder, in rounds.
+
+    Selects the units, runs each in a fresh sandbox, retries up the ladder, applies
+    collected files between rounds, and writes report.md and report.json.
+
+    Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
+    2 for an invalid job, 3 if nothing was selected, 4 if the inputs or hosts cannot
+    run, 6 if another run of the job holds its lock, 130 if interrupted.  Ctrl-C drains:
+    running units are stopped and their sandboxes removed; --resume picks them up.
+    """
+    from .. import run as running
+
+    options = running.Options(apply=apply, resume=resume, concurrency=jobs)
+    raise typer.Exit(
+        call(
+            lambda: _execute(
+                file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value
+            )
+        )
+    )
+
+
+@app.command(rich_help_panel="Runs")
+def retry(
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN", help="The run whose failed units to retry.")
+    ],
+    failed: Annotated[
+        bool,
+        typer.Option(
+            "--failed", help="Re-run only the units that failed (the default and only mode)."
+        ),
+    ] = True,
+    apply: Annotated[
+        bool | None, typer.Option("--apply/--no-apply", help="Apply collected files.")
+    ] = None,
+    hosts: HostsOption = None,
+    state_dir: StateDir = Path(".fanout"),
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
+) -> None:
+    """Start a new run over the units that failed in RUN, from the first rung.
+
+    It uses the job file RUN was started from.
+    """
+    from .. import run as running
+    from ..journal import Journal
+
+    def job_file() -> Path:
+        journal = Journal(state_dir / "journal.sqlite")
+        try:
+            return Path(journal.run(run_id).job_file)
+        finally:
+            journal.close()
+
+    options = running.Options(apply=apply)
+
+    def action(runner: running.Runner) -> Any:
+        return runner.retry_failed(runner.journal.run(run_id), options)
+
+    file = call(job_file)
+    raise typer.Exit(call(lambda: _execute(file, hosts, verbose, action)))
+
+
+def _execute(
+    file: Path,
+    hosts: Path | None,
+    verbose: bool,
+    action: Callable[[Any], Any],
+    overlap: Any = "skip",
+) -> int:
+    from rich.console import Console
+
+    from .. import launch, spec
+    from ..errors import NothingSelected
+    from ..progress import Display
+    from ..quantities import format_duration
+
+    job = spec.load(file, hosts_file=hosts)
+    console = Console(stderr=True, highlight=False)
+    display = Display(console, verbose=verbose)
+    with display:
+        summary = launch.run_blocking(job, environ(), [display], action, overlap=overlap)
+    console.print(summary.describe())
+    if summary.wall_seconds > 0:
+        console.print(
+            f"wall {format_duration(summary.wall_seconds)}, worker time "
+            f"{format_duration(summary.worker_seconds)}: "
+            f"{summary.worker_seconds / summary.wall_seconds:.1f}x"
+        )
+    console.print(f"report: {summary.report_dir / 'report.md'}")
+    if summary.note == "nothing selected":
+        raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+    return summary.exit_code
+
+
+@app.command(rich_help_panel="Runs")
+def status(
+    run_id: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="One run to detail.")
+    ] = None,
+    state_dir: StateDir = Path(".fanout"),
+) -> None:
+    """Show recent runs and their units by state, or one run in detail."""
+    from .. import report
+    from ..journal import Journal
+
+    def action() -> str:
+        journal = Journal(state_dir / "journal.sqlite")
+        try:
+            return report.status_text(journal, run_id)
+        finally:
+            journal.close()
+
+    print(call(action), end="")
+
+
+@app.command("report", rich_help_panel="Runs")
+def show_report(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="text (markdown) or json.")
+    ] = OutputFormat.text,
+    state_dir: StateDir = Path(".fanout"),
+) -> None:
+    """Print the report of RUN (rebuilt from the journal) as markdown or JSON."""
+    from .. import report
+    from ..journal import Journal
+
+    def action() -> str:
+        journal = Journal(state_dir / "journal.sqlite")
+        try:
+            data = report.build(journal, run_id)
+        finally:
+            journal.close()
+        return (
+            json.dumps(data, indent=2) + "\n"
+            if output is OutputFormat.json
+            else report.render_markdown(data)
+        )
+
+    print(call(action), end="")
