@@ -12,132 +12,26 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import StateError
-from .outcome import AttemptResult, CollectedFile, Outcome, Status, UnitState
-from .units import Unit
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    job TEXT NOT NULL,
-    job_file TEXT NOT NULL,
-    started REAL NOT NULL,
-    finished REAL,
-    state TEXT NOT NULL,
-    round INTEGER NOT NULL DEFAULT 1,
-    apply INTEGER NOT NULL DEFAULT 0,
-    parent TEXT,
-    trigger TEXT NOT NULL DEFAULT '{}',
-    wall REAL NOT NULL DEFAULT 0,
-    note TEXT NOT NULL DEFAULT '',
-    limits TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS rounds (
-    run TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    records INTEGER NOT NULL DEFAULT 0,
-    selected INTEGER NOT NULL DEFAULT 0,
-    selection_done INTEGER NOT NULL DEFAULT 0,
-    complete INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (run, round)
-);
-CREATE TABLE IF NOT EXISTS units (
-    run TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    data TEXT NOT NULL,
-    state TEXT NOT NULL,
-    rung INTEGER NOT NULL DEFAULT 0,
-    rung_attempts INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    failures INTEGER NOT NULL DEFAULT 0,
-    worker_seconds REAL NOT NULL DEFAULT 0,
-    reason TEXT NOT NULL DEFAULT '',
-    tail TEXT NOT NULL DEFAULT '',
-    last TEXT NOT NULL DEFAULT '{}',
-    collected TEXT NOT NULL DEFAULT '[]',
-    staged TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (run, round, id)
-);
-CREATE INDEX IF NOT EXISTS units_by_state ON units (run, round, state, idx);
-CREATE TABLE IF NOT EXISTS attempts (
-    run TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    unit TEXT NOT NULL,
-    n INTEGER NOT NULL,
-    rung TEXT NOT NULL,
-    host TEXT NOT NULL DEFAULT '',
-    started REAL NOT NULL,
-    finished REAL,
-    status TEXT,
-    exit_code INTEGER,
-    reason TEXT NOT NULL DEFAULT '',
-    duration REAL NOT NULL DEFAULT 0,
-    retry_after REAL,
-    PRIMARY KEY (run, round, unit, n)
-);
-CREATE TABLE IF NOT EXISTS changes (
-    run TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    unit TEXT NOT NULL,
-    path TEXT NOT NULL,
-    added INTEGER NOT NULL,
-    removed INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    PRIMARY KEY (run, round, unit, path)
-);
-"""
-
-FINAL_RUN_STATES = ("finished",)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunRow:
-    id: str
-    job: str
-    job_file: str
-    started: float
-    finished: float | None
-    state: str
-    round: int
-    apply: bool
-    parent: str | None
-    trigger: dict[str, Any]
-    wall: float
-    note: str
-    limits: dict[str, Any]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UnitRow:
-    unit: Unit
-    round: int
-    state: UnitState
-    rung: int
-    rung_attempts: int
-    attempts: int
-    failures: int
-    worker_seconds: float
-    reason: str
-    tail: str
-    last: dict[str, Any]
-    collected: tuple[CollectedFile, ...]
-    staged: dict[str, str]
-
-
-def new_run_id(now: float | None = None) -> str:
-    moment = datetime.fromtimestamp(now or time.time(), UTC)
-    return f"{moment:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+from ..errors import StateError
+from ..outcome import AttemptResult, Outcome, Status, UnitState
+from ..units import Unit
+from .tables import (
+    FINAL_RUN_STATES,
+    SCHEMA,
+    RunRow,
+    UnitRow,
+    merge_limits,
+    new_run_id,
+    run_row,
+    unit_data,
+    unit_row,
+)
 
 
 class Journal:
@@ -150,7 +44,7 @@ class Journal:
             self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_SCHEMA)
+            self.db.executescript(SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise StateError(f"cannot open the journal {path}: {exc}") from None
         self.db.row_factory = sqlite3.Row
@@ -201,7 +95,7 @@ class Journal:
             known = [r.id for r in self.runs(limit=5)]
             hint = f"; recent runs: {', '.join(known)}" if known else "; no runs yet"
             raise StateError(f"no run {run_id!r} in {self.path}{hint}")
-        return _run_row(row)
+        return run_row(row)
 
     def runs(self, job: str | None = None, limit: int = 20) -> list[RunRow]:
         if job is None:
@@ -210,7 +104,7 @@ class Journal:
             rows = self.db.execute(
                 "SELECT * FROM runs WHERE job = ? ORDER BY started DESC LIMIT ?", (job, limit)
             )
-        return [_run_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def last_unfinished(self, job: str) -> RunRow | None:
         row = self.db.execute(
@@ -218,7 +112,7 @@ class Journal:
             " ORDER BY started DESC LIMIT 1",
             (job,),
         ).fetchone()
-        return None if row is None else _run_row(row)
+        return None if row is None else run_row(row)
 
     def worker_seconds(self, run_id: str) -> float:
         row = self.db.execute(
@@ -255,7 +149,7 @@ class Journal:
         """Close a run (this stretch of it: a resumed run adds its wall time)."""
         with self._transaction():
             row = self.db.execute("SELECT limits FROM runs WHERE id = ?", (run_id,)).fetchone()
-            merged = _merge_limits(json.loads(row["limits"]) if row else {}, limits or {})
+            merged = merge_limits(json.loads(row["limits"]) if row else {}, limits or {})
             self._write(
                 "UPDATE runs SET state = ?, finished = ?, wall = wall + ?, note = ?, limits = ?"
                 " WHERE id = ?",
@@ -278,7 +172,7 @@ class Journal:
 
     def add_units(self, run_id: str, round_number: int, units: Iterable[Unit]) -> None:
         rows = [
-            (run_id, round_number, u.id, u.index, _unit_data(u), str(UnitState.PENDING))
+            (run_id, round_number, u.id, u.index, unit_data(u), str(UnitState.PENDING))
             for u in units
         ]
         try:
@@ -306,7 +200,7 @@ class Journal:
             if not rows:
                 return
             for row in rows:
-                yield _unit_row(row)
+                yield unit_row(row)
             after = rows[-1]["idx"]
 
     def units(self, run_id: str, round_number: int | None = None) -> list[UnitRow]:
@@ -319,7 +213,7 @@ class Journal:
                 "SELECT * FROM units WHERE run = ? AND round = ? ORDER BY idx",
                 (run_id, round_number),
             )
-        return [_unit_row(r) for r in rows]
+        return [unit_row(r) for r in rows]
 
     def unit_counts(self, run_id: str) -> dict[str, int]:
         """Units of the run's latest round of each unit id, counted by state."""
@@ -484,69 +378,4 @@ class Journal:
         )
 
 
-def _merge_limits(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Limit statistics over the stretches of a resumed run: counts add up."""
-    merged = dict(old)
-    for name, stats in new.items():
-        before = merged.get(name)
-        if before is None:
-            merged[name] = stats
-            continue
-        merged[name] = {
-            **stats,
-            "starts": before["starts"] + stats["starts"],
-            "throttles": before["throttles"] + stats["throttles"],
-            "pausedSeconds": round(before["pausedSeconds"] + stats["pausedSeconds"], 3),
-        }
-    return merged
-
-
-def _unit_data(unit: Unit) -> str:
-    return json.dumps({"items": list(unit.items), "origin": unit.origin, "group": unit.group})
-
-
-def _unit_row(row: sqlite3.Row) -> UnitRow:
-    data = json.loads(row["data"])
-    unit = Unit(
-        id=row["id"],
-        index=row["idx"],
-        items=tuple(data["items"]),
-        origin=data["origin"],
-        group=data["group"],
-    )
-    return UnitRow(
-        unit=unit,
-        round=row["round"],
-        state=UnitState(row["state"]),
-        rung=row["rung"],
-        rung_attempts=row["rung_attempts"],
-        attempts=row["attempts"],
-        failures=row["failures"],
-        worker_seconds=row["worker_seconds"],
-        reason=row["reason"],
-        tail=row["tail"],
-        last=json.loads(row["last"]),
-        collected=tuple(CollectedFile(**c) for c in json.loads(row["collected"])),
-        staged=json.loads(row["staged"]),
-    )
-
-
-def _run_row(row: sqlite3.Row) -> RunRow:
-    return RunRow(
-        id=row["id"],
-        job=row["job"],
-        job_file=row["job_file"],
-        started=row["started"],
-        finished=row["finished"],
-        state=row["state"],
-        round=row["round"],
-        apply=bool(row["apply"]),
-        parent=row["parent"],
-        trigger=json.loads(row["trigger"]),
-        wall=row["wall"],
-        note=row["note"],
-        limits=json.loads(row["limits"]),
-    )
-
-
-__all__ = ["Journal", "RunRow", "Status", "UnitRow", "new_run_id"]
+__all__ = ["FINAL_RUN_STATES", "Journal", "RunRow", "Status", "UnitRow", "new_run_id"]

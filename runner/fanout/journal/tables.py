@@ -1,0 +1,194 @@
+"""The journal's tables, and the rows it returns: what a run and a unit look like once
+they have been through SQLite."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..outcome import CollectedFile, UnitState
+from ..units import Unit
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    job TEXT NOT NULL,
+    job_file TEXT NOT NULL,
+    started REAL NOT NULL,
+    finished REAL,
+    state TEXT NOT NULL,
+    round INTEGER NOT NULL DEFAULT 1,
+    apply INTEGER NOT NULL DEFAULT 0,
+    parent TEXT,
+    trigger TEXT NOT NULL DEFAULT '{}',
+    wall REAL NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT '',
+    limits TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    records INTEGER NOT NULL DEFAULT 0,
+    selected INTEGER NOT NULL DEFAULT 0,
+    selection_done INTEGER NOT NULL DEFAULT 0,
+    complete INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, round)
+);
+CREATE TABLE IF NOT EXISTS units (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    state TEXT NOT NULL,
+    rung INTEGER NOT NULL DEFAULT 0,
+    rung_attempts INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    worker_seconds REAL NOT NULL DEFAULT 0,
+    reason TEXT NOT NULL DEFAULT '',
+    tail TEXT NOT NULL DEFAULT '',
+    last TEXT NOT NULL DEFAULT '{}',
+    collected TEXT NOT NULL DEFAULT '[]',
+    staged TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run, round, id)
+);
+CREATE INDEX IF NOT EXISTS units_by_state ON units (run, round, state, idx);
+CREATE TABLE IF NOT EXISTS attempts (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    unit TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    rung TEXT NOT NULL,
+    host TEXT NOT NULL DEFAULT '',
+    started REAL NOT NULL,
+    finished REAL,
+    status TEXT,
+    exit_code INTEGER,
+    reason TEXT NOT NULL DEFAULT '',
+    duration REAL NOT NULL DEFAULT 0,
+    retry_after REAL,
+    PRIMARY KEY (run, round, unit, n)
+);
+CREATE TABLE IF NOT EXISTS changes (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    unit TEXT NOT NULL,
+    path TEXT NOT NULL,
+    added INTEGER NOT NULL,
+    removed INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (run, round, unit, path)
+);
+"""
+
+FINAL_RUN_STATES = ("finished",)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRow:
+    id: str
+    job: str
+    job_file: str
+    started: float
+    finished: float | None
+    state: str
+    round: int
+    apply: bool
+    parent: str | None
+    trigger: dict[str, Any]
+    wall: float
+    note: str
+    limits: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UnitRow:
+    unit: Unit
+    round: int
+    state: UnitState
+    rung: int
+    rung_attempts: int
+    attempts: int
+    failures: int
+    worker_seconds: float
+    reason: str
+    tail: str
+    last: dict[str, Any]
+    collected: tuple[CollectedFile, ...]
+    staged: dict[str, str]
+
+
+def new_run_id(now: float | None = None) -> str:
+    moment = datetime.fromtimestamp(now or time.time(), UTC)
+    return f"{moment:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+
+
+def merge_limits(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Limit statistics over the stretches of a resumed run: counts add up."""
+    merged = dict(old)
+    for name, stats in new.items():
+        before = merged.get(name)
+        if before is None:
+            merged[name] = stats
+            continue
+        merged[name] = {
+            **stats,
+            "starts": before["starts"] + stats["starts"],
+            "throttles": before["throttles"] + stats["throttles"],
+            "pausedSeconds": round(before["pausedSeconds"] + stats["pausedSeconds"], 3),
+        }
+    return merged
+
+
+def unit_data(unit: Unit) -> str:
+    return json.dumps({"items": list(unit.items), "origin": unit.origin, "group": unit.group})
+
+
+def unit_row(row: sqlite3.Row) -> UnitRow:
+    data = json.loads(row["data"])
+    unit = Unit(
+        id=row["id"],
+        index=row["idx"],
+        items=tuple(data["items"]),
+        origin=data["origin"],
+        group=data["group"],
+    )
+    return UnitRow(
+        unit=unit,
+        round=row["round"],
+        state=UnitState(row["state"]),
+        rung=row["rung"],
+        rung_attempts=row["rung_attempts"],
+        attempts=row["attempts"],
+        failures=row["failures"],
+        worker_seconds=row["worker_seconds"],
+        reason=row["reason"],
+        tail=row["tail"],
+        last=json.loads(row["last"]),
+        collected=tuple(CollectedFile(**c) for c in json.loads(row["collected"])),
+        staged=json.loads(row["staged"]),
+    )
+
+
+def run_row(row: sqlite3.Row) -> RunRow:
+    return RunRow(
+        id=row["id"],
+        job=row["job"],
+        job_file=row["job_file"],
+        started=row["started"],
+        finished=row["finished"],
+        state=row["state"],
+        round=row["round"],
+        apply=bool(row["apply"]),
+        parent=row["parent"],
+        trigger=json.loads(row["trigger"]),
+        wall=row["wall"],
+        note=row["note"],
+        limits=json.loads(row["limits"]),
+    )
