@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fanout import ladder, spec
-from fanout.errors import HostsUnavailable
+from fanout.errors import HostsUnavailable, StateError
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
@@ -273,11 +273,7 @@ async def test_a_transport_that_cannot_start_stops_the_run_resumably(tmp_path: P
     assert (runner.run_dir(run.id) / "report.md").exists()
 
 
-async def test_a_resumed_run_renders_with_the_trigger_that_started_it(tmp_path: Path) -> None:
-    job = spec.load(
-        write_job(
-            tmp_path,
-            """
+MODE_JOB = """
 version = 1
 name = "mode"
 [inputs]
@@ -287,19 +283,76 @@ prompt = "mode={{ trigger.vars.mode | default('manual') }}"
 command = ["agent"]
 [runtime]
 maxConcurrentTasks = 1
-""",
-        )
-    )
+"""
+
+
+def _trigger(name: str, mode: str) -> dict[str, object]:
+    return {"name": name, "schedule": "@daily", "vars": {"mode": mode}, "time": ""}
+
+
+async def _cut_short(job: spec.Spec, trigger: dict[str, object] | None = None) -> str:
+    """A run that settles u0 and stops at u1 (every host down); its id."""
 
     def down(attempt: Attempt) -> AttemptResult:
         if attempt.unit_id == "u1":
             raise HostsUnavailable("every SSH host is down")
         return AttemptResult(status=Status.SUCCEEDED, reason="ok")
 
-    trigger = {"name": "nightly", "schedule": "@daily", "vars": {"mode": "light"}, "time": ""}
+    runner = _runner(job, FakeTransport(script=down))
     with pytest.raises(HostsUnavailable):
-        await _runner(job, FakeTransport(script=down)).execute(Options(trigger=trigger))
+        await runner.execute(Options(trigger=trigger))
+    return runner.journal.runs()[0].id
+
+
+async def test_a_resumed_run_renders_with_the_trigger_that_started_it(tmp_path: Path) -> None:
+    job = spec.load(write_job(tmp_path, MODE_JOB))
+    await _cut_short(job, _trigger("nightly", "light"))
     again = FakeTransport()
     summary = await _runner(job, again).execute(Options(resume=True))
     assert summary.counts == {"succeeded": 2}
     assert [a.invocation.prompt for a in again.attempts] == ["mode=light"]
+
+
+async def test_by_default_a_run_continues_the_last_run_if_it_did_not_finish(
+    tmp_path: Path,
+) -> None:
+    job = spec.load(write_job(tmp_path, MODE_JOB))
+    cut = await _cut_short(job, _trigger("nightly", "light"))
+    events: list[dict[str, object]] = []
+    again = FakeTransport()
+    summary = await _runner(job, again, events).execute(Options(resume=None))
+    assert summary.run_id == cut
+    assert [(a.unit_id, a.invocation.prompt) for a in again.attempts] == [("u1", "mode=light")]
+    (resumed,) = [e for e in events if e["event"] == "run.resumed"]
+    assert (resumed["was"], resumed["asked"]) == ("stopped", False)
+    # The last run finished: the next one starts afresh.
+    fresh = await _runner(job, FakeTransport()).execute(Options(resume=None))
+    assert fresh.run_id != cut
+    assert fresh.counts == {"succeeded": 2}
+
+
+async def test_fresh_starts_anew_and_supersedes_the_unfinished_run(tmp_path: Path) -> None:
+    job = spec.load(write_job(tmp_path, MODE_JOB))
+    cut = await _cut_short(job)
+    fresh = await _runner(job, FakeTransport()).execute(Options(resume=False))
+    assert fresh.run_id != cut
+    assert fresh.counts == {"succeeded": 2}
+    with pytest.raises(StateError, match="no unfinished run of job 'mode' to resume"):
+        await _runner(job, FakeTransport()).execute(Options(resume=True))
+
+
+async def test_a_scheduled_fire_continues_only_a_run_its_own_trigger_started(
+    tmp_path: Path,
+) -> None:
+    job = spec.load(write_job(tmp_path, MODE_JOB))
+    nightly, hourly = _trigger("nightly", "full"), _trigger("hourly", "light")
+    cut = await _cut_short(job, nightly)
+    other = FakeTransport()
+    summary = await _runner(job, other).execute(Options(trigger=hourly, resume=None))
+    assert summary.run_id != cut
+    assert [a.invocation.prompt for a in other.attempts] == ["mode=light", "mode=light"]
+    cut = await _cut_short(job, nightly)
+    same = FakeTransport()
+    summary = await _runner(job, same).execute(Options(trigger=nightly, resume=None))
+    assert summary.run_id == cut
+    assert [a.invocation.prompt for a in same.attempts] == ["mode=full"]

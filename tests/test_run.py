@@ -281,7 +281,10 @@ def _start(job: Path, *args: str, tmpdir: Path) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_finishes_every_unit_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("resume", [["--resume"], []], ids=["--resume", "by-default"])
+def test_sigkill_then_resume_finishes_every_unit_exactly_once(
+    tmp_path: Path, resume: list[str]
+) -> None:
     job, gates, out = _gated_job(tmp_path, 30)
     sandboxes = tmp_path / "tmp"
     sandboxes.mkdir()
@@ -296,12 +299,14 @@ def test_sigkill_then_resume_finishes_every_unit_exactly_once(tmp_path: Path) ->
     for n in range(30):
         (gates / f"u{n:02d}").touch()
     resumed = subprocess.run(
-        [*FANOUT, "run", str(job), "--resume"],
+        [*FANOUT, "run", str(job), *resume],
         capture_output=True,
         text=True,
         env={**os.environ, "TMPDIR": str(sandboxes)},
     )
     assert resumed.returncode == 0, resumed.stderr
+    if not resume:
+        assert "did not finish (killed): resuming it at round 1; --fresh starts" in resumed.stderr
     done = out.read_text().split()
     assert sorted(done) == [f"u{n:02d}" for n in range(30)]
     with sqlite3.connect(tmp_path / ".fanout" / "journal.sqlite") as conn:

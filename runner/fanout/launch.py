@@ -124,7 +124,13 @@ async def run_fire(fire: Fire, environ: Mapping[str, str], sinks: list[Sink]) ->
         fire.job,
         environ,
         sinks,
-        lambda runner: runner.execute(Options(trigger=fire.context)),
+        # A run this trigger started and a crash cut short is continued, not redone; but
+        # "replace" means start over (the run it replaced is the one left unfinished).
+        lambda runner: runner.execute(
+            Options(
+                trigger=fire.context, resume=False if fire.trigger.overlap == "replace" else None
+            )
+        ),
         overlap=fire.trigger.overlap,
         by=f"fanout schedule ({fire.trigger.name})",
     )

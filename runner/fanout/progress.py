@@ -76,7 +76,13 @@ class Display:
         self._line(f"run {event['run']} of {event['job']} started")
 
     def _on_run_resumed(self, event: dict[str, Any]) -> None:
-        self._line(f"run {event['run']} resumed at round {event['round']}")
+        if event.get("asked", True):
+            self._line(f"run {event['run']} resumed at round {event['round']}")
+        else:
+            self._line(
+                f"run {event['run']} did not finish ({event['was']}): resuming it at round"
+                f" {event['round']}; --fresh starts a new run instead"
+            )
 
     def _on_round_started(self, event: dict[str, Any]) -> None:
         self.round = event["round"]

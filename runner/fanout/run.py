@@ -42,7 +42,10 @@ _BATCH = 200
 @dataclass(kw_only=True)
 class Options:
     apply: bool | None = None
-    resume: bool = False
+    # True: continue the job's last run, which must be unfinished.  False: a new run.
+    # None: continue the last run if it did not finish (and, for a scheduled fire, was
+    # started by the same trigger), else start a new one; what cron and the CLI use.
+    resume: bool | None = False
     trigger: Mapping[str, Any] | None = None
     concurrency: int | None = None
 
@@ -98,15 +101,23 @@ class Runner:
         spec = self.spec
         secrets = self.secrets()
         apply = spec.collect.apply if options.apply is None else options.apply
-        if options.resume:
-            row = self.journal.last_unfinished(spec.name)
-            if row is None:
-                raise StateError(f"no unfinished run of job {spec.name!r} to resume")
+        row = None if options.resume is False else self.journal.last_unfinished(spec.name)
+        if row is not None and options.resume is None and not _same_trigger(row, options):
+            row = None
+        if row is None and options.resume:
+            raise StateError(f"no unfinished run of job {spec.name!r} to resume")
+        if row is not None:
             run_id, first_round, apply = row.id, row.round, row.apply
+            event: dict[str, Any] = {
+                "event": "run.resumed",
+                "round": first_round,
+                # A run still marked running whose lock we now hold: its coordinator died.
+                "was": "killed" if row.state == "running" else row.state,
+                "asked": options.resume is True,
+            }
             # Templates render as they did before the crash: the same trigger context.
-            options = replace(options, trigger=row.trigger or options.trigger)
+            options = replace(options, resume=True, trigger=row.trigger or options.trigger)
             self.journal.reopen_run(run_id)
-            event: dict[str, Any] = {"event": "run.resumed", "round": first_round}
         else:
             run_id = self.journal.create_run(
                 job=spec.name,
@@ -147,7 +158,7 @@ class Runner:
             number = first_round
             while True:
                 ctx = self._round(run_id, number, secrets, options)
-                resuming = options.resume and number == first_round
+                resuming = options.resume is True and number == first_round
                 tally = _Tally()
                 units = await self._units_of(ctx, tally, resuming=resuming, stream=number == 1)
                 if tally.done and tally.count == 0:
@@ -365,6 +376,15 @@ class Runner:
         with self._event_log(run_id):
             self.events.emit("run.started", run=run_id, job=spec.name, retry_of=previous.id)
             return await self._rounds(run_id, 1, apply, secrets, resumed)
+
+
+def _same_trigger(row: RunRow, options: Options) -> bool:
+    """Whether an automatic resume may continue ``row``: a run by hand continues any
+    unfinished run; a scheduled fire only one its own trigger started (another trigger
+    may render different prompts)."""
+    if not options.trigger:
+        return True
+    return bool(row.trigger) and row.trigger.get("name") == options.trigger.get("name")
 
 
 async def _dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> str | None:

@@ -16,8 +16,15 @@ from .app import HostsOption, JobFile, OutputFormat, OverlapPolicy, StateDir, ap
 def run(
     file: JobFile,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the last unfinished run of this job.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--resume/--fresh",
+            help="--resume: continue the job's last run, which must be unfinished."
+            "  --fresh: start a new run even if the last one did not finish."
+            "  [default: continue the last run if it did not finish, else start one]",
+            show_default=False,
+        ),
+    ] = None,
     apply: Annotated[
         bool | None,
         typer.Option(
@@ -52,7 +59,10 @@ def run(
     Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
     2 for an invalid job, 3 if nothing was selected, 4 if the inputs or hosts cannot
     run, 6 if another run of the job holds its lock, 130 if interrupted.  Ctrl-C drains:
-    running units are stopped and their sandboxes removed; --resume picks them up.
+    running units are stopped and their sandboxes removed.
+
+    If the job's last run did not finish (Ctrl-C, a crash, every host down), this
+    continues it: settled units are not run again.  --fresh starts a new run instead.
     """
     from .. import run as running
 

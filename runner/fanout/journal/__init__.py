@@ -107,12 +107,12 @@ class Journal:
         return [run_row(r) for r in rows]
 
     def last_unfinished(self, job: str) -> RunRow | None:
+        """The job's latest run if it did not finish (crashed, interrupted, stopped).
+        An older unfinished run is superseded by any run started after it."""
         row = self.db.execute(
-            "SELECT * FROM runs WHERE job = ? AND state != 'finished'"
-            " ORDER BY started DESC LIMIT 1",
-            (job,),
+            "SELECT * FROM runs WHERE job = ? ORDER BY started DESC, rowid DESC LIMIT 1", (job,)
         ).fetchone()
-        return None if row is None else run_row(row)
+        return None if row is None or row["state"] == "finished" else run_row(row)
 
     def worker_seconds(self, run_id: str) -> float:
         row = self.db.execute(
