@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import random
 import subprocess
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import fanin, limits, report
+from . import backlog, fanin, limits, report
 from .dispatch import Round, dispatch
 from .errors import EnvironmentProblem, HostsUnavailable, Interrupted, NothingSelected, StateError
 from .events import EventLog, Events
@@ -34,9 +33,7 @@ from .limits import Gate, OpenGate
 from .outcome import UnitState
 from .spec import Spec
 from .transport import Transport
-from .units import Unit, select
-
-_BATCH = 200
+from .units import Unit
 
 
 @dataclass(kw_only=True)
@@ -159,8 +156,10 @@ class Runner:
             while True:
                 ctx = self._round(run_id, number, secrets, options)
                 resuming = options.resume is True and number == first_round
-                tally = _Tally()
-                units = await self._units_of(ctx, tally, resuming=resuming, stream=number == 1)
+                tally = backlog.Tally()
+                units = await backlog.units_of(
+                    ctx, tally, self.environ, resuming=resuming, stream=number == 1
+                )
                 if tally.done and tally.count == 0:
                     note = (
                         "nothing selected"
@@ -248,60 +247,6 @@ class Runner:
             trigger=options.trigger,
             rng=self.rng,
         )
-
-    async def _units_of(
-        self, ctx: Round, tally: _Tally, *, resuming: bool, stream: bool
-    ) -> AsyncIterator[tuple[Unit, Progress]]:
-        """The units to dispatch in this round.  A fresh first round streams: units are
-        dispatched while the selection is still being read (and written to the journal).
-        Later rounds are selected in full first, so an unchanged selection (no
-        progress) is known before anything runs; a resumed round reads the journal."""
-        existing = self.journal.round_row(ctx.run_id, ctx.number)
-        if resuming and existing is not None and existing["selection_done"]:
-            return self._from_journal(ctx)
-        if stream and not resuming:
-            return self._streamed(ctx, tally)
-        async for _ in self._select_into_journal(ctx, tally):
-            pass
-        return self._from_journal(ctx)
-
-    async def _streamed(self, ctx: Round, tally: _Tally) -> AsyncIterator[tuple[Unit, Progress]]:
-        async for unit in self._select_into_journal(ctx, tally):
-            yield unit, Progress()
-
-    async def _select_into_journal(self, ctx: Round, tally: _Tally) -> AsyncIterator[Unit]:
-        selection = select(self.spec, environ=self.environ, trigger=ctx.trigger)
-        stream = iter(selection)
-        self.events.emit("round.started", round=ctx.number)
-        while True:
-            batch = await asyncio.to_thread(_take, stream, _BATCH)
-            if not batch:
-                break
-            self.journal.add_units(ctx.run_id, ctx.number, batch)
-            for unit in batch:
-                tally.add(unit)
-                yield unit
-        self.journal.set_round(
-            ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
-        )
-        self.journal.selection_done(ctx.run_id, ctx.number)
-        tally.done = True
-        self.events.emit(
-            "round.selected", round=ctx.number, units=tally.count, records=selection.records
-        )
-
-    async def _from_journal(self, ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
-        for row in self.journal.unsettled_units(ctx.run_id, ctx.number):
-            yield (
-                row.unit,
-                Progress(
-                    rung=row.rung,
-                    rung_attempts=row.rung_attempts,
-                    attempts=row.attempts,
-                    failures=row.failures,
-                    last=row.last,
-                ),
-            )
 
     def _fan_in(self, run_id: str, number: int, apply: bool) -> int:
         """Compare (and apply) the round's collected files; how many were written."""
@@ -395,30 +340,3 @@ async def _dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> 
     except* HostsUnavailable as group:
         stopped = str(group.exceptions[0])
     return stopped
-
-
-def _take(stream: Any, count: int) -> list[Unit]:
-    batch = []
-    for unit in stream:
-        batch.append(unit)
-        if len(batch) >= count:
-            break
-    return batch
-
-
-class _Tally:
-    """Counts and fingerprints a selection as it streams past (never holding it)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.done = False
-        self._digest = hashlib.sha256()
-
-    def add(self, unit: Unit) -> None:
-        self.count += 1
-        self._digest.update(
-            json.dumps([unit.id, list(unit.items)], sort_keys=True, default=str).encode()
-        )
-
-    def fingerprint(self) -> str:
-        return self._digest.hexdigest()

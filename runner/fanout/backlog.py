@@ -1,0 +1,106 @@
+"""A round's units: selected and written to the journal as the selection streams, or
+read back from the journal (a resumed round, or a later round selected in full)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from .dispatch import Round
+from .ladder import Progress
+from .units import Unit, select
+
+# Units read from the selection per trip to a worker thread.
+_BATCH = 200
+
+
+async def units_of(
+    ctx: Round, tally: Tally, environ: Mapping[str, str], *, resuming: bool, stream: bool
+) -> AsyncIterator[tuple[Unit, Progress]]:
+    """The units to dispatch in this round.  A fresh first round streams: units are
+    dispatched while the selection is still being read (and written to the journal).
+    Later rounds are selected in full first, so an unchanged selection (no
+    progress) is known before anything runs; a resumed round reads the journal."""
+    existing = ctx.journal.round_row(ctx.run_id, ctx.number)
+    if resuming and existing is not None and existing["selection_done"]:
+        return _from_journal(ctx)
+    if stream and not resuming:
+        return _streamed(ctx, tally, environ)
+    async for _ in _select_into_journal(ctx, tally, environ):
+        pass
+    return _from_journal(ctx)
+
+
+async def _streamed(
+    ctx: Round, tally: Tally, environ: Mapping[str, str]
+) -> AsyncIterator[tuple[Unit, Progress]]:
+    async for unit in _select_into_journal(ctx, tally, environ):
+        yield unit, Progress()
+
+
+async def _select_into_journal(
+    ctx: Round, tally: Tally, environ: Mapping[str, str]
+) -> AsyncIterator[Unit]:
+    selection = select(ctx.spec, environ=environ, trigger=ctx.trigger)
+    stream = iter(selection)
+    ctx.events.emit("round.started", round=ctx.number)
+    while True:
+        batch = await asyncio.to_thread(_take, stream, _BATCH)
+        if not batch:
+            break
+        ctx.journal.add_units(ctx.run_id, ctx.number, batch)
+        for unit in batch:
+            tally.add(unit)
+            yield unit
+    ctx.journal.set_round(
+        ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
+    )
+    ctx.journal.selection_done(ctx.run_id, ctx.number)
+    tally.done = True
+    ctx.events.emit(
+        "round.selected", round=ctx.number, units=tally.count, records=selection.records
+    )
+
+
+async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
+    for row in ctx.journal.unsettled_units(ctx.run_id, ctx.number):
+        yield (
+            row.unit,
+            Progress(
+                rung=row.rung,
+                rung_attempts=row.rung_attempts,
+                attempts=row.attempts,
+                failures=row.failures,
+                last=row.last,
+            ),
+        )
+
+
+def _take(stream: Any, count: int) -> list[Unit]:
+    batch = []
+    for unit in stream:
+        batch.append(unit)
+        if len(batch) >= count:
+            break
+    return batch
+
+
+class Tally:
+    """Counts and fingerprints a selection as it streams past (never holding it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.done = False
+        self._digest = hashlib.sha256()
+
+    def add(self, unit: Unit) -> None:
+        self.count += 1
+        self._digest.update(
+            json.dumps([unit.id, list(unit.items)], sort_keys=True, default=str).encode()
+        )
+
+    def fingerprint(self) -> str:
+        return self._digest.hexdigest()
