@@ -136,6 +136,20 @@ async def test_timeout_kills_the_whole_process_tree(tmp_path: Path, kind: str) -
 
 
 @pytest.mark.parametrize("kind", KINDS)
+async def test_a_process_that_left_the_group_but_holds_the_output_is_killed_too(
+    tmp_path: Path, kind: str
+) -> None:
+    token = marker()
+    transport = await _transport(tmp_path, kind)
+    result = await transport.run(
+        _attempt(tmp_path, ["sh", "-c", f"setsid sleep {token} & sleep {token}"], timeout=1)
+    )
+    assert result.status is Status.TIMEOUT
+    assert pids_with(token) == []  # gone when run() returns, not eventually
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 async def test_cancellation_kills_and_tears_down(tmp_path: Path, kind: str) -> None:
     token = marker()
     transport = await _transport(tmp_path, kind)

@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import fanin, sandbox, throttle
 from .capture import OutputCapture
@@ -28,6 +29,8 @@ from .transport import Attempt
 from .verdict import Verdict
 
 _DRAIN_AFTER_KILL = 2.0
+# How long a killed group's output may stay open before fanout looks for escapees.
+_ESCAPES_AFTER = 0.5
 
 
 class LocalTransport:
@@ -188,9 +191,9 @@ class LocalTransport:
         except asyncio.CancelledError:
             with contextlib.suppress(OSError):
                 started = await starting
-                _kill_group(started)
-                await started.wait()
+                await _stop(started, None, exited=False, pipe=_output_pipe(started.pid))
             raise
+        pipe = _output_pipe(process.pid)
         _feed(process, stdin_text.encode())
         reader = asyncio.create_task(_read(process, capture))
         exited = False
@@ -203,17 +206,39 @@ class LocalTransport:
             except TimeoutError:
                 return None
         finally:
-            _kill_group(process)
-            # The group is dead.  Whatever still holds the output pipe (a process that
-            # left the group) or keeps the worker from being reaped gets a bounded wait.
-            waiting = {reader} if exited else {reader, asyncio.ensure_future(process.wait())}
-            waiting = {task for task in waiting if not task.done()}
-            if waiting:
-                try:
-                    await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
-                finally:
-                    for task in waiting:
-                        task.cancel()
+            await _stop(process, reader, exited=exited, pipe=pipe)
+
+
+async def _stop(
+    process: asyncio.subprocess.Process,
+    reader: asyncio.Task[None] | None,
+    *,
+    exited: bool,
+    pipe: str | None,
+) -> None:
+    """Kill the worker's process group, then wait (bounded) for its output to end and
+    for it to be reaped.
+
+    A process that still holds the output pipe a moment later escaped the group: one
+    that called setsid, or bwrap's sandbox child when its monitor was killed before
+    the child had armed --die-with-parent (bwrap does not close that window).  Every
+    process holding the pipe is the worker's, so each is killed too.
+    """
+    _kill_group(process)
+    waiting: set[asyncio.Future[Any]] = set() if reader is None else {reader}
+    if not exited:
+        waiting.add(asyncio.ensure_future(process.wait()))
+    waiting = {task for task in waiting if not task.done()}
+    if not waiting:
+        return
+    try:
+        _, pending = await asyncio.wait(waiting, timeout=_ESCAPES_AFTER)
+        if pending and pipe is not None:
+            await asyncio.to_thread(_kill_holders, pipe)
+            await asyncio.wait(pending, timeout=_DRAIN_AFTER_KILL)
+    finally:
+        for task in waiting:
+            task.cancel()
 
 
 def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
@@ -230,6 +255,35 @@ async def _read(process: asyncio.subprocess.Process, capture: OutputCapture) -> 
     assert process.stdout is not None
     while chunk := await process.stdout.read(65536):
         capture.feed(chunk)
+
+
+def _output_pipe(pid: int) -> str | None:
+    """The worker's output pipe as /proc names it (``pipe:[inode]``), None if gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return None
+
+
+def _kill_holders(pipe: str) -> None:
+    """SIGKILL every other process that has ``pipe`` open."""
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != me and _holds(entry.path, pipe):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _holds(process_dir: str, pipe: str) -> bool:
+    try:
+        with os.scandir(f"{process_dir}/fd") as fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd.path) == pipe:
+                        return True
+    except OSError:  # gone, or another user's
+        pass
+    return False
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
