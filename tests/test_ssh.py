@@ -149,13 +149,15 @@ async def test_an_interrupted_unit_is_torn_down_before_close_returns(
     server = ssh_pool.add("h1")
     transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
     await transport.start()
-    token = marker()
-    task = asyncio.create_task(
-        transport.run(_attempt(tmp_path, ["sh", "-c", f"sleep {token} & sleep {token}"]))
-    )
+    token, escaped = marker(), marker()
+    # The setsid'd process leaves the unit's process group; it is found by its directory.
+    script = f"setsid sh -c 'echo > ready; exec sleep {escaped}' & sleep {token}"
+    task = asyncio.create_task(transport.run(_attempt(tmp_path, ["sh", "-c", script])))
     try:
-        assert await asyncio.to_thread(wait_until_present, token)
-        assert len(_sandboxes(ssh_pool)) == 1
+        ready = await asyncio.to_thread(
+            _wait_for, lambda: list((ssh_pool.base / "sandboxes").glob("*/work/ready"))
+        )
+        assert ready
         task.cancel()  # Ctrl-C
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -164,6 +166,7 @@ async def test_an_interrupted_unit_is_torn_down_before_close_returns(
     # No waiting here: close() returns once the host has cleaned up.
     assert _sandboxes(ssh_pool) == []
     assert pids_with(token) == []
+    assert pids_with(escaped) == []
 
 
 async def test_a_cut_connection_leaves_nothing_running_on_the_host(
@@ -191,6 +194,15 @@ async def _settled(events: list[dict[str, Any]], count: int) -> None:
     """Poll (the events list is filled by the run under test) until COUNT units settled."""
     while sum(1 for e in events if e["event"] == "unit.settled") < count:  # noqa: ASYNC110
         await asyncio.sleep(0.02)
+
+
+def _wait_for(condition: Any, timeout: float = 10.0) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
 
 
 def _wait_empty(pool: Any, timeout: float = 5.0) -> list[str]:

@@ -49,6 +49,13 @@ cleanup() {
             read -r pid < "$base/pid" && kill -s KILL -- "-$pid" 2>/dev/null
         fi
         [ -n "$unit" ] && kill -s KILL "$unit" 2>/dev/null
+        # What left the group still works in the sandbox: a worker's setsid'd process,
+        # or bwrap's sandbox process when bwrap was killed before it had armed
+        # --die-with-parent (bwrap leaves that window open).  Find it by its cwd.
+        for proc in $(find /proc -mindepth 2 -maxdepth 2 -name cwd -lname "$base/*" 2>/dev/null); do
+            proc=${proc#/proc/}
+            kill -s KILL "${proc%/cwd}" 2>/dev/null
+        done
         cd / && rm -rf "$base"
     fi
     [ -n "$lifeline" ] && kill -s KILL "$lifeline" 2>/dev/null
