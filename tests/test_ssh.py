@@ -56,6 +56,14 @@ def _transport(pool: Any, hosts: list[Host], **more: Any) -> SshTransport:
     return SshTransport(hosts, known_hosts=[pool.known_hosts], rng=random.Random(3), **options)
 
 
+async def _started(pool: Any, *, host: dict[str, Any] | None = None, **more: Any) -> SshTransport:
+    """A started transport over one new sshd host, h1."""
+    server = pool.add("h1")
+    transport = _transport(pool, [_host(pool, server, **(host or {}))], **more)
+    await transport.start()
+    return transport
+
+
 def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
     return make_attempt(tmp_path, argv, **options)
 
@@ -125,9 +133,7 @@ async def test_a_changed_host_key_is_refused(ssh_pool: Any, tmp_path: Path) -> N
 async def test_timeout_kills_the_remote_process_tree(
     ssh_pool: Any, tmp_path: Path, sandbox: str
 ) -> None:
-    server = ssh_pool.add("h1")
-    transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
-    await transport.start()
+    transport = await _started(ssh_pool, sandbox_kind=sandbox)
     token = marker()
     try:
         result = await transport.run(
@@ -146,9 +152,7 @@ async def test_timeout_kills_the_remote_process_tree(
 async def test_an_interrupted_unit_is_torn_down_before_close_returns(
     ssh_pool: Any, tmp_path: Path, sandbox: str
 ) -> None:
-    server = ssh_pool.add("h1")
-    transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
-    await transport.start()
+    transport = await _started(ssh_pool, sandbox_kind=sandbox)
     token, escaped = marker(), marker()
     # The setsid'd process leaves the unit's process group; it is found by its directory.
     script = f"setsid sh -c 'echo > ready; exec sleep {escaped}' & sleep {token}"
@@ -172,9 +176,7 @@ async def test_an_interrupted_unit_is_torn_down_before_close_returns(
 async def test_a_cut_connection_leaves_nothing_running_on_the_host(
     ssh_pool: Any, tmp_path: Path
 ) -> None:
-    server = ssh_pool.add("h1")
-    transport = _transport(ssh_pool, [_host(ssh_pool, server)])
-    await transport.start()
+    transport = await _started(ssh_pool)
     token = marker()
     task = asyncio.create_task(
         transport.run(_attempt(tmp_path, ["sh", "-c", f"sleep {token} & sleep {token}"]))
@@ -467,9 +469,7 @@ def test_hosts_check_and_trust_commands(ssh_pool: Any, tmp_path: Path) -> None:
 
 async def test_units_sharing_an_agent_share_nothing(ssh_pool: Any, tmp_path: Path) -> None:
     """Consecutive units on one slot reuse its channel, never each other's environment."""
-    server = ssh_pool.add("h1")
-    transport = _transport(ssh_pool, [_host(ssh_pool, server, slots=1)])
-    await transport.start()
+    transport = await _started(ssh_pool, host={"slots": 1})
     try:
         first = await transport.run(
             _attempt(
