@@ -11,33 +11,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from . import cron, globs, schema
-from .errors import Problem, did_you_mean
-from .quantities import parse_duration
-from .templates import (
+from .. import cron, globs, schema
+from ..errors import Problem, did_you_mean
+from ..quantities import parse_duration
+from ..templates import (
     JOB_SHAPE,
     LAST_SHAPE,
     TRIGGER_SHAPE,
     UNIT_SHAPE,
     Shape,
-    Templates,
 )
-from .tomlpos import KeyPath, Positions
+from ..tomlpos import KeyPath
+from . import leaks
+from .context import Context, list_of, table_of
 
-# Token formats of well-known providers; a match anywhere in a job file is refused.
-_SECRET_FORMATS = (
-    (re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}"), "an Anthropic API key"),
-    (re.compile(r"sk-(proj-)?[A-Za-z0-9_-]{32,}"), "an OpenAI API key"),
-    (re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"), "a GitHub token"),
-    (re.compile(r"AKIA[0-9A-Z]{16}"), "an AWS access key"),
-    (re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}"), "a Slack token"),
-    (re.compile(r"AIza[0-9A-Za-z_-]{35}"), "a Google API key"),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
-)
-_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+__all__ = ["Context", "check_job", "schema_values"]
 
 _RUNG_SHAPE: dict[str, Shape] = {
     "name": None,
@@ -46,37 +36,6 @@ _RUNG_SHAPE: dict[str, Shape] = {
     "timeout": None,
     "vars": None,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    file: str
-    positions: Positions
-    templates: Templates
-    text: str
-
-    def at_value(self, path: KeyPath, message: str) -> Problem:
-        line, col = self.positions.value(path)
-        return Problem(
-            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
-        )
-
-    def at_key(self, path: KeyPath, message: str) -> Problem:
-        line, col = self.positions.key(path)
-        return Problem(
-            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
-        )
-
-    def in_template(self, path: KeyPath, lineno: int, message: str) -> Problem:
-        """A problem on line ``lineno`` of the template at ``path``."""
-        line, col = self.positions.value(path)
-        if path in self.positions.trimmed_newline:
-            line, col = line + lineno, 1
-        elif lineno > 1:
-            line, col = line + lineno - 1, 1
-        return Problem(
-            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
-        )
 
 
 def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
@@ -88,7 +47,7 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems += _check_runtime(doc, ctx)
     problems += _check_retry(doc, ctx)
     problems += _check_triggers(doc, ctx)
-    problems += _check_secrets(doc, ctx)
+    problems += leaks.check_secrets(doc, ctx)
     return problems
 
 
@@ -125,12 +84,12 @@ def _check_durations(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 parse_duration(value)
             except ValueError as exc:
                 problems.append(ctx.at_value(path, str(exc)))
-    backoff = _table(_table(doc, "retry"), "backoff")
+    backoff = table_of(table_of(doc, "retry"), "backoff")
     if _durations_inverted(backoff):
         problems.append(
             ctx.at_value(("retry", "backoff", "max"), "must not be shorter than 'initial'")
         )
-    throttle = _table(_table(doc, "retry"), "throttle")
+    throttle = table_of(table_of(doc, "retry"), "throttle")
     if _durations_inverted(throttle):
         problems.append(
             ctx.at_value(("retry", "throttle", "max"), "must not be shorter than 'initial'")
@@ -167,7 +126,7 @@ def _template_roots(path: KeyPath) -> dict[str, Shape]:
 
 def _rungs_using(path: KeyPath, doc: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any]]]:
     """The ladder rungs on which the template at ``path`` is rendered."""
-    ladder = [r for r in _list(_table(doc, "retry"), "ladder") if isinstance(r, dict)]
+    ladder = [r for r in list_of(table_of(doc, "retry"), "ladder") if isinstance(r, dict)]
     rungs: list[tuple[int, Mapping[str, Any]]] = list(enumerate(ladder))
     rungs = rungs or [(-1, {"name": "default"})]
     if path[:2] == ("retry", "ladder"):
@@ -214,7 +173,7 @@ def _rung_var_uses(source: str, ctx: Context) -> list[tuple[str, int]]:
 def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
     names: dict[str, int] = {}
-    for index, limit in enumerate(_list(doc, "limits")):
+    for index, limit in enumerate(list_of(doc, "limits")):
         name = limit.get("name") if isinstance(limit, dict) else None
         requests = limit.get("requests") if isinstance(limit, dict) else None
         per_task = limit.get("requestsPerTask", 1) if isinstance(limit, dict) else None
@@ -234,7 +193,7 @@ def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                     )
                 )
             names.setdefault(name, index)
-    wanted = _table(doc, "task").get("limits")
+    wanted = table_of(doc, "task").get("limits")
     if isinstance(wanted, list):
         for index, name in enumerate(wanted):
             if isinstance(name, str) and name not in names:
@@ -256,7 +215,7 @@ def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 
 def _check_inputs(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
-    inputs = _table(doc, "inputs")
+    inputs = table_of(doc, "inputs")
     for key in ("files", "exclude"):
         patterns = inputs.get(key)
         if isinstance(patterns, list):
@@ -280,7 +239,7 @@ def _check_inputs(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 "needs 'format' (json, jsonl, lines, csv or lint) to read its output",
             )
         )
-    patterns = _table(doc, "task").get("throttlePatterns")
+    patterns = table_of(doc, "task").get("throttlePatterns")
     if isinstance(patterns, list):
         for index, pattern in enumerate(patterns):
             if isinstance(pattern, str):
@@ -297,7 +256,7 @@ def _check_inputs(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 
 def _check_runtime(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
-    runtime = _table(doc, "runtime")
+    runtime = table_of(doc, "runtime")
     if runtime.get("sandbox") == "podman" and "image" not in runtime:
         problems.append(ctx.at_value(("runtime", "sandbox"), "podman needs runtime.image"))
     if "image" in runtime and runtime.get("sandbox") != "podman":
@@ -322,7 +281,7 @@ def _check_runtime(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 
 def _check_retry(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
-    ladder = _table(doc, "retry").get("ladder")
+    ladder = table_of(doc, "retry").get("ladder")
     if isinstance(ladder, list):
         seen: dict[str, int] = {}
         for index, rung in enumerate(ladder):
@@ -360,66 +319,3 @@ def _check_triggers(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
             except ValueError as exc:
                 problems.append(ctx.at_value(("triggers", index, "timezone"), str(exc)))
     return problems
-
-
-def _check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
-    problems: list[Problem] = []
-    flagged: set[KeyPath] = set()
-    for path, value in _strings(doc):
-        for pattern, what in _SECRET_FORMATS:
-            if pattern.search(value):
-                flagged.add(path)
-                message = (
-                    f"looks like {what}; never write a secret in a job file: export it on "
-                    "the coordinator and list its name in task.secrets"
-                )
-                problems.append(ctx.at_value(path, message))
-                break
-    secrets = _list(_table(doc, "task"), "secrets")
-    ladder = _list(_table(doc, "retry"), "ladder")
-    places: list[tuple[KeyPath, Any]] = [(("task",), doc.get("task"))]
-    places += [(("retry", "ladder", i), rung) for i, rung in enumerate(ladder)]
-    for place, table in places:
-        env = table.get("env") if isinstance(table, dict) else None
-        for name, value in env.items() if isinstance(env, dict) else ():
-            path = (*place, "env", name)
-            if name in secrets:
-                message = (
-                    f"{name!r} is listed in task.secrets; its value comes from the "
-                    "coordinator's environment, not from env"
-                )
-                problems.append(ctx.at_key(path, message))
-            elif (
-                _SECRET_NAME.search(name)
-                and isinstance(value, str)
-                and value
-                and "{{" not in value
-                and path not in flagged
-            ):
-                message = (
-                    f"{name!r} looks like a secret; do not write its value here: export "
-                    f"{name} on the coordinator and list it in task.secrets"
-                )
-                problems.append(ctx.at_key(path, message))
-    return problems
-
-
-def _strings(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, (*path, index))
-
-
-def _table(doc: Any, key: str) -> Mapping[str, Any]:
-    value = doc.get(key) if isinstance(doc, Mapping) else None
-    return value if isinstance(value, dict) else {}
-
-
-def _list(doc: Any, key: str) -> list[Any]:
-    value = doc.get(key) if isinstance(doc, Mapping) else None
-    return value if isinstance(value, list) else []

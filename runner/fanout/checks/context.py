@@ -1,0 +1,68 @@
+"""Where a problem is: the context every check reports through, and the defensive
+readers checks use on the raw document."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import schema
+from ..errors import Problem
+from ..templates import Templates
+from ..tomlpos import KeyPath, Positions
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    file: str
+    positions: Positions
+    templates: Templates
+    text: str
+
+    def at_value(self, path: KeyPath, message: str) -> Problem:
+        line, col = self.positions.value(path)
+        return Problem(
+            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
+        )
+
+    def at_key(self, path: KeyPath, message: str) -> Problem:
+        line, col = self.positions.key(path)
+        return Problem(
+            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
+        )
+
+    def in_template(self, path: KeyPath, lineno: int, message: str) -> Problem:
+        """A problem on line ``lineno`` of the template at ``path``."""
+        line, col = self.positions.value(path)
+        if path in self.positions.trimmed_newline:
+            line, col = line + lineno, 1
+        elif lineno > 1:
+            line, col = line + lineno - 1, 1
+        return Problem(
+            file=self.file, line=line, col=col, key=schema.key_name(path), message=message
+        )
+
+
+def strings(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, str]]:
+    """Every string in a TOML value, with its key path."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from strings(item, (*path, index))
+
+
+def table_of(doc: Any, key: str) -> Mapping[str, Any]:
+    """``doc[key]`` if it is a table, else an empty one (the schema reported the rest)."""
+    value = doc.get(key) if isinstance(doc, Mapping) else None
+    return value if isinstance(value, dict) else {}
+
+
+def list_of(doc: Any, key: str) -> list[Any]:
+    """``doc[key]`` if it is an array, else an empty one."""
+    value = doc.get(key) if isinstance(doc, Mapping) else None
+    return value if isinstance(value, list) else []
