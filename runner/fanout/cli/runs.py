@@ -137,7 +137,7 @@ def _execute(
     with display:
         summary = launch.run_blocking(job, environ(), [display], action, overlap=overlap)
     console.print(summary.describe())
-    if summary.wall_seconds > 0:
+    if summary.wall_seconds > 0 and summary.worker_seconds > 0:
         console.print(
             f"wall {format_duration(summary.wall_seconds)}, worker time "
             f"{format_duration(summary.worker_seconds)}: "
