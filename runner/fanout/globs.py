@@ -19,18 +19,24 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"{pattern!r} leaves the workspace ('..' is not allowed)")
     if "" in parts:
         raise ValueError(f"{pattern!r} has an empty path component ('//' or a trailing '/')")
+    return re.compile(_translate(pattern, parts, re.escape, "(?:[^/]+/)*") + r"\Z")
+
+
+def _translate(pattern: str, parts: list[str], escape: Callable[[str], str], any_dirs: str) -> str:
+    """The components of a glob as one regex; ``any_dirs`` is the dialect's spelling of
+    zero or more whole directories (what a '**' that is not last stands for)."""
     regex = ""
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         if part == "**":
-            regex += ".*" if last else "(?:[^/]+/)*"
+            regex += ".*" if last else any_dirs
             continue
         if "**" in part:
             raise ValueError(
                 f"{pattern!r}: '**' must be a whole path component, as in 'src/**/*.py'"
             )
-        regex += _component(part, pattern) + ("" if last else "/")
-    return re.compile(regex + r"\Z")
+        regex += _component(part, pattern, escape) + ("" if last else "/")
+    return regex
 
 
 def is_glob(pattern: str) -> bool:
@@ -74,14 +80,7 @@ def to_find_regex(pattern: str) -> str:
     parts = pattern.split("/")
     if not is_glob(pattern):
         return r"\./" + "/".join(_ere_literal(p) for p in parts) + "(/.*)?"
-    regex = ""
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        if part == "**":
-            regex += ".*" if last else "([^/]+/)*"
-            continue
-        regex += _component(part, pattern, _ere_literal) + ("" if last else "/")
-    return r"\./" + regex
+    return r"\./" + _translate(pattern, parts, _ere_literal, "([^/]+/)*")
 
 
 def _ere_literal(text: str) -> str:
