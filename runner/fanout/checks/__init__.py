@@ -306,16 +306,11 @@ def _check_triggers(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     for index, trigger in enumerate(triggers):
         if not isinstance(trigger, dict):
             continue
-        expression = trigger.get("schedule")
-        if isinstance(expression, str) and expression:
-            try:
-                cron.parse(expression)
-            except ValueError as exc:
-                problems.append(ctx.at_value(("triggers", index, "schedule"), str(exc)))
-        zone = trigger.get("timezone")
-        if isinstance(zone, str) and zone:
-            try:
-                cron.zone(zone)
-            except ValueError as exc:
-                problems.append(ctx.at_value(("triggers", index, "timezone"), str(exc)))
+        for key, parse in (("schedule", cron.parse), ("timezone", cron.zone)):
+            value = trigger.get(key)
+            if isinstance(value, str) and value:
+                try:
+                    parse(value)
+                except ValueError as exc:
+                    problems.append(ctx.at_value(("triggers", index, key), str(exc)))
     return problems
