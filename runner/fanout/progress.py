@@ -28,7 +28,9 @@ class Display:
         prefix: str = "",
     ) -> None:
         self.console = console
-        self.live_mode = console.is_terminal if live is None else live
+        terminal = console.is_terminal  # an isatty call: asked once, not per line
+        self.live_mode = terminal if live is None else live
+        self._plain_lines = not terminal
         self.verbose = verbose
         self.prefix = f"{prefix}: " if prefix else ""
         self.started = time.monotonic()
@@ -65,7 +67,7 @@ class Display:
     def _line(self, text: str, style: str = "") -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
         line = f"{stamp} {self.prefix}{text}"
-        if self._live is None and not self.console.is_terminal:
+        if self._live is None and self._plain_lines:
             # A line per attempt in a log: plain text, without rich's rendering per line
             # (a tenth of a millisecond each, on the coordinator's one thread).
             self.console.file.write(line + "\n")
