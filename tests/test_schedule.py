@@ -131,8 +131,9 @@ async def test_overlap_replace_interrupts_the_running_run(tmp_path: Path) -> Non
     assert recorder.interrupted[:2] == ["10:00", "10:10"]
 
 
-async def test_catch_up_latest_runs_the_latest_missed_fire_once(tmp_path: Path) -> None:
-    job = _job(tmp_path, 'schedule = "0 * * * *"\ncatchUp = "latest"\nstartingDeadline = "2h"')
+async def _after_downtime(job: spec.Spec) -> tuple[Recorder, list[str]]:
+    """Run the scheduler from ORIGIN (09:55) to 10:30 after a downtime: the job's
+    trigger last fired at 04:00.  What it started, and what it logged."""
     FireLog(job).set(trigger_key(0, job.triggers[0]), datetime(2027, 3, 1, 4, 0, tzinfo=UTC))
     clock = LoopClock(ORIGIN)
     recorder = Recorder(clock, 1)
@@ -140,6 +141,12 @@ async def test_catch_up_latest_runs_the_latest_missed_fire_once(tmp_path: Path) 
     await Scheduler([job], start_run=recorder, clock=clock, log=logs.append).run(
         until=datetime(2027, 3, 1, 10, 30, tzinfo=UTC)
     )
+    return recorder, logs
+
+
+async def test_catch_up_latest_runs_the_latest_missed_fire_once(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "0 * * * *"\ncatchUp = "latest"\nstartingDeadline = "2h"')
+    recorder, logs = await _after_downtime(job)
     assert recorder.started == [("09:00", "09:55"), ("10:00", "10:00")]
     assert (
         "missed 5 fire(s) while down; catching up the latest (2027-03-01T09:00:00+00:00)" in logs[0]
@@ -155,14 +162,7 @@ async def test_catch_up_none_and_a_passed_deadline_skip_missed_fires(tmp_path: P
         ),
     ]:
         directory = tmp_path / reason.replace(" ", "-")
-        job = _job(directory, trigger)
-        FireLog(job).set(trigger_key(0, job.triggers[0]), datetime(2027, 3, 1, 4, 0, tzinfo=UTC))
-        clock = LoopClock(ORIGIN)
-        recorder = Recorder(clock, 1)
-        logs: list[str] = []
-        await Scheduler([job], start_run=recorder, clock=clock, log=logs.append).run(
-            until=datetime(2027, 3, 1, 10, 30, tzinfo=UTC)
-        )
+        recorder, logs = await _after_downtime(_job(directory, trigger))
         assert recorder.started == [("10:00", "10:00")]
         assert logs[0].endswith(f"(latest 2027-03-01T09:00:00+00:00); skipped: {reason}")
 
