@@ -17,7 +17,7 @@ from fanout import spec
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.outcome import Status
+from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
@@ -56,12 +56,33 @@ def _transport(pool: Any, hosts: list[Host], **more: Any) -> SshTransport:
     return SshTransport(hosts, known_hosts=[pool.known_hosts], rng=random.Random(3), **options)
 
 
-async def _started(pool: Any, *, host: dict[str, Any] | None = None, **more: Any) -> SshTransport:
-    """A started transport over one new sshd host, h1."""
-    server = pool.add("h1")
+async def _started(
+    pool: Any,
+    *,
+    sshd: dict[str, Any] | None = None,
+    host: dict[str, Any] | None = None,
+    **more: Any,
+) -> SshTransport:
+    """A started transport over one new sshd host, h1 (``sshd``: its settings; ``host``:
+    what the inventory says of it)."""
+    server = pool.add("h1", **(sshd or {}))
     transport = _transport(pool, [_host(pool, server, **(host or {}))], **more)
     await transport.start()
     return transport
+
+
+async def _sleepers(
+    transport: SshTransport, tmp_path: Path, count: int, seconds: str
+) -> list[AttemptResult]:
+    """``count`` units sleeping ``seconds`` at once."""
+    return list(
+        await asyncio.gather(
+            *(
+                transport.run(_attempt(tmp_path / str(n), ["sleep", seconds], unit_id=f"u{n}"))
+                for n in range(count)
+            )
+        )
+    )
 
 
 def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
@@ -373,16 +394,11 @@ async def test_every_host_down_stops_the_run_and_resume_finishes_it(
 async def test_more_slots_than_sessions_open_more_connections(
     ssh_pool: Any, tmp_path: Path
 ) -> None:
-    server = ssh_pool.add("h1", max_sessions=4)
-    transport = _transport(ssh_pool, [_host(ssh_pool, server, slots=10, max_sessions=4)])
-    await transport.start()
+    transport = await _started(
+        ssh_pool, sshd={"max_sessions": 4}, host={"slots": 10, "max_sessions": 4}
+    )
     try:
-        results = await asyncio.gather(
-            *(
-                transport.run(_attempt(tmp_path / str(n), ["sleep", "0.3"], unit_id=f"u{n}"))
-                for n in range(40)
-            )
-        )
+        results = await _sleepers(transport, tmp_path, 40, "0.3")
         connections = len(transport._hosts[0].connections)
     finally:
         await transport.close()
@@ -393,16 +409,11 @@ async def test_more_slots_than_sessions_open_more_connections(
 async def test_refused_channel_opens_are_retried(ssh_pool: Any, tmp_path: Path) -> None:
     # The inventory claims 10 sessions; this sshd allows 3: opens near the limit fail
     # and must be retried rather than failing units.
-    server = ssh_pool.add("h1", max_sessions=3)
-    transport = _transport(ssh_pool, [_host(ssh_pool, server, slots=8, max_sessions=10)])
-    await transport.start()
+    transport = await _started(
+        ssh_pool, sshd={"max_sessions": 3}, host={"slots": 8, "max_sessions": 10}
+    )
     try:
-        results = await asyncio.gather(
-            *(
-                transport.run(_attempt(tmp_path / str(n), ["sleep", "0.2"], unit_id=f"u{n}"))
-                for n in range(24)
-            )
-        )
+        results = await _sleepers(transport, tmp_path, 24, "0.2")
     finally:
         await transport.close()
     assert [r.status for r in results] == [Status.SUCCEEDED] * 24
