@@ -31,6 +31,8 @@ class Verdict:
         )
 
     def result(self, status: Status, reason: str, **more: object) -> AttemptResult:
+        # The output is over: flush what redaction held back, so the tail is complete.
+        self.capture.close()
         return AttemptResult(
             status=status,
             reason=reason,
