@@ -233,3 +233,9 @@ def test_the_result_tail_holds_what_redaction_held_back(tmp_path: Path) -> None:
     verdict.close()
     assert result.output_tail == "failed at -----"
     assert _leaks(result.output_tail) == []
+
+
+def test_a_result_reason_quoting_the_worker_is_redacted(tmp_path: Path) -> None:
+    verdict = Verdict(make_attempt(tmp_path, ["true"], secrets={"TOKEN": TOKEN}))
+    result = verdict.result(Status.FAILED, f"collect: cannot read {TOKEN}.txt")
+    assert result.reason == "collect: cannot read [secret].txt"

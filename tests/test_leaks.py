@@ -203,14 +203,14 @@ class CommandLines:
             self._stop.wait(0.01)
 
 
-def _files_holding(roots: list[Path], needles: list[bytes]) -> dict[str, list[int]]:
-    """Every file below ``roots`` holding a needle: its path and which needles."""
-    found: dict[str, list[int]] = {}
+def _files_holding(roots: list[Path], needles: list[bytes]) -> dict[str, int]:
+    """Every file below ``roots`` holding a needle: its path and how many occurrences."""
+    found: dict[str, int] = {}
     for root in roots:
         for path in [root] if root.is_file() else root.rglob("*"):
             if path.is_file() and not path.is_symlink():
                 data = path.read_bytes()
-                hits = [n for n, needle in enumerate(needles) if needle in data]
+                hits = sum(data.count(needle) for needle in needles)
                 if hits:
                     found[str(path)] = hits
     return found

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from . import fanin, throttle
 from .capture import OutputCapture
 from .outcome import AttemptResult, CollectedFile, Status
+from .redact import redact_text
 from .transport import Attempt
 
 
@@ -35,7 +36,8 @@ class Verdict:
         self.capture.close()
         return AttemptResult(
             status=status,
-            reason=reason,
+            # A reason can quote what the worker made (a collected file's name).
+            reason=redact_text(reason, self.attempt.secrets.values()),
             duration=time.monotonic() - self.started,
             output_tail=self.capture.tail,
             host=self.host,
