@@ -54,6 +54,7 @@ class Verdict:
     ) -> AttemptResult:
         """The result of a finished attempt: ``code`` of its last ``stage`` (None: it
         timed out), the control file's text, and ``collect`` to run on success."""
+        self.capture.close()  # the last line, without its newline, is scanned too
         if code is None:
             return self.result(
                 Status.TIMEOUT, f"timed out after {self.attempt.invocation.timeout:g}s"
