@@ -312,6 +312,7 @@ def test_nothing_leaks_from_a_local_bwrap_run(tmp_path: Path, sink: Sink) -> Non
     home = tmp_path / "home"
     home.mkdir()
     found = _scan_run(tmp_path, sink, "", sandbox_root, home)
+    assert sorted(p.name for p in sandbox_root.glob("fanout-*")) == []
     _assert_nothing_leaked(found, sink)
     assert _hosts(found["state"]) == {"local"}
 
