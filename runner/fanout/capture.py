@@ -80,9 +80,12 @@ class OutputCapture:
         """Redacted bytes to the tail, the log and (line by line) the scanner."""
         if not data:
             return
-        self._tail += data
-        if len(self._tail) > self.tail_limit:
-            del self._tail[: len(self._tail) - self.tail_limit]
+        if len(data) >= self.tail_limit:
+            self._tail[:] = data[len(data) - self.tail_limit :]
+        else:
+            self._tail += data
+            if len(self._tail) > self.tail_limit:
+                del self._tail[: len(self._tail) - self.tail_limit]
         self._write(data)
         if self.on_line is None:
             return
