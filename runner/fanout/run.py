@@ -215,7 +215,7 @@ class Runner:
                 json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
                 for row in self.journal.units(run_id)
             )
-            await asyncio.to_thread(self._aggregate, run_id, results)
+            await asyncio.to_thread(self._aggregate, run_id, results, options.trigger, secrets)
         summary = Summary(
             run_id=run_id,
             state=state,
@@ -268,29 +268,73 @@ class Runner:
             written += sum(1 for c in changes if c.state == "applied")
         return written
 
-    def _aggregate(self, run_id: str, results: str) -> None:
-        """Run the aggregate command with the results JSONL on stdin (in a thread)."""
+    def _aggregate(
+        self,
+        run_id: str,
+        results: str,
+        trigger: Mapping[str, Any] | None,
+        secrets: Mapping[str, str],
+    ) -> None:
+        """Run the aggregate command with the results JSONL on stdin (in a thread).
+
+        Its environment is a worker's, not the coordinator's: ``PATH``, ``HOME`` (tools
+        that post the report keep their login there), ``LANG``, ``FANOUT_RUN_ID``,
+        ``FANOUT_REPORT`` (this run's report.md) and the values of ``task.secrets`` (a
+        team may need a token to post the report).  Its output is redacted of those
+        values before ``aggregate.out`` is written.  A failure here (a template, the
+        command, the disk) is an ``aggregate.failed`` event: the units have settled and
+        the report is written, so it changes nothing of the run.
+        """
         assert self.spec.aggregate is not None
+        import os
+
+        from .redact import redact_bytes
+        from .templates import RenderError
         from .units import base_context
 
-        context = base_context(self.spec)
-        argv = [part.render(context) for part in self.spec.aggregate.command]
+        events = self.events
+        try:
+            context = base_context(self.spec, trigger)
+            argv = [part.render(context) for part in self.spec.aggregate.command]
+        except RenderError as exc:
+            events.emit("aggregate.failed", reason=f"template: {exc}")
+            return
+        env = {
+            "PATH": self.environ.get("PATH", os.defpath),
+            "HOME": self.environ.get("HOME", "/nonexistent"),
+            "LANG": "C.UTF-8",
+            "FANOUT_RUN_ID": run_id,
+            "FANOUT_REPORT": str(self.run_dir(run_id) / "report.md"),
+            **secrets,
+        }
+        out = self.run_dir(run_id) / "aggregate.out"
+        failure, code = "", None
         try:
             done = subprocess.run(
                 argv,
-                input=results.encode(),
+                # A lone surrogate in a unit's values must not cost the whole aggregate.
+                input=results.encode("utf-8", "replace"),
                 cwd=self.spec.runtime.workspace,
-                env=dict(self.environ),
+                env=env,
                 capture_output=True,
                 timeout=self.spec.aggregate.timeout,
                 check=False,
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            self.events.emit("aggregate.failed", reason=str(exc))
+            output, code = [done.stdout, done.stderr], done.returncode
+        except subprocess.TimeoutExpired as exc:
+            failure = f"timed out after {exc.timeout:g}s"
+            output = [exc.stdout or b"", exc.stderr or b""]
+        except OSError as exc:
+            events.emit("aggregate.failed", reason=f"cannot start {argv[0]}: {exc.strerror or exc}")
             return
-        out = self.run_dir(run_id) / "aggregate.out"
-        out.write_bytes(done.stdout + done.stderr)
-        self.events.emit("aggregate.finished", exit=done.returncode, output=str(out))
+        try:
+            out.write_bytes(b"".join(redact_bytes(o, secrets.values()) for o in output))
+        except OSError as exc:
+            failure = failure or f"cannot write {out}: {exc.strerror or exc}"
+        if failure:
+            events.emit("aggregate.failed", reason=failure, output=str(out))
+        else:
+            events.emit("aggregate.finished", exit=code, output=str(out))
 
     async def retry_failed(self, previous: RunRow, options: Options) -> Summary:
         """A new run over the units that failed in ``previous`` (their latest round)."""

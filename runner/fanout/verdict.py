@@ -11,6 +11,7 @@ from collections.abc import Callable
 from . import fanin, throttle
 from .capture import OutputCapture
 from .outcome import AttemptResult, CollectedFile, Status
+from .redact import redact_text
 from .transport import Attempt
 
 
@@ -31,9 +32,12 @@ class Verdict:
         )
 
     def result(self, status: Status, reason: str, **more: object) -> AttemptResult:
+        # The output is over: flush what redaction held back, so the tail is complete.
+        self.capture.close()
         return AttemptResult(
             status=status,
-            reason=reason,
+            # A reason can quote what the worker made (a collected file's name).
+            reason=redact_text(reason, self.attempt.secrets.values()),
             duration=time.monotonic() - self.started,
             output_tail=self.capture.tail,
             host=self.host,
@@ -50,6 +54,7 @@ class Verdict:
     ) -> AttemptResult:
         """The result of a finished attempt: ``code`` of its last ``stage`` (None: it
         timed out), the control file's text, and ``collect`` to run on success."""
+        self.capture.close()  # the last line, without its newline, is scanned too
         if code is None:
             return self.result(
                 Status.TIMEOUT, f"timed out after {self.attempt.invocation.timeout:g}s"

@@ -1,0 +1,153 @@
+"""Replacing secret values with ``[secret]`` in a byte stream, across line and chunk
+boundaries, and in a finished text.
+
+What counts as an occurrence of a secret (decided here, once, for every output):
+
+- the value itself, and the value without surrounding whitespace (an env value often
+  ends in a newline a worker does not print);
+- for a value that spans lines (a PEM key, a JSON credential), the same with every line
+  break written LF and written CRLF (a worker on another system, or a terminal,
+  re-ends the lines);
+- each line of a multi-line value that is longer than ``LINE_MIN`` characters once its
+  surrounding whitespace is stripped, as a secret on its own: a worker may print one line
+  of a key, re-indent it or re-wrap it.  Shorter lines (``{``, ``}``, a blank line) say
+  nothing about the key and would redact ordinary output.  A PEM key's BEGIN/END lines
+  are redacted too: over-redaction there is harmless.
+
+Overlapping occurrences resolve leftmost-longest, as one pass over the whole text would:
+the whole value of a multi-line secret becomes one ``[secret]``, not one per line.  The
+streaming ``Redactor`` gives exactly the output of ``redact_text`` on the concatenation
+of its chunks, however the stream is split: it holds back the shortest tail of what it
+was fed that could still begin an occurrence (never more than the longest pattern minus
+one byte) until more bytes or the end of the stream decide it.  At the end the held
+bytes are flushed as they are (a secret cut short by a killed worker is a fragment, and
+each of its lines over ``LINE_MIN`` characters is redacted anyway).
+
+Values are encoded the way ``os.environ`` decoded them (UTF-8 with surrogateescape), so
+a secret holding bytes that are not UTF-8 still matches the worker's raw output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+REDACTED = b"[secret]"
+# Lines of a multi-line secret with more characters than this are secrets on their own.
+LINE_MIN = 8
+
+
+def patterns(secrets: Iterable[str]) -> tuple[bytes, ...]:
+    """Every byte string that counts as an occurrence of one of ``secrets``, longest first."""
+    found: set[bytes] = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        value = secret.encode("utf-8", "surrogateescape")
+        found.add(value)
+        found.add(value.strip())
+        lf = value.replace(b"\r\n", b"\n")
+        if b"\n" in lf or b"\r" in lf:
+            for variant in (lf, lf.replace(b"\n", b"\r\n")):
+                found.update((variant, variant.strip()))
+            for line in lf.replace(b"\r", b"\n").split(b"\n"):
+                line = line.strip()
+                if len(line.decode("utf-8", "surrogateescape")) > LINE_MIN:
+                    found.add(line)
+    found.discard(b"")
+    return tuple(sorted(found, key=lambda p: (-len(p), p)))
+
+
+class Redactor:
+    """Redacts a byte stream fed in chunks of any size; ``feed`` and ``close`` return the
+    bytes that are safe to pass on."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.patterns = patterns(secrets)
+        self._held = b""
+
+    @property
+    def held(self) -> int:
+        """How many bytes are held back, waiting to be decided."""
+        return len(self._held)
+
+    def feed(self, data: bytes) -> bytes:
+        if not self.patterns:
+            return data
+        buffer = self._held + data
+        out, done = _redact(self.patterns, buffer, final=False)
+        self._held = buffer[done:]
+        return out
+
+    def close(self) -> bytes:
+        """The held bytes, redacted as the end of the stream; the redactor can be reused."""
+        buffer, self._held = self._held, b""
+        if not buffer:
+            return b""
+        return _redact(self.patterns, buffer, final=True)[0]
+
+
+def redact_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
+    """``data`` with every occurrence of ``secrets`` replaced."""
+    found = patterns(secrets)
+    return _redact(found, data, final=True)[0] if found and data else data
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of ``secrets`` replaced (the same rules as bytes)."""
+    data = text.encode("utf-8", "surrogateescape")
+    return redact_bytes(data, secrets).decode("utf-8", "surrogateescape")
+
+
+def _redact(found: tuple[bytes, ...], buffer: bytes, *, final: bool) -> tuple[bytes, int]:
+    """Redact ``buffer`` up to where an occurrence could still be cut off by its end
+    (all of it if ``final``): the redacted bytes, and how many bytes of ``buffer`` they
+    stand for.
+
+    A sweep from left to right: at each step the leftmost next occurrence of any pattern
+    (the longest of those that start there) is replaced.  ``hold`` is the first position
+    from which the rest of the buffer is a proper prefix of some pattern: an occurrence
+    starting at or after it might be longer, or only begin to exist, with more bytes, so
+    the sweep stops there.  One before it cannot change: anything starting earlier would
+    have to reach past the buffer's end, which would put its start at or after ``hold``.
+    """
+    pieces: list[bytes] = []
+    position = 0
+    # The next occurrence of each pattern at or after ``position``, -1 if none.
+    starts = [buffer.find(p) for p in found]
+    hold = len(buffer) if final else _hold(found, buffer, 0)
+    while True:
+        best = -1
+        for index, start in enumerate(starts):
+            if start != -1 and start < position:
+                start = starts[index] = buffer.find(found[index], position)
+            # Ties go to the earlier pattern: the longest (``found`` is longest first).
+            if start != -1 and start < hold and (best == -1 or start < starts[best]):
+                best = index
+        if best == -1:
+            pieces.append(buffer[position:hold])
+            return b"".join(pieces), hold
+        start = starts[best]
+        pieces += (buffer[position:start], REDACTED)
+        position = start + len(found[best])
+        if hold < position:
+            hold = _hold(found, buffer, position)
+
+
+def _hold(found: tuple[bytes, ...], buffer: bytes, lowest: int) -> int:
+    """The first position at or after ``lowest`` from which the rest of ``buffer`` is a
+    proper prefix of a pattern (``len(buffer)`` if there is none)."""
+    size = len(buffer)
+    hold = size
+    for pattern in found:
+        # Only the last len(pattern) - 1 bytes can begin a cut-off occurrence of it.
+        start = max(lowest, size - len(pattern) + 1)
+        first = pattern[:1]
+        while start < hold:
+            start = buffer.find(first, start, hold)
+            if start == -1:
+                break
+            if pattern.startswith(buffer[start:]):
+                hold = start
+                break
+            start += 1
+    return hold
