@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -356,3 +357,140 @@ async def test_a_scheduled_fire_continues_only_a_run_its_own_trigger_started(
     summary = await _runner(job, same).execute(Options(trigger=nightly, resume=None))
     assert summary.run_id == cut
     assert [a.invocation.prompt for a in same.attempts] == ["mode=full"]
+
+
+THROTTLED = "throttled (Retry-After)"
+
+
+def _always_throttled(unit_id: str, starts: list[tuple[str, float]]) -> FakeTransport:
+    """A worker that answers ``Retry-After: 1`` with exit 75 every time for ``unit_id``
+    (what LocalTransport makes of it), and succeeds for every other unit."""
+    loop = asyncio.get_running_loop()
+
+    def script(attempt: Attempt) -> AttemptResult:
+        starts.append((attempt.unit_id, round(loop.time() - 0.5, 3)))
+        if attempt.unit_id == unit_id:
+            return AttemptResult(
+                status=Status.THROTTLED, reason=THROTTLED, exit_code=75, retry_after=1
+            )
+        return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0)
+
+    return FakeTransport(script=script, delay=0.5)
+
+
+STARVING = """
+[retry.throttle]
+initial = "1s"
+max = "5s"
+jitter = 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("limit", "order"),
+    [
+        ("", ["u0", "u1", "u2", "u3"] + ["u0"] * 9),
+        (
+            '[[limits]]\nname = "api"\nrequests = 60\nper = "1m"\n',
+            ["u0", "u1", "u2", "u3"] + ["u0"] * 9,
+        ),
+    ],
+    ids=["no limits", "a limit"],
+)
+async def test_a_throttled_unit_goes_to_the_back_and_every_unit_starts(
+    tmp_path: Path, limit: str, order: list[str]
+) -> None:
+    """Issue 9, defect 5: a unit throttled on every attempt took every start after each
+    pause and u3 never started; now it waits behind the whole backlog, then is failed."""
+    from fanout.limits import gate_for
+
+    job = _job(tmp_path, items=4, concurrency=2, extra=limit + STARVING)
+    starts: list[tuple[str, float]] = []
+    events: list[dict[str, object]] = []
+    runner = _runner(job, _always_throttled("u0", starts), events)
+    runner.gate = gate_for(job, runner.events, random.Random(5))
+    try:
+        summary = await asyncio.wait_for(runner.execute(Options()), 300)
+    finally:
+        # Today's code never gives up and never starts u3 (with a limit): show the order.
+        assert [unit for unit, _ in starts][:5] == order[:5]
+    assert [unit for unit, _ in starts] == order
+    assert summary.counts == {"failed": 1, "succeeded": 3}
+    reason = f"throttled 10 times in a row (retry.throttle.maxAttempts): {THROTTLED}"
+    rows = {r.unit.id: r for r in runner.journal.units(summary.run_id)}
+    assert (rows["u0"].state, rows["u0"].attempts, rows["u0"].reason) == ("failed", 10, reason)
+    (settled,) = [e for e in events if e["event"] == "unit.settled" and e["unit"] == "u0"]
+    assert (settled["state"], settled["reason"]) == ("failed", reason)
+    report_md = (runner.run_dir(summary.run_id) / "report.md").read_text()
+    assert f"<code>u0</code>: {reason} (rung default, 10 attempt(s))" in report_md
+    report_json = json.loads((runner.run_dir(summary.run_id) / "report.json").read_text())
+    (u0,) = [u for u in report_json["units"] if u["unit"] == "u0"]
+    assert (u0["state"], u0["reason"]) == ("failed", reason)
+
+
+async def test_the_other_units_start_as_soon_as_the_pause_ends(tmp_path: Path) -> None:
+    from fanout.limits import gate_for
+
+    job = _job(tmp_path, items=4, concurrency=2, extra=STARVING)
+    starts: list[tuple[str, float]] = []
+    runner = _runner(job, _always_throttled("u0", starts))
+    runner.gate = gate_for(job, runner.events, random.Random(5))
+    await runner.execute(Options())
+    # u0 is throttled at 0.5 s: nothing starts for 1 s (Retry-After; the backoff of 1 s),
+    # then u2 and u3, which waited out the pause holding the two slots; u0 goes last, when
+    # both end at 2 s.  From then on each throttle of u0 pauses for the backoff, doubling
+    # from 1 s (the successes of u1..u3 had reset it) to the 5 s cap.
+    assert starts == [
+        ("u0", 0.0),
+        ("u1", 0.0),
+        ("u2", 1.5),
+        ("u3", 1.5),
+        ("u0", 2.0),
+        ("u0", 3.5),
+        ("u0", 6.0),
+        ("u0", 10.5),
+        ("u0", 16.0),
+        ("u0", 21.5),
+        ("u0", 27.0),
+        ("u0", 32.5),
+        ("u0", 38.0),
+    ]
+
+
+async def test_a_unit_throttled_longer_than_max_wait_is_failed(tmp_path: Path) -> None:
+    from fanout.limits import gate_for
+
+    job = _job(
+        tmp_path,
+        items=1,
+        concurrency=1,
+        extra=STARVING.replace("jitter = 0", 'jitter = 0\nmaxAttempts = 100\nmaxWait = "20s"'),
+    )
+    assert (job.retry.throttle.max_attempts, job.retry.throttle.max_wait) == (100, 20)
+    starts: list[tuple[str, float]] = []
+    runner = _runner(job, _always_throttled("u0", starts))
+    runner.gate = gate_for(job, runner.events, random.Random(5))
+    summary = await runner.execute(Options())
+    (row,) = runner.journal.units(summary.run_id)
+    # Throttled at 0.5, 2, 4.5, 9, 14.5, 20 and 25.5 s: 25 s after the first throttle.
+    assert [t for _, t in starts] == [0.0, 1.5, 4.0, 8.5, 14.0, 19.5, 25.0]
+    assert (row.state, row.attempts, row.reason) == (
+        "failed",
+        7,
+        f"throttled for 25s in a row (retry.throttle.maxWait): {THROTTLED}",
+    )
+
+
+async def test_a_success_or_a_failure_ends_a_throttle_streak(tmp_path: Path) -> None:
+    statuses = iter(
+        [Status.THROTTLED] * 2 + [Status.FAILED] + [Status.THROTTLED] * 2 + [Status.SUCCEEDED]
+    )
+
+    def script(attempt: Attempt) -> AttemptResult:
+        return AttemptResult(status=next(statuses), reason="scripted")
+
+    transport = FakeTransport(script=script)
+    job = _job(tmp_path, items=1, extra=LADDER + "[retry.throttle]\nmaxAttempts = 3\n")
+    summary = await _runner(job, transport).execute(Options())
+    assert summary.counts == {"succeeded": 1}
+    assert len(transport.attempts) == 6

@@ -175,3 +175,50 @@ def test_plan_math_names_the_bottleneck(tmp_path: Path) -> None:
     assert [p.limit.name for p in limits.paces(job)] == ["anthropic"]
     # 12 tasks a minute (50 // 4): 1,000 units need 83 min 20 s.
     assert limits.minimum_wall_time(job, 1000) == pytest.approx(1000 / 12 * 60)
+
+
+async def test_starts_pass_a_pause_in_arrival_order() -> None:
+    """A unit that re-enters the gate right after its throttle must not overtake one that
+    was already waiting: before the fix the waiter's start came due inside each new pause,
+    it went back to sleep behind the re-entering unit, and never started (defect 5)."""
+    loop = asyncio.get_running_loop()
+    gate = RateGate([Limit(name="api", requests=60, per=60)], Throttle(initial=1, max=5, jitter=0))
+    passed: list[tuple[str, float]] = []
+
+    async def throttled_every_time() -> None:
+        for _ in range(5):
+            await gate.acquire()
+            passed.append(("hot", loop.time()))
+            await asyncio.sleep(0.5)
+            gate.release()
+            gate.report(AttemptResult(status=Status.THROTTLED, reason="429", retry_after=1))
+
+    async def waiting() -> None:
+        await asyncio.sleep(0.1)
+        await gate.acquire()
+        passed.append(("queued", loop.time()))
+        gate.release()
+
+    await asyncio.gather(throttled_every_time(), waiting())
+    # The queued start came due at 1 s, inside the pause (0.5 to 1.5 s); it takes the
+    # pace's next start after the pause (2 s), ahead of the hot unit (3 s), whose pauses
+    # then double from 1 s (2, 4, then the 5 s cap).
+    assert [(who, round(t, 2)) for who, t in passed] == [
+        ("hot", 0.0),
+        ("queued", 2.0),
+        ("hot", 3.0),
+        ("hot", 5.5),
+        ("hot", 10.0),
+        ("hot", 15.5),
+    ]
+
+
+async def test_a_pause_ending_on_a_virtual_clock_tick_does_not_spin() -> None:
+    """``paused_until - now`` can be 7e-15 after a sleep that ended on time; waiting
+    that out spun forever on looptime's clock (and burnt a core on a real one)."""
+    loop = asyncio.get_running_loop()
+    gate = RateGate([Limit(name="api", requests=60, per=60)], Throttle(initial=5, max=5, jitter=0))
+    await asyncio.sleep(27.166093)
+    gate.pause("api", 5.000000000000004)
+    await asyncio.wait_for(gate.acquire(), 10)
+    assert loop.time() == pytest.approx(32.166093, abs=1e-5)

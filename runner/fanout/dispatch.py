@@ -1,13 +1,16 @@
 """Dispatching one round's units to workers.
 
-A pool of ``concurrency`` worker slots bounds everything: the producer takes a slot
-before it even reads the next unit, so the coordinator holds at most ``concurrency``
-units in hand (plus units waiting out a backoff), however long the backlog.  Each unit
-then climbs the retry ladder attempt by attempt; for every attempt it takes a worker
-slot, then rate capacity from the gate (so units queued for a slot hold no tokens and
-a throttle pause reaches them), records the attempt as dispatched, runs it on the
-transport, and records it as settled.  A unit's fate is an Outcome value; only a
-failure of the whole fleet (every host down) stops the round.
+A pool of ``concurrency`` worker slots bounds everything: the producer waits for a
+slot after each unit it reads, so the coordinator holds at most ``concurrency + 1``
+units in hand (plus units waiting out a backoff or re-queued after a throttle), however
+long the backlog.  Each unit then climbs the retry ladder attempt by attempt; for every
+attempt it takes a worker slot, then rate capacity from the gate (so units queued for a
+slot hold no tokens and a throttle pause reaches them), records the attempt as
+dispatched, runs it on the transport, and records it as settled.  A throttled attempt
+gives its slot back like any other and the unit queues for the next one behind the
+whole backlog (see ``slots`` for the order and why), until the throttle caps of the
+ladder fail it.  A unit's fate is an Outcome value; only a failure of the whole fleet
+(every host down) stops the round.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .journal import Journal
 from .ladder import Progress
 from .limits import Gate, OpenGate
 from .outcome import AttemptResult, Outcome, Status, UnitState
+from .slots import Lane, Slots
 from .spec import Spec
 from .templates import RenderError
 from .transport import Attempt, Transport
@@ -58,28 +62,29 @@ class Round:
 class _Slot:
     """One unit's hold on a worker slot: taken for each attempt, given back between."""
 
-    def __init__(self, pool: asyncio.Semaphore, held: bool) -> None:
+    def __init__(self, pool: Slots, held: bool) -> None:
         self.pool = pool
         self.held = held
 
-    async def take(self) -> None:
+    async def take(self, lane: Lane = Lane.FRESH) -> None:
         if not self.held:
-            await self.pool.acquire()
+            await self.pool.take(lane)
             self.held = True
 
     def give(self) -> None:
         if self.held:
-            self.pool.release()
+            self.pool.give()
             self.held = False
 
 
 async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> Round:
     """Run every unit ``units`` yields to its outcome.  Returns ``ctx`` with counts."""
-    pool = asyncio.Semaphore(ctx.concurrency)
+    pool = Slots(ctx.concurrency)
     async with asyncio.TaskGroup() as group:
         async for unit, progress in units:
-            await pool.acquire()
+            await pool.take()
             group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
+        pool.backlog_closed()
     return ctx
 
 
@@ -115,12 +120,12 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
     rungs = spec.retry.ladder
     folder = fanin.unit_folder_name(unit.id)
     collect_dir = ctx.run_dir / "units" / folder
+    loop = asyncio.get_running_loop()
+    lane = Lane.FRESH
     while True:
-        if progress.exhausted(rungs) or progress.lost_in_a_row >= ladder.MAX_LOST:
-            reason = progress.last.get("reason", "")
-            if progress.lost_in_a_row >= ladder.MAX_LOST:
-                reason = f"lost {progress.lost_in_a_row} times in a row: {reason}"
-            return _outcome(ctx, unit, progress, UnitState.FAILED, reason)
+        given_up = ladder.given_up(progress, rungs, spec.retry.throttle, loop.time())
+        if given_up is not None:
+            return _outcome(ctx, unit, progress, UnitState.FAILED, given_up)
         rung = rungs[progress.rung]
         number = progress.attempts + 1
         progress = replace(progress, attempts=number)
@@ -157,9 +162,10 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 throttle_patterns=tuple(p.pattern for p in spec.task.throttle_patterns),
                 secrets=ctx.secrets,
             )
-            result = await _attempt(ctx, attempt, slot)
+            result = await _attempt(ctx, attempt, slot, lane)
         ctx.worker_seconds += result.duration
-        progress = ladder.advance(progress, rungs, result)
+        progress = ladder.advance(progress, rungs, result, loop.time())
+        lane = Lane.BACK if result.status is Status.THROTTLED else Lane.FRESH
         ctx.journal.attempt_settled(
             ctx.run_id,
             ctx.number,
@@ -190,8 +196,8 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             await ctx.sleep(ladder.backoff_delay(progress.failures, spec.retry.backoff, ctx.rng))
 
 
-async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot) -> AttemptResult:
-    await slot.take()
+async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> AttemptResult:
+    await slot.take(lane)
     try:
         await ctx.gate.acquire()
         try:

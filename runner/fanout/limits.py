@@ -19,6 +19,12 @@ doubles from ``retry.throttle.initial`` with each throttle in a row on that limi
 resets after a success; the jitter keeps clients from retrying in lockstep.  Units
 already running are not disturbed; queued units hold no capacity, so the pause reaches
 them.  With no limits declared a throttle signal pauses all dispatch.
+
+Starts are granted first come, first served: waiters pass the pauses and the pacing one
+at a time, in arrival order.  Without that order a unit whose start capacity came due
+inside a new pause went back to sleep and drew fresh capacity behind the unit that had
+just been throttled and re-entered first, so a unit throttled on every attempt kept
+every start after each pause and a queued unit never started (issue 9, defect 5).
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from .spec import Limit, Spec, Throttle
 
 # Spacing a hair wider than exact, so float rounding never fits one start too many.
 _SAFETY = 1 + 1e-6
+# Pause left-overs shorter than this are float dust (``until - now`` of 7e-15 after a
+# sleep that ended on time): waiting them out would spin forever on a coarse or virtual
+# clock, which does not move while nothing else is scheduled.
+_DUST = 1e-6
 ALL = "*"
 
 
@@ -150,6 +160,7 @@ class RateGate:
         self._events = events or Events()
         self._rng = rng or random.Random()
         self._states: dict[str, _State] = {}
+        self._turn = asyncio.Lock()  # FIFO: starts pass the pauses in arrival order
         for limit in limits:
             pace = Pace(limit)
             interval = 1 / pace.tasks_per_second * _SAFETY
@@ -172,14 +183,15 @@ class RateGate:
                 if state.in_flight is not None:
                     await state.in_flight.acquire()
                     held.append(state.in_flight)
-            while True:
-                for state in self._states.values():
-                    await self._unpaused(state)
-                    if state.limiter is not None:
-                        await state.limiter.acquire()
-                # A pause that began while this start waited for capacity still applies.
-                if all(s.paused_until <= loop.time() for s in self._states.values()):
-                    break
+            async with self._turn:
+                while True:
+                    for state in self._states.values():
+                        await self._unpaused(state)
+                        if state.limiter is not None:
+                            await state.limiter.acquire()
+                    # A pause that began while this start waited for capacity still applies.
+                    if not any(self._paused(s, loop.time()) for s in self._states.values()):
+                        break
         except BaseException:
             for semaphore in held:
                 semaphore.release()
@@ -194,8 +206,12 @@ class RateGate:
     async def _unpaused(self, state: _State) -> None:
         loop = asyncio.get_running_loop()
         # A deadline that may move later while we sleep: re-check after each sleep.
-        while (left := state.paused_until - loop.time()) > 0:  # noqa: ASYNC110
-            await asyncio.sleep(left)
+        while self._paused(state, now := loop.time()):  # noqa: ASYNC110
+            await asyncio.sleep(state.paused_until - now)
+
+    @staticmethod
+    def _paused(state: _State, now: float) -> bool:
+        return state.paused_until - now > _DUST
 
     def release(self) -> None:
         for state in self._states.values():

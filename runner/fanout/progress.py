@@ -3,6 +3,11 @@
 The live display counts done, running, failed and queued units with the rate and an
 ETA, and prints a line above itself for every failure.  Without a terminal (cron, CI,
 a pipe) each finished attempt and settled unit is one plain, greppable line.
+
+Unit ids, reasons and paths come from the backlog and the workers: every line goes
+through ``safetext.for_terminal``, so an id with ``ESC[2J`` cannot clear the screen nor
+a newline forge a line of its own, and lines are rich ``Text``, never markup, so
+``[bold]`` or ``:smile:`` in an id prints as it is.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from . import safetext
 from .quantities import format_duration
 
 
@@ -66,7 +72,7 @@ class Display:
 
     def _line(self, text: str, style: str = "") -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
-        line = f"{stamp} {self.prefix}{text}"
+        line = safetext.for_terminal(f"{stamp} {self.prefix}{text}")
         if self._live is None and self._plain_lines:
             # A line per attempt in a log: plain text, without rich's rendering per line
             # (a tenth of a millisecond each, on the coordinator's one thread).
@@ -168,5 +174,8 @@ class Display:
         now = time.monotonic()
         for name, until in self.paused.items():
             if until > now:
-                text.append(f"  [{name} paused {format_duration(until - now)}]", style="yellow")
+                text.append(
+                    f"  [{safetext.for_terminal(name)} paused {format_duration(until - now)}]",
+                    style="yellow",
+                )
         return text

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from . import safetext
 from .journal import Journal, UnitRow
 from .quantities import format_duration
 
@@ -96,17 +97,21 @@ def write(journal: Journal, run_id: str, directory: Path) -> Path:
 
 
 def render_markdown(data: dict[str, Any]) -> str:
+    """The report as markdown for a pull request comment.  Everything that came from a
+    unit or a worker (ids, reasons, paths, output, notes) goes through ``safetext``, so
+    none of it can add markup, HTML or control characters of its own."""
+    md, code = safetext.for_markdown, safetext.code
     totals = data["totals"]
     units_total = sum(totals.values())
-    lines = [f"## fanout: {data['job']} (run `{data['run']}`)", ""]
-    summary = ", ".join(f"{count} {state}" for state, count in totals.items()) or "no units"
-    lines.append(f"**{units_total} unit(s)**: {summary}. Run {data['state']}.")
+    lines = [f"## fanout: {md(data['job'])} (run {code(data['run'])})", ""]
+    summary = ", ".join(f"{count} {md(state)}" for state, count in totals.items()) or "no units"
+    lines.append(f"**{units_total} unit(s)**: {summary}. Run {md(data['state'])}.")
     if data["note"]:
-        lines.append(f"_{data['note']}_")
+        lines.append(f"_{md(data['note'])}_")
     lines.append("")
     wall, worker = data["wallSeconds"], data["workerSeconds"]
     speedup = f"{data['speedup']:.1f}x" if data["speedup"] else "n/a"
-    attempts = ", ".join(f"{n} {s}" for s, n in data["attempts"].items())
+    attempts = ", ".join(f"{n} {md(s)}" for s, n in data["attempts"].items())
     lines += [
         "| wall time | worker time | speed-up | rounds | attempts |",
         "| ---: | ---: | ---: | ---: | --- |",
@@ -132,7 +137,7 @@ def render_markdown(data: dict[str, Any]) -> str:
             configured = stats["configuredPerMinute"]
             achieved = stats["achievedPerMinute"]
             lines.append(
-                f"| {'all dispatch' if name == '*' else name} "
+                f"| {'all dispatch' if name == '*' else md(name)} "
                 f"| {'-' if configured is None else f'{configured:g}'} "
                 f"| {'-' if achieved is None else f'{achieved:.4g}'} "
                 f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
@@ -148,23 +153,23 @@ def render_markdown(data: dict[str, Any]) -> str:
         ]
         for unit, change in changed:
             lines.append(
-                f"| `{change['path']}` | `{unit['unit']}` | {unit['round']} | "
-                f"+{change['added']} -{change['removed']} | {change['state']} |"
+                f"| {code(change['path'])} | {code(unit['unit'])} | {unit['round']} | "
+                f"+{change['added']} -{change['removed']} | {md(change['state'])} |"
             )
         lines.append("")
     failures = [u for u in data["units"] if u["state"] == "failed" and u["unit"] in data["failed"]]
     if failures:
         lines += ["### Failed: needs a human", ""]
+        html = safetext.for_html
         for unit in failures:
+            # A raw HTML block up to the blank line: entities only, markdown is not read.
             lines.append(
-                f"<details><summary><code>{unit['unit']}</code>: {_escape(unit['reason'])}"
-                f" (rung {unit['rung']}, {unit['attempts']} attempt(s))</summary>"
+                f"<details><summary><code>{html(unit['unit'])}</code>: {html(unit['reason'])}"
+                f" (rung {html(unit['rung'])}, {unit['attempts']} attempt(s))</summary>"
             )
             lines += [
                 "",
-                "```",
-                unit.get("outputTail", "").rstrip()[-3000:],
-                "```",
+                safetext.code_fence(unit.get("outputTail", "").rstrip()[-3000:]),
                 "</details>",
                 "",
             ]
@@ -176,16 +181,13 @@ def render_markdown(data: dict[str, Any]) -> str:
     ]
     for unit in data["units"][:SHOWN_UNITS]:
         lines.append(
-            f"| `{unit['unit']}` | {unit['round']} | {unit['state']} | {unit['rung']} | "
-            f"{unit['attempts']} | {format_duration(unit['workerSeconds'])} |"
+            f"| {code(unit['unit'])} | {unit['round']} | {md(unit['state'])} "
+            f"| {md(unit['rung'])} | {unit['attempts']} "
+            f"| {format_duration(unit['workerSeconds'])} |"
         )
     if len(data["units"]) > SHOWN_UNITS:
         lines.append(f"\n{len(data['units']) - SHOWN_UNITS} more unit(s) in report.json.")
     return "\n".join(lines) + "\n"
-
-
-def _escape(text: str) -> str:
-    return text.replace("<", "&lt;").replace(">", "&gt;")
 
 
 def status_text(journal: Journal, run_id: str | None, job: str | None = None) -> str:

@@ -123,6 +123,8 @@ def build(
             initial=dur(raw_throttle.get("initial"), 5.0),
             max=dur(raw_throttle.get("max"), 600.0),
             jitter=float(raw_throttle.get("jitter", 0.5)),
+            max_attempts=raw_throttle.get("maxAttempts", 10),
+            max_wait=parse_duration(raw_throttle["maxWait"]) if "maxWait" in raw_throttle else None,
         ),
         ladder=tuple(
             Rung(

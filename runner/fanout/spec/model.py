@@ -116,6 +116,9 @@ class Throttle:
     initial: float = 5.0
     max: float = 600.0
     jitter: float = 0.5
+    # Caps on one unit's throttled attempts in a row (see ladder): then it is failed.
+    max_attempts: int = 10
+    max_wait: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
