@@ -36,6 +36,9 @@ class OutputCapture:
         self._partial = bytearray()
         self._log: BinaryIO | None = None
         self._truncated = False
+        # Set when the log could not be written (a full disk under the state dir): the
+        # attempt goes on and the tail is kept; the log stops there.  Never the unit's fault.
+        self.storage_error: OSError | None = None
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
@@ -55,8 +58,19 @@ class OutputCapture:
             self._emit(bytes(self._partial))
             self._partial.clear()
         if self._log is not None:
-            self._log.close()
+            try:
+                self._log.close()
+            except OSError as exc:  # the last buffered bytes did not fit
+                self.storage_error = self.storage_error or exc
             self._log = None
+
+    def flush(self) -> None:
+        """Push the log to disk now, so a full disk shows in ``storage_error``."""
+        if self._log is not None and self.storage_error is None:
+            try:
+                self._log.flush()
+            except OSError as exc:
+                self.storage_error = exc
 
     @property
     def tail(self) -> str:
@@ -73,8 +87,14 @@ class OutputCapture:
             self.on_line(line.decode("utf-8", "replace"))
 
     def _write(self, line: bytes) -> None:
-        if self._truncated:
+        if self._truncated or self.storage_error is not None:
             return
+        try:
+            self._write_log(line)
+        except OSError as exc:
+            self.storage_error = exc
+
+    def _write_log(self, line: bytes) -> None:
         if self._log is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("wb")

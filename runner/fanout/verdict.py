@@ -4,6 +4,7 @@ codes, throttle signals and the collect step into a status."""
 
 from __future__ import annotations
 
+import errno
 import tarfile
 import time
 from collections.abc import Callable
@@ -12,6 +13,9 @@ from . import fanin, throttle
 from .capture import OutputCapture
 from .outcome import AttemptResult, CollectedFile, Status
 from .transport import Attempt
+
+# Errors writing below the state dir that are the machine's, never the unit's.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class Verdict:
@@ -31,6 +35,13 @@ class Verdict:
         )
 
     def result(self, status: Status, reason: str, **more: object) -> AttemptResult:
+        """The attempt's result.  A log that could not be written (a full disk) does not
+        change what the worker did: the status stands, ``storage_error`` says why the
+        log is incomplete, and dispatch stops the run on it."""
+        self.capture.flush()
+        lost_log = self.capture.storage_error
+        if lost_log is not None and "storage_error" not in more:
+            more["storage_error"] = _reason(lost_log)
         return AttemptResult(
             status=status,
             reason=reason,
@@ -68,10 +79,22 @@ class Verdict:
             return self.result(Status.FAILED, f"{stage} exited with status {code}", exit_code=code)
         try:
             collected = collect()
-        except (fanin.PathRefused, tarfile.TarError, OSError) as exc:
+        except OSError as exc:
+            if exc.errno not in _STORAGE_ERRNOS:
+                return self.result(Status.FAILED, f"collect: {exc}", exit_code=0)
+            # The unit did its work; fanout could not keep it.  Not the unit's fault:
+            # interrupted, so the next `fanout run` runs the unit again.
+            reason = f"collect: fanout could not store the files: {exc}"
+            return self.result(Status.INTERRUPTED, reason, exit_code=0, storage_error=_reason(exc))
+        except (fanin.PathRefused, tarfile.TarError) as exc:
             reason = str(exc) if isinstance(exc, fanin.PathRefused) else f"collect: {exc}"
             return self.result(Status.FAILED, reason, exit_code=0)
         return self.result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
 
     def close(self) -> None:
         self.capture.close()
+
+
+def _reason(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
