@@ -104,6 +104,7 @@ class Runner:
         spec = self.spec
         secrets = self.secrets()
         apply = spec.collect.apply if options.apply is None else options.apply
+        self.journal.keep_reserve()
         row = None if options.resume is False else self.journal.last_unfinished(spec.name)
         if row is not None and options.resume is None and not _same_trigger(row, options):
             row = None
@@ -323,6 +324,7 @@ class Runner:
             raise NothingSelected(f"run {previous.id} has no failed units")
         secrets = self.secrets()
         apply = spec.collect.apply if options.apply is None else options.apply
+        self.journal.keep_reserve()
         run_id = self.journal.create_run(
             job=spec.name, job_file=str(spec.file.resolve()), apply=apply, parent=previous.id
         )

@@ -73,20 +73,22 @@ class Journal:
         except (sqlite3.Error, OSError) as exc:
             raise StateError(f"cannot open the journal {path}: {exc}") from None
         self.db.row_factory = sqlite3.Row
-        self._keep_reserve()
 
     def close(self) -> None:
         self.db.close()
 
-    def _keep_reserve(self) -> None:
-        """Put the reserve back (space was freed since it was used); never fails."""
+    def keep_reserve(self) -> None:
+        """Make sure the reserve is there before a run dispatches anything (put it back
+        if an earlier run used it).  A disk without room for it refuses the run before
+        any unit starts, rather than running units whose results may not fit."""
         if self.reserve.exists():
             return
         try:
             with self.reserve.open("wb") as stream:
                 stream.write(b"\0" * RESERVE_BYTES)
-        except OSError:  # still full: the next write that needs room stops the run
+        except OSError as exc:
             self.reserve.unlink(missing_ok=True)
+            raise storage_error(self.path.parent, _lower(exc.strerror or str(exc))) from None
 
     def _atomic(self, work: Callable[[], T]) -> T:
         """Run ``work`` (some statements) as one write transaction and commit it.  On a
@@ -488,3 +490,7 @@ __all__ = ["FINAL_RUN_STATES", "Journal", "RunRow", "Status", "UnitRow", "new_ru
 
 def _code(exc: sqlite3.Error) -> int:
     return int(getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
