@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -10,13 +11,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fanout import spec
+from fanout.errors import StateError
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.local import LocalTransport
+from fanout.outcome import AttemptResult, Status, UnitState
 from fanout.run import Options, Runner
 
 from helpers import cli, write_job
@@ -520,3 +524,88 @@ def test_file_names_with_a_newline_or_non_utf8_bytes_are_skipped_with_a_warning(
     assert _done(chdir_tmp) == ["a.txt"]
     assert "job.toml:5:1: inputs.files: skipped 'b\\nc.txt': its name holds a line break" in ran.err
     assert "job.toml:5:1: inputs.files: skipped 'd\\udcff.txt': its name is not UTF-8" in ran.err
+
+
+class _Scripted:
+    """A transport whose attempts take a per-unit time (virtual) and end per unit."""
+
+    capacity = 10
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, int, float]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def run(self, attempt: Any) -> AttemptResult:
+        loop = asyncio.get_running_loop()
+        self.started.append((attempt.unit_id, attempt.number, loop.time()))
+        if attempt.unit_id == "u0":
+            await asyncio.sleep(1)
+            return AttemptResult(status=Status.FAILED, reason="exit 1", exit_code=1)
+        if attempt.unit_id == "u1":
+            await asyncio.sleep(5)
+            return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0)
+        await asyncio.sleep(2)
+        raise StateError("the journal's disk is gone")
+
+
+@pytest.mark.looptime
+async def test_a_stop_interrupts_waiting_units_at_once_and_lets_running_attempts_settle(
+    tmp_path: Path,
+) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "drain"
+            [inputs]
+            items = ["u0", "u1", "u2"]
+            [task]
+            command = ["agent"]
+            [runtime]
+            maxConcurrentTasks = 3
+            [retry]
+            backoff = { initial = "10s", max = "10s", jitter = "none" }
+            """,
+        )
+    )
+    transport = _Scripted()
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+    )
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    with pytest.raises(StateError) as caught:
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert str(caught.value) == (
+        f"the journal's disk is gone\nrun {run.id} stopped; `fanout run {job.file}` continues it"
+    )
+    # u0 waited out its backoff when u2 stopped the round at 2 s: interrupted then, never
+    # retried; u1's attempt was running: it finished at 5 s and settled.
+    assert [(unit, n, t - begun) for unit, n, t in transport.started] == [
+        ("u0", 1, 0.0),
+        ("u1", 1, 0.0),
+        ("u2", 1, 0.0),
+    ]
+    assert loop.time() - begun == 5.0
+    assert (run.state, run.note) == ("stopped", "the journal's disk is gone")
+    states = {row.unit.id: (row.state, row.attempts) for row in runner.journal.units(run.id)}
+    assert states == {
+        "u0": (UnitState.INTERRUPTED, 1),
+        "u1": (UnitState.SUCCEEDED, 1),
+        "u2": (UnitState.INTERRUPTED, 1),
+    }
+    # Resumed, the stopped run runs u0 and u2 only.
+    transport.started.clear()
+    with pytest.raises(StateError):
+        await runner.execute(Options(resume=True))
+    assert sorted(unit for unit, _, _ in transport.started) == ["u0", "u2"]
