@@ -571,6 +571,9 @@ async def test_a_stop_interrupts_waiting_units_at_once_and_lets_running_attempts
             maxConcurrentTasks = 3
             [retry]
             backoff = { initial = "10s", max = "10s", jitter = "none" }
+            [[retry.ladder]]
+            name = "default"
+            attempts = 2
             """,
         )
     )
