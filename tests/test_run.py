@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from fanout.local import LocalTransport
 from fanout.outcome import AttemptResult, Status, UnitState
 from fanout.run import Options, Runner
 
-from helpers import cli, write_job
+from helpers import MINIMAL, cli, write_job
 from procs import wait_until_gone
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -612,3 +613,26 @@ async def test_a_stop_interrupts_waiting_units_at_once_and_lets_running_attempts
     with pytest.raises(StateError):
         await runner.execute(Options(resume=True))
     assert sorted(unit for unit, _, _ in transport.started) == ["u0", "u2"]
+
+
+async def test_a_full_disk_where_a_worker_starts_blames_no_unit(tmp_path: Path) -> None:
+    from fakes import FakeTransport
+
+    def full(attempt: Any) -> AttemptResult:
+        raise OSError(errno.ENOSPC, "No space left on device", "/var/tmp/fanout-1-x")
+
+    job = spec.load(write_job(tmp_path, MINIMAL))
+    runner = Runner(
+        spec=job,
+        transport=FakeTransport(script=full, delay=0),
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+    )
+    with pytest.raises(StateError) as caught:
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert str(caught.value) == (
+        "no space left on device: /var/tmp/fanout-1-x; free space and `fanout run` continues\n"
+        f"run {run.id} stopped; `fanout run {job.file}` continues it"
+    )
+    assert runner.journal.unit_counts(run.id) == {"interrupted": 2}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fanin, invocation, ladder
-from .errors import FanoutError, storage_error
+from .errors import FanoutError, storage_error, storage_problem
 from .events import Events
 from .journal import Journal
 from .ladder import Progress
@@ -105,29 +105,35 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
     """Run every unit ``units`` yields to its outcome.  Returns ``ctx`` with counts;
     raises the FanoutError that stopped the round once every unit has stopped."""
     pool = asyncio.Semaphore(ctx.concurrency)
-    async with asyncio.TaskGroup() as group:
-        try:
-            async for unit, progress in units:
-                await pool.acquire()
-                if ctx.stopped is not None:
-                    break
-                task = group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
-                ctx.tasks.add(task)
-                task.add_done_callback(ctx.tasks.discard)
-        except Exception as exc:  # the selection failed (a bad record, the input command)
-            ctx.stop(exc)
-        finally:
-            if isinstance(units, AsyncGenerator):
-                await units.aclose()  # ends the input command of a stopped selection
+    try:
+        async with asyncio.TaskGroup() as group:
+            try:
+                async for unit, progress in units:
+                    await pool.acquire()
+                    if ctx.journal.storage_error is not None:  # a selection write used the reserve
+                        ctx.stop(ctx.journal.storage_error)
+                    if ctx.stopped is not None:
+                        break
+                    task = group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
+                    ctx.tasks.add(task)
+                    task.add_done_callback(ctx.tasks.discard)
+            except Exception as exc:  # the selection failed (a bad record, the input command)
+                ctx.stop(_fanout_error(exc))
+            finally:
+                if isinstance(units, AsyncGenerator):
+                    await units.aclose()  # ends the input command of a stopped selection
+    except ExceptionGroup as group:
+        # Only a bug gets here (``_unit`` keeps every error of a unit a value): the first
+        # error, unwrapped, is what the outermost handler reports.
+        raise group.exceptions[0] from None
     if ctx.stopped is not None:
         raise ctx.stopped
     return ctx
 
 
 async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None:
-    outcome: Outcome | None = None
     try:
-        outcome = await _climb(ctx, unit, progress, slot)
+        await _climb(ctx, unit, progress, slot)
     except asyncio.CancelledError:
         # Stopped from outside (Ctrl-C, or a stop while it waited): it runs again later.
         _interrupted(ctx, unit)
@@ -135,21 +141,36 @@ async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None
             raise
     except _Stopped:
         _interrupted(ctx, unit)
-    except FanoutError as exc:  # fanout's own trouble (hosts, journal, disk), not the unit's
-        ctx.stop(exc)
-        _interrupted(ctx, unit)
-    except Exception as exc:  # a bug in fanout must not take the other units down
-        reason = f"fanout internal error: {type(exc).__name__}: {exc}"
-        outcome = Outcome(unit_id=unit.id, round=ctx.number, state=UnitState.FAILED, reason=reason)
-        try:
-            settled = ctx.journal.unit_settled(ctx.run_id, outcome)
-        except FanoutError as journal_error:
-            ctx.stop(journal_error)
-            return
-        if settled:
-            _settled(ctx, outcome)
+    except Exception as exc:
+        problem = _fanout_error(exc)
+        if isinstance(problem, FanoutError):
+            # fanout's own trouble (hosts, journal, a full disk), never the unit's.
+            ctx.stop(problem)
+            _interrupted(ctx, unit)
+        else:  # a bug in fanout must not take the other units down
+            _internal_error(ctx, unit, exc)
     finally:
         slot.give()
+
+
+def _fanout_error(exc: Exception) -> Exception:
+    """``exc`` as fanout's own error where it is one: an OSError of fanout's storage
+    (a full disk anywhere fanout writes) is a StateError."""
+    if isinstance(exc, OSError):
+        return storage_problem(exc) or exc
+    return exc
+
+
+def _internal_error(ctx: Round, unit: Unit, exc: Exception) -> None:
+    reason = f"fanout internal error: {type(exc).__name__}: {exc}"
+    outcome = Outcome(unit_id=unit.id, round=ctx.number, state=UnitState.FAILED, reason=reason)
+    try:
+        settled = ctx.journal.unit_settled(ctx.run_id, outcome)
+    except FanoutError as journal_error:
+        ctx.stop(journal_error)
+        return
+    if settled:
+        _settled(ctx, outcome)
 
 
 def _interrupted(ctx: Round, unit: Unit) -> None:

@@ -22,6 +22,7 @@ and the next ``fanout run`` continues it; ``hint`` then says so under the messag
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -102,6 +103,18 @@ def storage_error(directory: object, reason: str) -> StateError:
     """fanout could not write under its state directory (a full disk, a read-only or
     failing device): never a unit's fault, and ``fanout run`` continues once fixed."""
     return StateError(f"{reason}: {directory}; free space and `fanout run` continues")
+
+
+# OSError numbers that mean the machine's storage refused fanout (not a bug, not a unit).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def storage_problem(exc: OSError) -> StateError | None:
+    """The StateError for an OSError of fanout's own storage, or None for any other."""
+    if exc.errno not in STORAGE_ERRNOS:
+        return None
+    reason = exc.strerror or str(exc)
+    return storage_error(exc.filename or "?", reason[:1].lower() + reason[1:])
 
 
 class JobLocked(FanoutError):

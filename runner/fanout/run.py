@@ -31,7 +31,7 @@ from .errors import (
     Interrupted,
     NothingSelected,
     StateError,
-    storage_error,
+    storage_problem,
 )
 from .events import EventLog, Events
 from .journal import Journal, RunRow
@@ -162,8 +162,13 @@ class Runner:
             state, note, error = "interrupted", "interrupted; `fanout run --resume` continues", exc
         except FanoutError as exc:
             state, note, error = "stopped", str(exc), exc
-        except Exception as exc:  # a bug: still never "finished", so the next run resumes
-            state, note, error = "stopped", f"fanout internal error: {type(exc).__name__}", exc
+        except Exception as exc:
+            problem = storage_problem(exc) if isinstance(exc, OSError) else None
+            if problem is not None:  # a full disk where fanout writes (fan-in, reports)
+                state, note, error = "stopped", str(problem), problem
+            else:  # a bug: still never "finished", so the next run resumes
+                state, note = "stopped", f"fanout internal error: {type(exc).__name__}"
+                error = exc
         closing = await self._close(run_id, state, note, self.monotonic() - started)
         if isinstance(error, FanoutError):
             error.hint = f"run {run_id} stopped; `fanout run {self.spec.file}` continues it"
@@ -241,7 +246,7 @@ class Runner:
         except FanoutError as exc:
             problem = exc
         except OSError as exc:  # the report did not fit (the journal did)
-            problem = storage_error(self.run_dir(run_id), exc.strerror or str(exc))
+            problem = storage_problem(exc) or StateError(f"cannot write the report: {exc}")
         else:
             # A stopped or interrupted run's note is its error, which the CLI prints.
             shown = note if state == "finished" else ""

@@ -4,18 +4,15 @@ codes, throttle signals and the collect step into a status."""
 
 from __future__ import annotations
 
-import errno
 import tarfile
 import time
 from collections.abc import Callable
 
 from . import fanin, throttle
 from .capture import OutputCapture
+from .errors import STORAGE_ERRNOS
 from .outcome import AttemptResult, CollectedFile, Status
 from .transport import Attempt
-
-# Errors writing below the state dir that are the machine's, never the unit's.
-_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class Verdict:
@@ -80,7 +77,7 @@ class Verdict:
         try:
             collected = collect()
         except OSError as exc:
-            if exc.errno not in _STORAGE_ERRNOS:
+            if exc.errno not in STORAGE_ERRNOS:
                 return self.result(Status.FAILED, f"collect: {exc}", exit_code=0)
             # The unit did its work; fanout could not keep it.  Not the unit's fault:
             # interrupted, so the next `fanout run` runs the unit again.
