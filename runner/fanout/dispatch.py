@@ -63,9 +63,9 @@ class Round:
     # The error that stops the round (the first one; a FanoutError but for a bug in the
     # selection); None while it runs.
     stopped: Exception | None = None
-    # Unit tasks, and those of them whose worker is running now (a stop lets these finish).
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    in_worker: set[asyncio.Task[None]] = field(default_factory=set)
+    # Running unit tasks, and those of them whose worker runs now (a stop lets these finish).
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    in_worker: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def stop(self, error: Exception) -> None:
         """Stop the round on ``error``: nothing new starts, waiting units are interrupted."""
@@ -114,9 +114,7 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
                         ctx.stop(ctx.journal.storage_error)
                     if ctx.stopped is not None:
                         break
-                    task = group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
-                    ctx.tasks.add(task)
-                    task.add_done_callback(ctx.tasks.discard)
+                    group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
             except Exception as exc:  # the selection failed (a bad record, the input command)
                 ctx.stop(_fanout_error(exc))
             finally:
@@ -132,6 +130,11 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
 
 
 async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None:
+    # Registered once running, so a stop cancels only tasks whose handlers below can
+    # record the unit and give its slot back (a task cancelled before it ran never would).
+    task = asyncio.current_task()
+    assert task is not None
+    ctx.tasks.add(task)
     try:
         await _climb(ctx, unit, progress, slot)
     except asyncio.CancelledError:
@@ -150,6 +153,7 @@ async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None
         else:  # a bug in fanout must not take the other units down
             _internal_error(ctx, unit, exc)
     finally:
+        ctx.tasks.discard(task)
         slot.give()
 
 
