@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fanout.errors import StateError
 from fanout.journal import Journal
+from fanout.journal.tables import SCHEMA
 from fanout.outcome import AttemptResult, Outcome, Status, UnitState
 from fanout.units import Unit
+
+from helpers import write_job
 
 
 def _units(count: int) -> list[Unit]:
@@ -73,3 +79,106 @@ def test_an_unusable_state_directory_is_a_state_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(StateError, match="cannot open the journal"):
         Journal(tmp_path / "file" / "j.sqlite")
+
+
+# The crash the old two-transaction settle allowed: the attempt's success committed, the
+# unit's settle not yet.  The coordinator dies at the first statement after the commit
+# that recorded a succeeded attempt; the resumed run must not run the unit again.
+CRASH_AFTER_SETTLE = """
+import os, sys
+from fanout import journal
+
+original = journal.Journal.__init__
+
+def init(self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    seen = {"succeeded": False, "committed": False}
+
+    def trace(sql):
+        if seen["committed"]:
+            os._exit(9)
+        if sql.startswith("UPDATE attempts SET finished"):
+            seen["succeeded"] = True
+        elif sql == "COMMIT" and seen["succeeded"]:
+            seen["committed"] = True
+
+    self.db.set_trace_callback(trace)
+
+journal.Journal.__init__ = init
+from fanout.cli import main
+sys.argv = ["fanout", "run", sys.argv[1]]
+main()
+"""
+
+
+def test_a_crash_right_after_a_unit_s_attempt_settled_does_not_run_it_again(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "done.txt"
+    job = write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "once"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["sh", "-c", "echo $FANOUT_UNIT_ID >> {out}"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    (tmp_path / "crash.py").write_text(CRASH_AFTER_SETTLE)
+    crashed = subprocess.run(
+        [sys.executable, str(tmp_path / "crash.py"), str(job)], capture_output=True, text=True
+    )
+    assert crashed.returncode == 9, crashed.stderr
+    assert out.read_text() == "a\n"
+    resumed = subprocess.run(
+        [sys.executable, "-m", "fanout", "run", str(job)], capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_text() == "a\n"
+    with sqlite3.connect(tmp_path / ".fanout" / "journal.sqlite") as conn:
+        assert conn.execute("SELECT id, state, attempts FROM units").fetchall() == [
+            ("a", "succeeded", 1)
+        ]
+
+
+def test_a_killed_stretch_counts_in_the_wall_time_up_to_its_last_attempt(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    journal = Journal(tmp_path / "j.sqlite", clock=lambda: now[0])
+    run = journal.create_run(job="j", job_file="j.toml", apply=False)
+    journal.add_units(run, 1, _units(2))
+    now[0] = 1010.0
+    journal.attempt_dispatched(run, 1, "u0", 1, "default")
+    now[0] = 1070.0
+    ok = AttemptResult(status=Status.SUCCEEDED, reason="ok", duration=60)
+    journal.attempt_settled(run, 1, "u0", 1, ok, rung=0, rung_attempts=0, failures=0, last={})
+    now[0] = 1075.0
+    journal.attempt_dispatched(run, 1, "u1", 1, "default")
+    # SIGKILL here; the next run resumes an hour later and runs for 20 s.
+    now[0] = 4600.0
+    journal.reopen_run(run)
+    assert journal.run(run).wall == 75.0
+    now[0] = 4620.0
+    journal.finish_run(run, state="finished", wall=20.0)
+    assert journal.run(run).wall == 95.0
+    # A stopped (not killed) stretch already recorded its wall time: nothing is added.
+    journal.finish_run(run, state="stopped", wall=5.0)
+    journal.reopen_run(run)
+    assert journal.run(run).wall == 100.0
+
+
+def test_a_journal_from_before_stretches_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA.replace("    stretch REAL,\n", ""))
+        conn.execute(
+            "INSERT INTO runs (id, job, job_file, started, state) VALUES ('r', 'j', 'j', 1, 'running')"
+        )
+    journal = Journal(path)
+    journal.reopen_run("r")
+    assert journal.run("r").state == "running"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import os
 import signal
@@ -10,16 +12,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fanout import spec
+from fanout.errors import StateError
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.local import LocalTransport
+from fanout.outcome import AttemptResult, Status, UnitState
 from fanout.run import Options, Runner
 
-from helpers import write_job
+from helpers import MINIMAL, cli, write_job
 from procs import wait_until_gone
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -390,3 +395,244 @@ def test_a_second_run_of_a_job_is_skipped_or_queued(tmp_path: Path) -> None:
     assert first.wait(timeout=30) == 0
     assert queued.wait(timeout=30) == 0
     assert sorted(out.read_text().split()) == ["u00", "u00", "u01", "u01"]
+
+
+# A job error or a failing input found while the selection streams stops the run
+# resumably: the documented exit code, a located message, no ExceptionGroup, and the
+# next `fanout run` continues without running any settled unit again.
+
+APPEND = """
+version = 1
+name = "stream"
+[inputs]
+{inputs}
+[units]
+{units}
+[task]
+command = ["sh", "-c", "echo $FANOUT_UNIT_ID >> {out}"]
+[runtime]
+maxConcurrentTasks = 4
+sandbox = "none"
+"""
+
+
+def _append_job(directory: Path, inputs: str, units: str = "") -> Path:
+    return write_job(
+        directory, APPEND.format(inputs=inputs, units=units, out=directory / "done.txt")
+    )
+
+
+def _done(directory: Path) -> list[str]:
+    path = directory / "done.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def _run_states(directory: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(directory / ".fanout" / "journal.sqlite") as conn:
+        return conn.execute("SELECT id, state FROM runs").fetchall()
+
+
+def _tail(err: str, lines: int) -> list[str]:
+    return err.rstrip("\n").split("\n")[-lines:]
+
+
+def test_a_duplicate_id_mid_backlog_stops_the_run_and_the_next_run_continues(
+    chdir_tmp: Path,
+) -> None:
+    ids = [f"u{n}" for n in range(1, 301)]
+    ids[250] = "u12"  # record 251 repeats record 12
+    data = chdir_tmp / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    _append_job(chdir_tmp, 'jsonl = "data.jsonl"')
+    first = cli("run", "job.toml")
+    assert first.code == 2
+    ((run_id, state),) = _run_states(chdir_tmp)
+    assert state == "stopped"
+    expected = [
+        "data.jsonl:251: duplicate unit id 'u12' (first at data.jsonl:12)",
+        f"run {run_id} stopped; `fanout run job.toml` continues it",
+    ]
+    assert _tail(first.err, 2) == expected
+    assert "Traceback" not in first.err
+    assert "ExceptionGroup" not in first.err
+    # The first batch of 200 had been dispatched: those units ran, once, and settled.
+    assert sorted(_done(chdir_tmp)) == sorted(ids[:200])
+    # The duplicate is still there: it stops again at the same record, running nothing.
+    again = cli("run", "job.toml")
+    assert (again.code, _tail(again.err, 2)) == (2, expected)
+    assert len(_done(chdir_tmp)) == 200
+    # Fixed: the same run continues and runs only what had not settled.
+    ids[250] = "u251"
+    data.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    fixed = cli("run", "job.toml")
+    assert fixed.code == 0, fixed.err
+    assert _run_states(chdir_tmp) == [(run_id, "finished")]
+    done = _done(chdir_tmp)
+    assert sorted(done) == sorted(ids)
+    assert len(done) == 300
+
+
+def test_an_input_command_that_fails_mid_stream_stops_the_run_with_exit_4(
+    chdir_tmp: Path,
+) -> None:
+    script = (
+        "import sys\n"
+        'for i in range(250): print(\'{"id": "c%d"}\' % i)\n'
+        "print('boom', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    (chdir_tmp / "list.py").write_text(script)
+    _append_job(
+        chdir_tmp, f'command = ["{sys.executable}", "list.py"]\nformat = "jsonl"\ntimeout = "1m"'
+    )
+    first = cli("run", "job.toml")
+    ((run_id, state),) = _run_states(chdir_tmp)
+    assert (first.code, state) == (4, "stopped")
+    assert _tail(first.err, 3) == [
+        f"input command exited with status 3: {sys.executable} list.py:",
+        "boom",
+        f"run {run_id} stopped; `fanout run job.toml` continues it",
+    ]
+    assert sorted(_done(chdir_tmp)) == sorted(f"c{n}" for n in range(200))
+    again = cli("run", "job.toml")
+    assert again.code == 4
+    assert len(_done(chdir_tmp)) == 200
+
+
+def test_a_units_id_render_error_is_a_located_job_error_and_the_run_stops(
+    chdir_tmp: Path,
+) -> None:
+    (chdir_tmp / "data.jsonl").write_text('{"name": "a"}\n{"name": "b"}\n{"other": 1}\n')
+    _append_job(chdir_tmp, 'jsonl = "data.jsonl"', 'id = "{{ unit.record.name }}"')
+    ran = cli("run", "job.toml")
+    ((run_id, state),) = _run_states(chdir_tmp)
+    assert (ran.code, state) == (2, "stopped")
+    assert _tail(ran.err, 2) == [
+        "job.toml:7:1: units.id: the value has no attribute 'name' (rendering for data.jsonl:3)",
+        f"run {run_id} stopped; `fanout run job.toml` continues it",
+    ]
+
+
+def test_file_names_with_a_newline_or_non_utf8_bytes_are_skipped_with_a_warning(
+    chdir_tmp: Path,
+) -> None:
+    for name in (b"a.txt", b"b\nc.txt", b"d\xff.txt"):
+        with open(os.path.join(os.fsencode(chdir_tmp), name), "wb") as stream:
+            stream.write(b"x\n")
+    _append_job(chdir_tmp, 'files = ["*.txt"]')
+    ran = cli("run", "job.toml")
+    assert ran.code == 0, ran.err
+    assert _done(chdir_tmp) == ["a.txt"]
+    assert "job.toml:5:1: inputs.files: skipped 'b\\nc.txt': its name holds a line break" in ran.err
+    assert "job.toml:5:1: inputs.files: skipped 'd\\udcff.txt': its name is not UTF-8" in ran.err
+
+
+class _Scripted:
+    """A transport whose attempts take a per-unit time (virtual) and end per unit."""
+
+    capacity = 10
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, int, float]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def run(self, attempt: Any) -> AttemptResult:
+        loop = asyncio.get_running_loop()
+        self.started.append((attempt.unit_id, attempt.number, loop.time()))
+        if attempt.unit_id == "u0":
+            await asyncio.sleep(1)
+            return AttemptResult(status=Status.FAILED, reason="exit 1", exit_code=1)
+        if attempt.unit_id == "u1":
+            await asyncio.sleep(5)
+            return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0)
+        await asyncio.sleep(2)
+        raise StateError("the journal's disk is gone")
+
+
+@pytest.mark.looptime
+async def test_a_stop_interrupts_waiting_units_at_once_and_lets_running_attempts_settle(
+    tmp_path: Path,
+) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "drain"
+            [inputs]
+            items = ["u0", "u1", "u2"]
+            [task]
+            command = ["agent"]
+            [runtime]
+            maxConcurrentTasks = 3
+            [retry]
+            backoff = { initial = "10s", max = "10s", jitter = "none" }
+            [[retry.ladder]]
+            name = "default"
+            attempts = 2
+            """,
+        )
+    )
+    transport = _Scripted()
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+    )
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    with pytest.raises(StateError) as caught:
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert str(caught.value) == (
+        f"the journal's disk is gone\nrun {run.id} stopped; `fanout run {job.file}` continues it"
+    )
+    # u0 waited out its backoff when u2 stopped the round at 2 s: interrupted then, never
+    # retried; u1's attempt was running: it finished at 5 s and settled.
+    assert [(unit, n, t - begun) for unit, n, t in transport.started] == [
+        ("u0", 1, 0.0),
+        ("u1", 1, 0.0),
+        ("u2", 1, 0.0),
+    ]
+    assert loop.time() - begun == 5.0
+    assert (run.state, run.note) == ("stopped", "the journal's disk is gone")
+    states = {row.unit.id: (row.state, row.attempts) for row in runner.journal.units(run.id)}
+    assert states == {
+        "u0": (UnitState.INTERRUPTED, 1),
+        "u1": (UnitState.SUCCEEDED, 1),
+        "u2": (UnitState.INTERRUPTED, 1),
+    }
+    # Resumed, the stopped run runs u0 and u2 only.
+    transport.started.clear()
+    with pytest.raises(StateError):
+        await runner.execute(Options(resume=True))
+    assert sorted(unit for unit, _, _ in transport.started) == ["u0", "u2"]
+
+
+async def test_a_full_disk_where_a_worker_starts_blames_no_unit(tmp_path: Path) -> None:
+    from fakes import FakeTransport
+
+    def full(attempt: Any) -> AttemptResult:
+        raise OSError(errno.ENOSPC, "No space left on device", "/var/tmp/fanout-1-x")
+
+    job = spec.load(write_job(tmp_path, MINIMAL))
+    runner = Runner(
+        spec=job,
+        transport=FakeTransport(script=full, delay=0),
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+    )
+    with pytest.raises(StateError) as caught:
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert str(caught.value) == (
+        "no space left on device: /var/tmp/fanout-1-x; free space and `fanout run` continues\n"
+        f"run {run.id} stopped; `fanout run {job.file}` continues it"
+    )
+    assert runner.journal.unit_counts(run.id) == {"interrupted": 2}

@@ -4,9 +4,10 @@ read back from the journal (a resumed round, or a later round selected in full).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Generator, Mapping
 from typing import Any
 
 from .dispatch import Round
@@ -47,14 +48,25 @@ async def _select_into_journal(
     selection = select(ctx.spec, environ=environ, trigger=ctx.trigger)
     stream = iter(selection)
     ctx.events.emit("round.started", round=ctx.number)
-    while True:
-        batch = await asyncio.to_thread(_take, stream, _BATCH)
-        if not batch:
-            break
-        ctx.journal.add_units(ctx.run_id, ctx.number, batch)
-        for unit in batch:
-            tally.add(unit)
-            yield unit
+    warned = 0
+    try:
+        while True:
+            batch = await asyncio.to_thread(_take, stream, _BATCH)
+            for warning in selection.warnings[warned:]:
+                ctx.events.emit("notice", message=warning)
+            warned = len(selection.warnings)
+            if not batch:
+                break
+            ctx.journal.add_units(ctx.run_id, ctx.number, batch)
+            for unit in batch:
+                tally.add(unit)
+                yield unit
+    finally:
+        # A round that stopped early ends its input command now, not at garbage collection.
+        if isinstance(stream, Generator):
+            # Still running in its thread if a cancel came mid-batch: it ends with it.
+            with contextlib.suppress(ValueError):
+                stream.close()
     ctx.journal.set_round(
         ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
     )

@@ -9,8 +9,15 @@ slot hold no tokens and a throttle pause reaches them), records the attempt as
 dispatched, runs it on the transport, and records it as settled.  A throttled attempt
 gives its slot back like any other and the unit queues for the next one behind the
 whole backlog (see ``slots`` for the order and why), until the throttle caps of the
-ladder fail it.  A unit's fate is an Outcome value; only a failure of the whole fleet
-(every host down) stops the round.
+ladder fail it.  A unit's fate is an Outcome value.
+
+Stopping: a FanoutError from anywhere but a unit's own work (the selection feeding the
+round, the journal, a full disk, the whole fleet down) stops the round the same way,
+like a drain: no new unit or attempt starts, units waiting (for a slot, a backoff, a
+throttle pause) are interrupted at once, attempts whose workers run are let finish and
+settle (so no paid work is thrown away), and ``dispatch`` then raises that first error,
+alone, never in an ExceptionGroup.  Every unit left unsettled is picked up by the next
+``fanout run``.
 """
 
 from __future__ import annotations
@@ -19,13 +26,13 @@ import asyncio
 import random
 import shutil
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import fanin, invocation, ladder
-from .errors import HostsUnavailable
+from .errors import FanoutError, storage_error, storage_problem
 from .events import Events
 from .journal import Journal
 from .ladder import Progress
@@ -57,6 +64,27 @@ class Round:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     counts: Counter[UnitState] = field(default_factory=Counter)
     worker_seconds: float = 0.0
+    # The error that stops the round (the first one; a FanoutError but for a bug in the
+    # selection); None while it runs.
+    stopped: Exception | None = None
+    # Running unit tasks, and those of them whose worker runs now (a stop lets these finish).
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    in_worker: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def stop(self, error: Exception) -> None:
+        """Stop the round on ``error``: nothing new starts, waiting units are interrupted."""
+        if self.stopped is not None:
+            return
+        self.stopped = error
+        self.events.emit(
+            "notice", message=f"stopping: {error}\nno new unit starts; running attempts finish"
+        )
+        for task in self.tasks - self.in_worker:
+            task.cancel()
+
+
+class _Stopped(Exception):
+    """A unit's next attempt is not started: the round is stopping."""
 
 
 class _Slot:
@@ -78,41 +106,112 @@ class _Slot:
 
 
 async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> Round:
-    """Run every unit ``units`` yields to its outcome.  Returns ``ctx`` with counts."""
+    """Run every unit ``units`` yields to its outcome.  Returns ``ctx`` with counts;
+    raises the FanoutError that stopped the round once every unit has stopped."""
     pool = Slots(ctx.concurrency)
-    async with asyncio.TaskGroup() as group:
-        async for unit, progress in units:
-            await pool.take()
-            group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
-        pool.backlog_closed()
+    try:
+        async with asyncio.TaskGroup() as group:
+            try:
+                async for unit, progress in units:
+                    await pool.take()
+                    if ctx.journal.storage_error is not None:  # a selection write used the reserve
+                        ctx.stop(ctx.journal.storage_error)
+                    if ctx.stopped is not None:
+                        break
+                    group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
+            except Exception as exc:  # the selection failed (a bad record, the input command)
+                ctx.stop(_fanout_error(exc))
+            finally:
+                pool.backlog_closed()
+                if isinstance(units, AsyncGenerator):
+                    await units.aclose()  # ends the input command of a stopped selection
+    except ExceptionGroup as group:
+        # Only a bug gets here (``_unit`` keeps every error of a unit a value): the first
+        # error, unwrapped, is what the outermost handler reports.
+        raise group.exceptions[0] from None
+    if ctx.stopped is not None:
+        raise ctx.stopped
     return ctx
 
 
 async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None:
+    # Registered once running, so a stop cancels only tasks whose handlers below can
+    # record the unit and give its slot back (a task cancelled before it ran never would).
+    task = asyncio.current_task()
+    assert task is not None
+    ctx.tasks.add(task)
     try:
-        outcome = await _climb(ctx, unit, progress, slot)
-    except (asyncio.CancelledError, HostsUnavailable):
-        # Stopped from outside (Ctrl-C, every host down): --resume runs it again.
-        ctx.journal.unit_interrupted(ctx.run_id, ctx.number, unit.id)
-        ctx.counts[UnitState.INTERRUPTED] += 1
-        ctx.events.emit("unit.interrupted", round=ctx.number, unit=unit.id)
-        raise
-    except Exception as exc:  # a bug in fanout must not take the other units down
-        reason = f"fanout internal error: {type(exc).__name__}: {exc}"
-        outcome = Outcome(unit_id=unit.id, round=ctx.number, state=UnitState.FAILED, reason=reason)
+        await _climb(ctx, unit, progress, slot)
+    except asyncio.CancelledError:
+        # Stopped from outside (Ctrl-C, or a stop while it waited): it runs again later.
+        _interrupted(ctx, unit)
+        if ctx.stopped is None:
+            raise
+    except _Stopped:
+        _interrupted(ctx, unit)
+    except Exception as exc:
+        problem = _fanout_error(exc)
+        if isinstance(problem, FanoutError):
+            # fanout's own trouble (hosts, journal, a full disk), never the unit's.
+            ctx.stop(problem)
+            _interrupted(ctx, unit)
+        else:  # a bug in fanout must not take the other units down
+            _internal_error(ctx, unit, exc)
     finally:
+        ctx.tasks.discard(task)
         slot.give()
-    if ctx.journal.unit_settled(ctx.run_id, outcome):
-        ctx.counts[outcome.state] += 1
-        ctx.events.emit(
-            "unit.settled",
-            round=ctx.number,
-            unit=unit.id,
-            state=str(outcome.state),
-            rung=outcome.rung,
-            attempts=outcome.attempts,
-            reason=outcome.reason,
-        )
+
+
+def _fanout_error(exc: Exception) -> Exception:
+    """``exc`` as fanout's own error where it is one: an OSError of fanout's storage
+    (a full disk anywhere fanout writes) is a StateError."""
+    if isinstance(exc, OSError):
+        return storage_problem(exc) or exc
+    return exc
+
+
+def _internal_error(ctx: Round, unit: Unit, exc: Exception) -> None:
+    reason = f"fanout internal error: {type(exc).__name__}: {exc}"
+    outcome = Outcome(unit_id=unit.id, round=ctx.number, state=UnitState.FAILED, reason=reason)
+    try:
+        settled = ctx.journal.unit_settled(ctx.run_id, outcome)
+    except FanoutError as journal_error:
+        ctx.stop(journal_error)
+        return
+    if settled:
+        _settled(ctx, outcome)
+
+
+def _interrupted(ctx: Round, unit: Unit) -> None:
+    try:
+        ctx.journal.unit_interrupted(ctx.run_id, ctx.number, unit.id)
+    except FanoutError as exc:  # left running in the journal: the next run still resumes it
+        ctx.stop(exc)
+    ctx.counts[UnitState.INTERRUPTED] += 1
+    ctx.events.emit("unit.interrupted", round=ctx.number, unit=unit.id)
+
+
+def _settled(ctx: Round, outcome: Outcome) -> None:
+    ctx.counts[outcome.state] += 1
+    ctx.events.emit(
+        "unit.settled",
+        round=ctx.number,
+        unit=outcome.unit_id,
+        state=str(outcome.state),
+        rung=outcome.rung,
+        attempts=outcome.attempts,
+        reason=outcome.reason,
+    )
+
+
+def _exhausted(ctx: Round, unit: Unit, progress: Progress) -> Outcome | None:
+    """The unit's failed outcome if the ladder has nothing left for it."""
+    retry = ctx.spec.retry
+    now = asyncio.get_running_loop().time()
+    reason = ladder.given_up(progress, retry.ladder, retry.throttle, now)
+    if reason is None:
+        return None
+    return _outcome(ctx, unit, progress, UnitState.FAILED, reason)
 
 
 async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Outcome:
@@ -123,9 +222,13 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
     loop = asyncio.get_running_loop()
     lane = Lane.FRESH
     while True:
-        given_up = ladder.given_up(progress, rungs, spec.retry.throttle, loop.time())
-        if given_up is not None:
-            return _outcome(ctx, unit, progress, UnitState.FAILED, given_up)
+        failed = _exhausted(ctx, unit, progress)
+        if failed is not None:  # resumed with nothing left (killed before it settled)
+            if ctx.journal.unit_settled(ctx.run_id, failed):
+                _settled(ctx, failed)
+            return failed
+        if ctx.stopped is not None:
+            raise _Stopped
         rung = rungs[progress.rung]
         number = progress.attempts + 1
         progress = replace(progress, attempts=number)
@@ -166,7 +269,14 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         ctx.worker_seconds += result.duration
         progress = ladder.advance(progress, rungs, result, loop.time())
         lane = Lane.BACK if result.status is Status.THROTTLED else Lane.FRESH
-        ctx.journal.attempt_settled(
+        # An attempt that decides the unit's fate settles the unit in the same
+        # transaction: a crash cannot leave a succeeded attempt beside an unsettled unit.
+        final = (
+            _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung.name)
+            if result.status is Status.SUCCEEDED
+            else _exhausted(ctx, unit, progress)
+        )
+        accepted = ctx.journal.attempt_settled(
             ctx.run_id,
             ctx.number,
             unit.id,
@@ -177,7 +287,12 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             failures=progress.failures,
             last=progress.last,
             staged=staged_hashes if result.status is Status.SUCCEEDED else None,
+            outcome=final,
         )
+        if result.storage_error:
+            ctx.stop(storage_error(spec.runtime.state_dir, result.storage_error))
+        if ctx.journal.storage_error is not None:  # the journal used its reserve
+            ctx.stop(ctx.journal.storage_error)
         ctx.gate.report(result)
         ctx.events.emit(
             "attempt.finished",
@@ -190,9 +305,13 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             duration=round(result.duration, 3),
             host=result.host,
         )
-        if result.status is Status.SUCCEEDED:
-            return _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung.name)
-        if result.status.climbs_ladder and not progress.exhausted(rungs):
+        if final is not None:
+            if accepted:
+                _settled(ctx, final)
+            return final
+        if ctx.stopped is not None:
+            raise _Stopped
+        if result.status.climbs_ladder:
             await ctx.sleep(ladder.backoff_delay(progress.failures, spec.retry.backoff, ctx.rng))
 
 
@@ -212,11 +331,22 @@ async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> Att
                 attempt=attempt.number,
                 rung=attempt.invocation.rung,
             )
-            return await ctx.transport.run(attempt)
+            return await _in_worker(ctx, ctx.transport.run(attempt))
         finally:
             ctx.gate.release()
     finally:
         slot.give()
+
+
+async def _in_worker(ctx: Round, running: Awaitable[AttemptResult]) -> AttemptResult:
+    """Await an attempt's worker; a stop of the round lets it finish (see ``Round.stop``)."""
+    task = asyncio.current_task()
+    assert task is not None
+    ctx.in_worker.add(task)
+    try:
+        return await running
+    finally:
+        ctx.in_worker.discard(task)
 
 
 def _outcome(

@@ -13,12 +13,16 @@
 
 A unit's failure is never an exception: it is an ``Outcome`` value (see ``outcome``),
 so one failing unit cannot cancel its siblings.  Third-party exceptions are translated
-into these classes at the module that uses the library.
+into these classes at the module that uses the library.  Any FanoutError raised while a
+run is going (by the selection, the journal or the fleet) stops that run resumably: no
+new unit starts, running attempts finish and settle, the run is recorded as stopped
+and the next ``fanout run`` continues it; ``hint`` then says so under the message.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,7 +38,12 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.col}"
+        # A problem in the data (a record of an input file) has a line but no column.
+        where = (
+            self.file
+            + (f":{self.line}" if self.line else "")
+            + (f":{self.col}" if self.col else "")
+        )
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
     def as_dict(self) -> dict[str, object]:
@@ -51,6 +60,13 @@ class FanoutError(Exception):
     """Base of every error fanout raises on purpose; the CLI prints it without a traceback."""
 
     exit_code = 1
+    # What to do next, printed on a line of its own under the message (set by the run
+    # an error stopped: how to continue it).
+    hint = ""
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{message}\n{self.hint}" if self.hint else message
 
 
 class JobError(FanoutError):
@@ -81,6 +97,24 @@ class HostsUnavailable(EnvironmentProblem):
 
 class StateError(FanoutError):
     exit_code = 5
+
+
+def storage_error(directory: object, reason: str) -> StateError:
+    """fanout could not write under its state directory (a full disk, a read-only or
+    failing device): never a unit's fault, and ``fanout run`` continues once fixed."""
+    return StateError(f"{reason}: {directory}; free space and `fanout run` continues")
+
+
+# OSError numbers that mean the machine's storage refused fanout (not a bug, not a unit).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def storage_problem(exc: OSError) -> StateError | None:
+    """The StateError for an OSError of fanout's own storage, or None for any other."""
+    if exc.errno not in STORAGE_ERRNOS:
+        return None
+    reason = exc.strerror or str(exc)
+    return storage_error(exc.filename or "?", reason[:1].lower() + reason[1:])
 
 
 class JobLocked(FanoutError):

@@ -3,6 +3,7 @@ read them.  An event is a flat JSON object with ``event`` and ``time`` keys."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -41,13 +42,17 @@ class EventLog:
 
     def __call__(self, record: dict[str, Any]) -> None:
         if self._stream is not None:
-            self._stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            now = time.monotonic()
-            if now - self._flushed >= self.FLUSH_EVERY:
-                self._stream.flush()
-                self._flushed = now
+            try:
+                self._stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+                now = time.monotonic()
+                if now - self._flushed >= self.FLUSH_EVERY:
+                    self._stream.flush()
+                    self._flushed = now
+            except OSError:  # a full disk: the log stops here; the journal decides the run
+                self.close()
 
     def close(self) -> None:
         if self._stream is not None:
-            self._stream.close()
+            with contextlib.suppress(OSError):
+                self._stream.close()
             self._stream = None

@@ -58,6 +58,9 @@ class AttemptResult:
     # Throttle signals (see ``throttle``): how long the API asked us to wait, and which limit.
     retry_after: float | None = None
     throttled_limit: str | None = None
+    # Why fanout could not store part of this attempt under its state dir (a full disk):
+    # fanout's fault, not the unit's; dispatch stops the run on it.
+    storage_error: str = ""
 
     def last_context(self, rung: str, attempt: int) -> dict[str, Any]:
         """The ``last`` variable a later attempt's templates see."""

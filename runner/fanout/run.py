@@ -18,17 +18,23 @@ import json
 import random
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import backlog, fanin, limits, report
 from .dispatch import Round, dispatch
-from .errors import EnvironmentProblem, HostsUnavailable, Interrupted, NothingSelected, StateError
+from .errors import (
+    EnvironmentProblem,
+    FanoutError,
+    Interrupted,
+    NothingSelected,
+    StateError,
+    storage_problem,
+)
 from .events import EventLog, Events
 from .journal import Journal, RunRow
-from .ladder import Progress
 from .limits import Gate, OpenGate
 from .outcome import UnitState
 from .spec import Spec
@@ -98,6 +104,7 @@ class Runner:
         spec = self.spec
         secrets = self.secrets()
         apply = spec.collect.apply if options.apply is None else options.apply
+        self.journal.keep_reserve()
         row = None if options.resume is False else self.journal.last_unfinished(spec.name)
         if row is not None and options.resume is None and not _same_trigger(row, options):
             row = None
@@ -141,82 +148,41 @@ class Runner:
     async def _rounds(
         self, run_id: str, first_round: int, apply: bool, secrets: dict[str, str], options: Options
     ) -> Summary:
-        spec = self.spec
+        """Run the rounds, then record how the run ended.  A FanoutError from anywhere
+        (the transport's start, the selection, the journal, the fleet) stops the run
+        resumably: it is recorded as stopped, never finished, and raised with a hint on
+        how to continue; the next ``fanout run`` picks it up where it stopped."""
         started = self.monotonic()
-        last_selection: str | None = None
-        state, note = "finished", ""
-        failure: EnvironmentProblem | None = None
+        error: BaseException | None = None
         try:
-            try:
-                await self.transport.start()
-            except EnvironmentProblem as exc:  # no host reachable, no bwrap where required
-                failure = exc
-                raise
-            number = first_round
-            while True:
-                ctx = self._round(run_id, number, secrets, options)
-                resuming = options.resume is True and number == first_round
-                tally = backlog.Tally()
-                units = await backlog.units_of(
-                    ctx, tally, self.environ, resuming=resuming, stream=number == 1
-                )
-                if tally.done and tally.count == 0:
-                    note = (
-                        "nothing selected"
-                        if number == 1
-                        else f"nothing remains after round {number - 1}"
-                    )
-                    break
-                if tally.done and tally.fingerprint() == last_selection:
-                    note = f"round {number} would select what round {number - 1} did: no progress"
-                    break
-                stopped = await _dispatch(ctx, units)
-                if stopped:
-                    state, note = "stopped", stopped
-                    break
-                if number == 1 and not resuming and tally.count == 0:
-                    note = "nothing selected"
-                    break
-                last_selection = tally.fingerprint() if tally.done else None
-                self.journal.complete_round(run_id, number)
-                self.events.emit(
-                    "round.finished", round=number, **{str(k): v for k, v in ctx.counts.items()}
-                )
-                applied = self._fan_in(run_id, number, apply)
-                if number >= spec.rounds.max:
-                    break
-                if not apply:
-                    note = "more rounds need collected files applied (collect.apply or --apply)"
-                    break
-                if not applied:
-                    note = f"round {number} changed nothing in the workspace: no progress"
-                    break
-                number += 1
-        except asyncio.CancelledError:
-            state, note = "interrupted", "interrupted; `fanout run --resume` continues"
-            raise
-        except EnvironmentProblem as exc:
-            if exc is not failure:
-                raise
-            state, note = "stopped", str(exc)
-            raise
-        finally:
-            await self.transport.close()
-            wall = self.monotonic() - started
-            self.journal.finish_run(
-                run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
-            )
-            written = report.write(self.journal, run_id, self.run_dir(run_id))
-            self.events.emit(
-                "run.finished", run=run_id, state=state, note=note, report=str(written)
-            )
-        if spec.aggregate is not None:
+            await self.transport.start()
+            note = await self._loop(run_id, first_round, apply, secrets, options)
+            state = "finished"
+        except asyncio.CancelledError as exc:
+            state, note, error = "interrupted", "interrupted; `fanout run --resume` continues", exc
+        except FanoutError as exc:
+            state, note, error = "stopped", str(exc), exc
+        except Exception as exc:
+            problem = storage_problem(exc) if isinstance(exc, OSError) else None
+            if problem is not None:  # a full disk where fanout writes (fan-in, reports)
+                state, note, error = "stopped", str(problem), problem
+            else:  # a bug: still never "finished", so the next run resumes
+                state, note = "stopped", f"fanout internal error: {type(exc).__name__}"
+                error = exc
+        closing = await self._close(run_id, state, note, self.monotonic() - started)
+        if isinstance(error, FanoutError):
+            error.hint = f"run {run_id} stopped; `fanout run {self.spec.file}` continues it"
+        if error is not None:
+            raise error
+        if closing is not None:
+            raise closing
+        if self.spec.aggregate is not None:
             results = "".join(
                 json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
                 for row in self.journal.units(run_id)
             )
             await asyncio.to_thread(self._aggregate, run_id, results, options.trigger, secrets)
-        summary = Summary(
+        return Summary(
             run_id=run_id,
             state=state,
             counts=self.journal.unit_counts(run_id),
@@ -225,11 +191,69 @@ class Runner:
             wall_seconds=self.journal.run(run_id).wall,
             worker_seconds=self.journal.worker_seconds(run_id),
         )
-        if state == "stopped":
-            raise HostsUnavailable(
-                f"{note}; run {run_id} stopped, `fanout run --resume` continues it"
+
+    async def _loop(
+        self, run_id: str, first_round: int, apply: bool, secrets: dict[str, str], options: Options
+    ) -> str:
+        """The rounds, to the end; the note saying why they ended."""
+        spec = self.spec
+        last_selection: str | None = None
+        number = first_round
+        while True:
+            ctx = self._round(run_id, number, secrets, options)
+            resuming = options.resume is True and number == first_round
+            tally = backlog.Tally()
+            units = await backlog.units_of(
+                ctx, tally, self.environ, resuming=resuming, stream=number == 1
             )
-        return summary
+            if tally.done and tally.count == 0:
+                return (
+                    "nothing selected"
+                    if number == 1
+                    else f"nothing remains after round {number - 1}"
+                )
+            if tally.done and tally.fingerprint() == last_selection:
+                return f"round {number} would select what round {number - 1} did: no progress"
+            await dispatch(ctx, units)
+            if number == 1 and not resuming and tally.count == 0:
+                return "nothing selected"
+            last_selection = tally.fingerprint() if tally.done else None
+            self.journal.complete_round(run_id, number)
+            self.events.emit(
+                "round.finished", round=number, **{str(k): v for k, v in ctx.counts.items()}
+            )
+            applied = self._fan_in(run_id, number, apply)
+            if number >= spec.rounds.max:
+                return ""
+            if not apply:
+                return "more rounds need collected files applied (collect.apply or --apply)"
+            if not applied:
+                return f"round {number} changed nothing in the workspace: no progress"
+            number += 1
+
+    async def _close(self, run_id: str, state: str, note: str, wall: float) -> FanoutError | None:
+        """Close the transport, record the run's end and write its report.  Never
+        raises (the run's own error, if any, is the one to show); a failure here is
+        returned.  When the journal cannot record the end (a full disk), the run stays
+        marked running and the next ``fanout run`` resumes it as a killed one."""
+        problem: FanoutError | None = None
+        await self.transport.close()
+        try:
+            self.journal.finish_run(
+                run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
+            )
+            written = report.write(self.journal, run_id, self.run_dir(run_id))
+        except FanoutError as exc:
+            problem = exc
+        except OSError as exc:  # the report did not fit (the journal did)
+            problem = storage_problem(exc) or StateError(f"cannot write the report: {exc}")
+        else:
+            # A stopped or interrupted run's note is its error, which the CLI prints.
+            shown = note if state == "finished" else ""
+            self.events.emit(
+                "run.finished", run=run_id, state=state, note=shown, report=str(written)
+            )
+        return problem
 
     def _round(self, run_id: str, number: int, secrets: dict[str, str], options: Options) -> Round:
         concurrency = options.concurrency or limits.concurrency(self.spec)
@@ -349,6 +373,7 @@ class Runner:
             raise NothingSelected(f"run {previous.id} has no failed units")
         secrets = self.secrets()
         apply = spec.collect.apply if options.apply is None else options.apply
+        self.journal.keep_reserve()
         run_id = self.journal.create_run(
             job=spec.name, job_file=str(spec.file.resolve()), apply=apply, parent=previous.id
         )
@@ -374,13 +399,3 @@ def _same_trigger(row: RunRow, options: Options) -> bool:
     if not options.trigger:
         return True
     return bool(row.trigger) and row.trigger.get("name") == options.trigger.get("name")
-
-
-async def _dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> str | None:
-    """Dispatch a round; the reason if the fleet stopped it (every host down)."""
-    stopped = None
-    try:
-        await dispatch(ctx, units)
-    except* HostsUnavailable as group:
-        stopped = str(group.exceptions[0])
-    return stopped

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -41,14 +41,19 @@ class Record:
 
 
 def records(
-    spec: Spec, *, environ: Mapping[str, str], context: Mapping[str, Any]
+    spec: Spec,
+    *,
+    environ: Mapping[str, str],
+    context: Mapping[str, Any],
+    skipped: Callable[[str, str], None] = lambda path, reason: None,
 ) -> Iterator[Record]:
-    """The records of ``spec``'s single input source, in source order."""
+    """The records of ``spec``'s single input source, in source order.  ``skipped``
+    hears of each file the files source refuses (its path and why)."""
     inputs = spec.inputs
     workspace = spec.runtime.workspace
     kind = inputs.source
     if kind == "files":
-        yield from _files(spec)
+        yield from _files(spec, skipped)
     elif kind == "items":
         for index, item in enumerate(inputs.items):
             yield Record(thaw(item), f"inputs.items[{index}]")
@@ -239,7 +244,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _files(spec: Spec) -> Iterator[Record]:
+def _files(spec: Spec, skipped: Callable[[str, str], None]) -> Iterator[Record]:
     inputs = spec.inputs
     workspace = spec.runtime.workspace
     include = [globs.compile_glob(p) for p in inputs.files]
@@ -249,7 +254,24 @@ def _files(spec: Spec) -> Iterator[Record]:
         if state and (path == state or path.startswith(state + "/")):
             continue
         if any(p.match(path) for p in include) and not any(p.match(path) for p in exclude):
+            refused = _unnameable(path)
+            if refused:
+                skipped(path, refused)
+                continue
             yield Record(file_record(path), path)
+
+
+def _unnameable(path: str) -> str:
+    """Why a file cannot be a unit, or "".  Such a file is skipped, not a job error: one
+    odd name in a tree must not stop a backlog, and its name is never rendered into an
+    argv, a prompt or a report.  (Not UTF-8: the OS gave bytes that decode to surrogates.)"""
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        return "its name holds a line break or another control character"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8"
+    return ""
 
 
 def file_record(path: str) -> dict[str, str]:

@@ -56,6 +56,8 @@ class Selection:
     # With a limit: whether records remained beyond it (known once the stream ends).
     truncated: bool = False
     stats: dict[str, int] = field(default_factory=dict)
+    # Located warnings about records skipped so far (a file name that cannot be a unit).
+    warnings: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Unit]:
         return self.units
@@ -94,7 +96,15 @@ def _select(
     count_all: bool,
 ) -> Iterator[Unit]:
     limit = spec.units.limit
-    stream = sources.records(spec, environ=environ, context=context)
+
+    def skipped(path: str, reason: str) -> None:
+        positions = scan(spec.file.read_text(encoding="utf-8"))
+        line, col = positions.key(("inputs", "files"))
+        selection.warnings.append(
+            f"{spec.file}:{line}:{col}: inputs.files: skipped {path!a}: {reason}"
+        )
+
+    stream = sources.records(spec, environ=environ, context=context, skipped=skipped)
     seen: dict[str, str] = {}
     for draft in _drafts(spec, stream, selection):
         if limit is not None and selection.selected >= limit:
@@ -104,11 +114,7 @@ def _select(
             continue
         unit = _finish(spec, draft, selection.selected, context)
         if unit.id in seen:
-            raise _job_error(
-                spec,
-                _duplicate_location(spec, unit),
-                f"duplicate unit id {unit.id!r} (from {seen[unit.id]} and {unit.origin})",
-            )
+            raise _duplicate(spec, unit, seen[unit.id])
         seen[unit.id] = unit.origin
         selection.selected += 1
         yield unit
@@ -177,6 +183,12 @@ def _finish(spec: Spec, draft: _Draft, index: int, context: dict[str, Any]) -> U
         raise _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} is empty")
     if any(ch in unit_id for ch in "\n\r\0"):
         raise _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} spans lines")
+    try:
+        unit_id.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, e.g. "\udcff" in a JSON string
+        raise _job_error(
+            spec, ("units", "id"), f"the unit id for {draft.origin} is not valid Unicode text"
+        ) from None
     return Unit(
         id=unit_id, index=index, items=partial.items, origin=draft.origin, group=draft.group
     )
@@ -204,12 +216,23 @@ def _default_id(spec: Spec, draft: _Draft) -> str:
     )
 
 
-def _duplicate_location(spec: Spec, unit: Unit) -> KeyPath:
-    """Where to point for a duplicate id: the inline item itself, else the id template."""
+def _duplicate(spec: Spec, unit: Unit, first: str) -> JobError:
+    """A duplicate id, located where the second record is: an inline item in the job
+    file, else the record in its input (``data.jsonl:251``), since the data is what
+    repeats itself even when a ``units.id`` template renders the ids."""
+    message = f"duplicate unit id {unit.id!r}"
     item = re.fullmatch(r"inputs\.items\[(\d+)\]", unit.origin)
-    if item and spec.units.id is None:
-        return ("inputs", "items", int(item.group(1)))
-    return ("units", "id") if spec.units.id else ("inputs",)
+    if item:
+        path: KeyPath = ("inputs", "items", int(item.group(1)))
+        if spec.units.id is not None:
+            path = ("units", "id")
+        return _job_error(spec, path, f"{message} (from {first} and {unit.origin})")
+    where = re.fullmatch(r"(?P<source>.+):(?P<line>\d+)", unit.origin)
+    source, line = (where["source"], int(where["line"])) if where else (unit.origin, 0)
+    problem = Problem(
+        file=source, line=line, col=0, key="", message=f"{message} (first at {first})"
+    )
+    return JobError([problem])
 
 
 def _job_error(spec: Spec, path: KeyPath, message: str) -> JobError:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from . import fanin, throttle
 from .capture import OutputCapture
+from .errors import STORAGE_ERRNOS
 from .outcome import AttemptResult, CollectedFile, Status
 from .redact import redact_text
 from .transport import Attempt
@@ -32,8 +33,14 @@ class Verdict:
         )
 
     def result(self, status: Status, reason: str, **more: object) -> AttemptResult:
-        # The output is over: flush what redaction held back, so the tail is complete.
+        """The attempt's result.  Its output is over: the capture is closed first, so the
+        tail holds what redaction held back.  A log that could not be written (a full
+        disk) does not change what the worker did: the status stands, ``storage_error``
+        says why the log is incomplete, and dispatch stops the run on it."""
         self.capture.close()
+        lost_log = self.capture.storage_error
+        if lost_log is not None and "storage_error" not in more:
+            more["storage_error"] = _reason(lost_log)
         return AttemptResult(
             status=status,
             # A reason can quote what the worker made (a collected file's name).
@@ -73,10 +80,22 @@ class Verdict:
             return self.result(Status.FAILED, f"{stage} exited with status {code}", exit_code=code)
         try:
             collected = collect()
-        except (fanin.PathRefused, tarfile.TarError, OSError) as exc:
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                return self.result(Status.FAILED, f"collect: {exc}", exit_code=0)
+            # The unit did its work; fanout could not keep it.  Not the unit's fault:
+            # interrupted, so the next `fanout run` runs the unit again.
+            reason = f"collect: fanout could not store the files: {exc}"
+            return self.result(Status.INTERRUPTED, reason, exit_code=0, storage_error=_reason(exc))
+        except (fanin.PathRefused, tarfile.TarError) as exc:
             reason = str(exc) if isinstance(exc, fanin.PathRefused) else f"collect: {exc}"
             return self.result(Status.FAILED, reason, exit_code=0)
         return self.result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
 
     def close(self) -> None:
         self.capture.close()
+
+
+def _reason(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]

@@ -3,9 +3,17 @@
 An attempt is written as dispatched before its worker starts and as settled when it
 ends, each in its own short transaction (WAL mode), so a coordinator killed with
 SIGKILL loses nothing: ``--resume`` finds the units that had not settled and runs them
-again, never one that had.  A unit is settled at most once: the update only matches a
-unit that is not settled yet, so an attempt that finishes late (a lost host coming
-back) cannot settle it twice.
+again, never one that had.  An attempt that settles its unit (a success, or the last
+failure of the ladder) settles the unit in the same transaction, so no crash can leave
+a succeeded attempt beside an unsettled unit.  A unit is settled at most once: the
+update only matches a unit that is not settled yet, so an attempt that finishes late (a
+lost host coming back) cannot settle it twice.
+
+Storage: every write goes through ``_atomic``, the one place sqlite3's errors become
+StateError.  A full disk is met with a reserve: ``journal.reserve`` (a few hundred KiB
+kept beside the journal) is deleted the first time a write finds the disk full and the
+write is retried, so the settles of the attempts still running and the run's "stopped"
+record still fit; ``storage_error`` then tells dispatch to stop starting units.
 """
 
 from __future__ import annotations
@@ -14,15 +22,16 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import StateError
+from ..errors import StateError, storage_error
 from ..outcome import AttemptResult, Outcome, Status, UnitState
 from ..units import Unit
 from .tables import (
     FINAL_RUN_STATES,
+    MIGRATIONS,
     SCHEMA,
     RunRow,
     UnitRow,
@@ -33,18 +42,34 @@ from .tables import (
     unit_row,
 )
 
+T = TypeVar("T")
+
+# Room kept free for the writes that let a run stop cleanly on a full disk: a settle is
+# a few 4 KiB WAL frames, so this holds the settles of a few dozen running attempts.
+RESERVE_BYTES = 256 * 1024
+# sqlite3's primary result codes (the low byte of an extended code).
+_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL = 8, 10, 13
+
 
 class Journal:
     """One SQLite file per state directory, shared by every job that uses it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.clock = clock
+        self.reserve = path.parent / "journal.reserve"
+        # Set once a write found the disk full (and used the reserve): the run must stop.
+        self.storage_error: StateError | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+            for column, sql in MIGRATIONS:
+                if column not in columns:
+                    self.db.execute(sql)
         except (sqlite3.Error, OSError) as exc:
             raise StateError(f"cannot open the journal {path}: {exc}") from None
         self.db.row_factory = sqlite3.Row
@@ -52,22 +77,59 @@ class Journal:
     def close(self) -> None:
         self.db.close()
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One short write transaction (a commit is the costly part of a write)."""
-        self._write("BEGIN IMMEDIATE")
+    def keep_reserve(self) -> None:
+        """Make sure the reserve is there before a run dispatches anything (put it back
+        if an earlier run used it).  A disk without room for it refuses the run before
+        any unit starts, rather than running units whose results may not fit."""
+        if self.reserve.exists():
+            return
         try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self._write("COMMIT")
+            with self.reserve.open("wb") as stream:
+                stream.write(b"\0" * RESERVE_BYTES)
+        except OSError as exc:
+            self.reserve.unlink(missing_ok=True)
+            raise storage_error(self.path.parent, _lower(exc.strerror or str(exc))) from None
+
+    def _atomic(self, work: Callable[[], T]) -> T:
+        """Run ``work`` (some statements) as one write transaction and commit it.  On a
+        full disk the reserve is given up and ``work`` is tried once more."""
+        for last_try in (False, True):
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    value = work()
+                    self.db.execute("COMMIT")
+                finally:
+                    if self.db.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            self.db.execute("ROLLBACK")
+                return value
+            except sqlite3.Error as exc:
+                full = _code(exc) == _SQLITE_FULL
+                if full and not last_try and self.reserve.exists():
+                    self.reserve.unlink(missing_ok=True)
+                    self.storage_error = self._state_error(exc)
+                    continue
+                raise self._state_error(exc) from None
+        raise AssertionError("unreachable")
+
+    def _state_error(self, exc: sqlite3.Error) -> StateError:
+        code = _code(exc)
+        if code == _SQLITE_FULL:
+            return storage_error(self.path.parent, "no space left on device")
+        if code == _SQLITE_READONLY:
+            return storage_error(self.path, f"the journal is read-only ({exc})")
+        if code == _SQLITE_IOERR:
+            return storage_error(self.path, f"the journal cannot be written ({exc})")
+        return StateError(f"journal write failed ({self.path}): {exc}")
 
     def _write(self, sql: str, parameters: Iterable[Any] = ()) -> int:
-        try:
-            return self.db.execute(sql, tuple(parameters)).rowcount
-        except sqlite3.Error as exc:
-            raise StateError(f"journal write failed ({self.path}): {exc}") from None
+        """One statement in its own transaction; the number of rows it changed."""
+        return self._atomic(lambda: self._run(sql, parameters))
+
+    def _run(self, sql: str, parameters: Iterable[Any] = ()) -> int:
+        """One statement inside a transaction ``_atomic`` holds."""
+        return self.db.execute(sql, tuple(parameters)).rowcount
 
     # Runs ---------------------------------------------------------------------
 
@@ -83,9 +145,18 @@ class Journal:
     ) -> str:
         run_id = run_id or new_run_id()
         self._write(
-            "INSERT INTO runs (id, job, job_file, started, state, apply, parent, trigger)"
-            " VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
-            (run_id, job, job_file, time.time(), int(apply), parent, json.dumps(trigger or {})),
+            "INSERT INTO runs (id, job, job_file, started, stretch, state, apply, parent, trigger)"
+            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+            (
+                run_id,
+                job,
+                job_file,
+                now := self.clock(),
+                now,
+                int(apply),
+                parent,
+                json.dumps(trigger or {}),
+            ),
         )
         return run_id
 
@@ -121,13 +192,16 @@ class Journal:
         return float(row["total"])
 
     def set_round(self, run_id: str, round_number: int, *, records: int, selected: int) -> None:
-        self._write("UPDATE runs SET round = ? WHERE id = ?", (round_number, run_id))
-        self._write(
-            "INSERT INTO rounds (run, round, records, selected) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (run, round) DO UPDATE SET records = excluded.records,"
-            " selected = excluded.selected",
-            (run_id, round_number, records, selected),
-        )
+        def work() -> None:
+            self._run("UPDATE runs SET round = ? WHERE id = ?", (round_number, run_id))
+            self._run(
+                "INSERT INTO rounds (run, round, records, selected) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (run, round) DO UPDATE SET records = excluded.records,"
+                " selected = excluded.selected",
+                (run_id, round_number, records, selected),
+            )
+
+        self._atomic(work)
 
     def complete_round(self, run_id: str, round_number: int) -> None:
         self._write(
@@ -147,26 +221,51 @@ class Journal:
         limits: dict[str, Any] | None = None,
     ) -> None:
         """Close a run (this stretch of it: a resumed run adds its wall time)."""
-        with self._transaction():
+
+        def work() -> None:
             row = self.db.execute("SELECT limits FROM runs WHERE id = ?", (run_id,)).fetchone()
             merged = merge_limits(json.loads(row["limits"]) if row else {}, limits or {})
-            self._write(
+            self._run(
                 "UPDATE runs SET state = ?, finished = ?, wall = wall + ?, note = ?, limits = ?"
                 " WHERE id = ?",
-                (state, time.time(), wall, note, json.dumps(merged), run_id),
+                (state, self.clock(), wall, note, json.dumps(merged), run_id),
             )
 
+        self._atomic(work)
+
     def reopen_run(self, run_id: str) -> None:
-        """A resumed run is running again; attempts left dispatched were interrupted."""
-        self._write("UPDATE runs SET state = 'running' WHERE id = ?", (run_id,))
-        self._write(
-            "UPDATE attempts SET status = 'interrupted', finished = ?,"
-            " reason = 'fanout stopped before it settled' WHERE run = ? AND status IS NULL",
-            (time.time(), run_id),
-        )
-        self._write(
-            "UPDATE units SET state = 'interrupted' WHERE run = ? AND state = 'running'", (run_id,)
-        )
+        """A resumed run is running again; attempts left dispatched were interrupted.
+
+        A run still marked running was killed (SIGKILL, a crash, a power cut): its last
+        stretch never reached ``finish_run``, so its wall time is taken from the journal,
+        from the stretch's start to the last attempt it recorded (a start or a settle),
+        which is as late as anything is known to have happened in it."""
+
+        def work() -> None:
+            row = self.db.execute(
+                "SELECT state, stretch FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if row is not None and row["state"] == "running" and row["stretch"] is not None:
+                last = self.db.execute(
+                    "SELECT MAX(MAX(started), COALESCE(MAX(finished), 0)) AS last"
+                    " FROM attempts WHERE run = ? AND started >= ?",
+                    (run_id, row["stretch"]),
+                ).fetchone()["last"]
+                killed = max(0.0, float(last) - row["stretch"]) if last is not None else 0.0
+                self._run("UPDATE runs SET wall = wall + ? WHERE id = ?", (killed, run_id))
+            now = self.clock()
+            self._run("UPDATE runs SET state = 'running', stretch = ? WHERE id = ?", (now, run_id))
+            self._run(
+                "UPDATE attempts SET status = 'interrupted', finished = ?,"
+                " reason = 'fanout stopped before it settled' WHERE run = ? AND status IS NULL",
+                (now, run_id),
+            )
+            self._run(
+                "UPDATE units SET state = 'interrupted' WHERE run = ? AND state = 'running'",
+                (run_id,),
+            )
+
+        self._atomic(work)
 
     # Units --------------------------------------------------------------------
 
@@ -175,16 +274,13 @@ class Journal:
             (run_id, round_number, u.id, u.index, unit_data(u), str(UnitState.PENDING))
             for u in units
         ]
-        try:
-            with self.db:
-                self.db.execute("BEGIN")
-                self.db.executemany(
-                    "INSERT OR IGNORE INTO units (run, round, id, idx, data, state)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-        except sqlite3.Error as exc:
-            raise StateError(f"journal write failed ({self.path}): {exc}") from None
+        self._atomic(
+            lambda: self.db.executemany(
+                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
 
     def unsettled_units(
         self, run_id: str, round_number: int, batch: int = 500
@@ -241,17 +337,19 @@ class Journal:
     def attempt_dispatched(
         self, run_id: str, round_number: int, unit_id: str, n: int, rung: str, host: str = ""
     ) -> None:
-        with self._transaction():
-            self._write(
+        def work() -> None:
+            self._run(
                 "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, round_number, unit_id, n, rung, host, time.time()),
+                (run_id, round_number, unit_id, n, rung, host, self.clock()),
             )
-            self._write(
+            self._run(
                 "UPDATE units SET state = 'running', attempts = ?"
                 " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
                 (n, run_id, round_number, unit_id),
             )
+
+        self._atomic(work)
 
     def attempt_settled(
         self,
@@ -266,16 +364,20 @@ class Journal:
         failures: int,
         last: dict[str, Any],
         staged: dict[str, str] | None = None,
+        outcome: Outcome | None = None,
     ) -> bool:
         """Record an attempt's end (and, for a success, the hashes of what it staged);
-        False if it had already been settled (or interrupted)."""
-        with self._transaction():
-            settled = self._write(
+        with ``outcome`` (the attempt decided the unit's fate) settle the unit in the
+        same transaction.  False if the attempt had already been settled (or
+        interrupted), or the unit had."""
+
+        def work() -> bool:
+            settled = self._run(
                 "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?,"
                 " duration = ?, retry_after = ?, host = ?"
                 " WHERE run = ? AND round = ? AND unit = ? AND n = ? AND status IS NULL",
                 (
-                    time.time(),
+                    self.clock(),
                     str(result.status),
                     result.exit_code,
                     result.reason,
@@ -288,32 +390,38 @@ class Journal:
                     n,
                 ),
             )
-            if settled:
-                self._write(
-                    "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
-                    " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
-                    " staged = COALESCE(?, staged) WHERE run = ? AND round = ? AND id = ?"
-                    " AND state NOT IN ('succeeded', 'failed')",
-                    (
-                        rung,
-                        rung_attempts,
-                        failures,
-                        result.duration,
-                        result.reason,
-                        result.output_tail,
-                        json.dumps(last),
-                        None if staged is None else json.dumps(staged),
-                        run_id,
-                        round_number,
-                        unit_id,
-                    ),
-                )
-        return settled == 1
+            if not settled:
+                return False
+            self._run(
+                "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
+                " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
+                " staged = COALESCE(?, staged) WHERE run = ? AND round = ? AND id = ?"
+                " AND state NOT IN ('succeeded', 'failed')",
+                (
+                    rung,
+                    rung_attempts,
+                    failures,
+                    result.duration,
+                    result.reason,
+                    result.output_tail,
+                    json.dumps(last),
+                    None if staged is None else json.dumps(staged),
+                    run_id,
+                    round_number,
+                    unit_id,
+                ),
+            )
+            return outcome is None or self._settle(run_id, outcome)
+
+        return self._atomic(work)
 
     def unit_settled(self, run_id: str, outcome: Outcome) -> bool:
         """Settle a unit once; False if it was already settled."""
+        return self._atomic(lambda: self._settle(run_id, outcome))
+
+    def _settle(self, run_id: str, outcome: Outcome) -> bool:
         return (
-            self._write(
+            self._run(
                 "UPDATE units SET state = ?, reason = ?, tail = ?, collected = ?"
                 " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
                 (
@@ -330,16 +438,19 @@ class Journal:
         )
 
     def unit_interrupted(self, run_id: str, round_number: int, unit_id: str) -> None:
-        self._write(
-            "UPDATE units SET state = 'interrupted' WHERE run = ? AND round = ? AND id = ?"
-            " AND state NOT IN ('succeeded', 'failed')",
-            (run_id, round_number, unit_id),
-        )
-        self._write(
-            "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted'"
-            " WHERE run = ? AND round = ? AND unit = ? AND status IS NULL",
-            (time.time(), run_id, round_number, unit_id),
-        )
+        def work() -> None:
+            self._run(
+                "UPDATE units SET state = 'interrupted' WHERE run = ? AND round = ? AND id = ?"
+                " AND state NOT IN ('succeeded', 'failed')",
+                (run_id, round_number, unit_id),
+            )
+            self._run(
+                "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted'"
+                " WHERE run = ? AND round = ? AND unit = ? AND status IS NULL",
+                (self.clock(), run_id, round_number, unit_id),
+            )
+
+        self._atomic(work)
 
     def attempts(self, run_id: str) -> list[sqlite3.Row]:
         return list(
@@ -355,20 +466,16 @@ class Journal:
     # Changes ------------------------------------------------------------------
 
     def record_changes(self, run_id: str, round_number: int, changes: Iterable[Any]) -> None:
-        for change in changes:
-            self._write(
+        rows = [
+            (run_id, round_number, c.unit_id, c.path, c.added, c.removed, c.state) for c in changes
+        ]
+        self._atomic(
+            lambda: self.db.executemany(
                 "INSERT OR REPLACE INTO changes (run, round, unit, path, added, removed, state)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    round_number,
-                    change.unit_id,
-                    change.path,
-                    change.added,
-                    change.removed,
-                    change.state,
-                ),
+                rows,
             )
+        )
 
     def changes(self, run_id: str) -> list[sqlite3.Row]:
         return list(
@@ -379,3 +486,11 @@ class Journal:
 
 
 __all__ = ["FINAL_RUN_STATES", "Journal", "RunRow", "Status", "UnitRow", "new_run_id"]
+
+
+def _code(exc: sqlite3.Error) -> int:
+    return int(getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]

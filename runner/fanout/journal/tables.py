@@ -20,6 +20,9 @@ CREATE TABLE IF NOT EXISTS runs (
     job TEXT NOT NULL,
     job_file TEXT NOT NULL,
     started REAL NOT NULL,
+    -- When the current stretch began (the run started or was last resumed): the wall
+    -- time of a stretch a SIGKILL cut short is measured from it.
+    stretch REAL,
     finished REAL,
     state TEXT NOT NULL,
     round INTEGER NOT NULL DEFAULT 1,
@@ -86,6 +89,9 @@ CREATE TABLE IF NOT EXISTS changes (
     PRIMARY KEY (run, round, unit, path)
 );
 """
+
+# Columns added since the first journal format: (column of runs, how to add it).
+MIGRATIONS = (("stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),)
 
 FINAL_RUN_STATES = ("finished",)
 
