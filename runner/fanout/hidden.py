@@ -1,0 +1,78 @@
+"""What a local sandbox never shows its worker, and how fanout knows it.
+
+A worker sees the system read-only, its own sandbox directory, and nothing of fanout's
+or of other jobs: no state directory of any job (journals, logs and collected files of
+other units), no fanout configuration, no SSH keys, no secrets file of the service
+recipes.  State directories can live anywhere a job file says, so each run records
+its own in a registry (``${XDG_STATE_HOME:-~/.local/state}/fanout/state-dirs``, one
+absolute path a line) and every later run, of any job, hides all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Mapping
+from pathlib import Path
+
+# systemd's EnvironmentFile conventions for a service named fanout (the README's recipes
+# use /etc/fanout/secrets.env), and fanout's machine-wide configuration directory.
+SYSTEM_SECRETS = (Path("/etc/fanout"), Path("/etc/default/fanout"), Path("/etc/sysconfig/fanout"))
+
+
+def home(environ: Mapping[str, str]) -> Path:
+    """``$HOME``, or the user's home from passwd: systemd sets no HOME for a system
+    service without ``User=``, which is how the README's recipes run."""
+    if environ.get("HOME"):
+        return Path(environ["HOME"])
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        return Path("/nonexistent")
+
+
+def registry(environ: Mapping[str, str]) -> Path:
+    """The file listing every state directory fanout has used as this user."""
+    state = environ.get("XDG_STATE_HOME") or str(home(environ) / ".local" / "state")
+    return Path(state) / "fanout" / "state-dirs"
+
+
+def remember(state_dir: Path, environ: Mapping[str, str]) -> None:
+    """Add ``state_dir`` to the registry.  One short ``O_APPEND`` write, so runs of
+    other jobs appending at the same time cannot interleave; a race can only add a
+    duplicate line, which readers ignore.  Raises OSError if the registry is unwritable."""
+    path = registry(environ)
+    line = os.fsencode(state_dir.resolve())
+    if b"\n" in line:
+        raise OSError(f"a state directory with a newline in its name: {state_dir!r}")
+    if path.exists() and line in path.read_bytes().splitlines():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, line + b"\n")
+    finally:
+        os.close(descriptor)
+
+
+def state_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """Every state directory in the registry (an unreadable registry is empty)."""
+    try:
+        lines = registry(environ).read_bytes().splitlines()
+    except OSError:
+        return []
+    return [Path(os.fsdecode(line)) for line in dict.fromkeys(lines) if line.startswith(b"/")]
+
+
+def paths(environ: Mapping[str, str], state_dir: Path) -> list[Path]:
+    """What a sandbox hides for a run whose state directory is ``state_dir``: every
+    registered state dir and this one, the registry itself, fanout's configuration
+    (``~/.config/fanout``, ``/etc/fanout``) and secrets files, ``~/.ssh``, and systemd's
+    credentials directory when fanout runs as a service with ``LoadCredential=``."""
+    user = home(environ)
+    config = Path(environ.get("XDG_CONFIG_HOME") or user / ".config") / "fanout"
+    found = [state_dir, *state_dirs(environ), registry(environ).parent, config, user / ".ssh"]
+    found += SYSTEM_SECRETS
+    if environ.get("CREDENTIALS_DIRECTORY"):
+        found.append(Path(environ["CREDENTIALS_DIRECTORY"]))
+    return list(dict.fromkeys(found))
