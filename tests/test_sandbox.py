@@ -179,16 +179,19 @@ def test_what_a_sandbox_hides(tmp_path: Path) -> None:
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "CREDENTIALS_DIRECTORY": "/run/credentials/fanout.service",
     }
-    hidden.remember(Path("/srv/a/.fanout"), environ)
-    hidden.remember(Path("/srv/b/state"), environ)
-    hidden.remember(Path("/srv/a/.fanout"), environ)
-    assert (tmp_path / "state" / "fanout" / "state-dirs").read_text() == (
-        "/srv/a/.fanout\n/srv/b/state\n"
-    )
-    assert [str(p) for p in hidden.paths(environ, Path("/srv/c/.fanout"))] == [
-        "/srv/c/.fanout",
-        "/srv/a/.fanout",
-        "/srv/b/state",
+    a, b, gone = tmp_path / "a" / ".fanout", tmp_path / "b" / "state", tmp_path / "gone"
+    for directory in (a, b, gone):
+        directory.mkdir(parents=True)
+    for directory in (a, gone, b, a):
+        hidden.remember(directory, environ)
+    registry = tmp_path / "state" / "fanout" / "state-dirs"
+    assert registry.read_text() == f"{a}\n{gone}\n{b}\n"
+    assert registry.stat().st_mode & 0o777 == 0o600
+    assert [str(p) for p in hidden.paths(environ, tmp_path / "c")] == [
+        str(tmp_path / "c"),
+        str(a),
+        str(gone),
+        str(b),
         str(tmp_path / "state" / "fanout"),
         "/home/u/.config/fanout",
         "/home/u/.ssh",
@@ -197,6 +200,10 @@ def test_what_a_sandbox_hides(tmp_path: Path) -> None:
         "/etc/sysconfig/fanout",
         "/run/credentials/fanout.service",
     ]
+    # A state directory that was removed leaves the registry at the next run.
+    gone.rmdir()
+    hidden.remember(b, environ)
+    assert registry.read_text() == f"{a}\n{b}\n"
 
 
 def test_without_home_the_passwd_home_is_used() -> None:

@@ -5,11 +5,14 @@ or of other jobs: no state directory of any job (journals, logs and collected fi
 other units), no fanout configuration, no SSH keys, no secrets file of the service
 recipes.  State directories can live anywhere a job file says, so each run records
 its own in a registry (``${XDG_STATE_HOME:-~/.local/state}/fanout/state-dirs``, one
-absolute path a line) and every later run, of any job, hides all of them.
+absolute path a line) and every later run, of any job, hides all of them.  The registry
+is per user: a worker can only read another user's state through permissions that
+user chose, and a root worker has no capabilities to override them (``sandbox``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 from collections.abc import Mapping
@@ -38,21 +41,37 @@ def registry(environ: Mapping[str, str]) -> Path:
 
 
 def remember(state_dir: Path, environ: Mapping[str, str]) -> None:
-    """Add ``state_dir`` to the registry.  One short ``O_APPEND`` write, so runs of
-    other jobs appending at the same time cannot interleave; a race can only add a
-    duplicate line, which readers ignore.  Raises OSError if the registry is unwritable."""
+    """Add ``state_dir`` to the registry, dropping directories that no longer exist (a
+    job that still exists adds its own back at its next run).  Runs of other jobs may
+    do the same at the same moment: a lock file serialises them, and the registry is
+    replaced whole, so a reader never sees half of it.  Raises OSError if the registry
+    cannot be written."""
     path = registry(environ)
     line = os.fsencode(state_dir.resolve())
     if b"\n" in line:
         raise OSError(f"a state directory with a newline in its name: {state_dir!r}")
-    if path.exists() and line in path.read_bytes().splitlines():
-        return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    lock = os.open(path.with_name("state-dirs.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        os.write(descriptor, line + b"\n")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            lines = []
+        kept = [known for known in dict.fromkeys(lines) if os.path.isdir(known)]
+        if line not in kept:
+            kept.append(line)
+        if kept == lines:
+            return
+        fresh = path.with_name("state-dirs.new")
+        descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(descriptor, b"".join(known + b"\n" for known in kept))
+        finally:
+            os.close(descriptor)
+        os.replace(fresh, path)
     finally:
-        os.close(descriptor)
+        os.close(lock)  # releases the lock
 
 
 def state_dirs(environ: Mapping[str, str]) -> list[Path]:
