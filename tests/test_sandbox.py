@@ -16,8 +16,9 @@ import pytest
 
 from fanout import fanin, hidden, spec
 from fanout.launch import transport_for
+from fanout.local import LocalTransport
 
-from helpers import cli, write_job
+from helpers import cli, make_attempt, write_job
 from procs import marker
 
 # For each path: "sees" if the worker read something there, else "nothing".
@@ -222,3 +223,25 @@ def test_an_unwritable_registry_is_a_notice_not_a_failure(tmp_path: Path) -> Non
         f"cannot record the state directory in {blocker}/fanout/state-dirs (Not a directory): "
         "sandboxes of other jobs will not hide it"
     ]
+
+
+async def test_a_hidden_file_reads_empty_and_a_hidden_directory_is_empty(outside: Path) -> None:
+    secrets = outside / "secrets.env"
+    secrets.write_text("API_TOKEN=x\n")
+    keys = outside / "keys"
+    keys.mkdir()
+    (keys / "id").write_text("key\n")
+    root = outside / "sandboxes"
+    root.mkdir()
+    transport = LocalTransport(
+        slots=1,
+        sandbox_kind="bwrap",
+        root=root,
+        hidden=[secrets, keys, outside / "missing"],
+        path=os.environ["PATH"],
+    )
+    await transport.start()
+    result = await transport.run(
+        make_attempt(outside, ["sh", "-c", PROBE, "probe", str(secrets), str(keys)])
+    )
+    assert result.output_tail.splitlines() == [f"nothing {secrets}", f"nothing {keys}"]

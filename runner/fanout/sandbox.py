@@ -43,7 +43,7 @@ UNSHARE = shutil.which("unshare")
 # fires only if fanout dies after the signal was set; fanout SIGKILLed while a worker
 # was being spawned would leave that worker running.  So the guard first sets the
 # signal, then checks that its parent is still fanout, and only then execs the worker.
-# It costs one exec of sh per step: about 0.4 ms of wall time per unit in bench/local.py.
+# It costs an exec of setpriv and of sh per step (see the README's performance notes).
 _GUARD = (
     '[ "$PPID" = "$1" ] || exit 137; shift; command -v "$1" > /dev/null'
     ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; exec "$@"'
@@ -69,9 +69,9 @@ class Containment(enum.Enum):
 
 
 GROUP_ONLY_WARNING = (
-    "no PID namespace for workers here (unshare failed: a non-root user needs unprivileged "
-    "user namespaces): a worker's processes that leave its process group can outlive "
-    "their unit, and outlive fanout if it is killed"
+    "no PID namespace for workers here (unshare is missing or failed; a non-root user "
+    "needs unprivileged user namespaces): a worker's processes that leave its process "
+    "group can outlive their unit, and outlive fanout if it is killed"
 )
 
 
