@@ -201,6 +201,9 @@ def test_what_a_sandbox_hides(tmp_path: Path) -> None:
         "/etc/sysconfig/fanout",
         "/run/credentials/fanout.service",
     ]
+    link = tmp_path / ".ssh"
+    link.symlink_to(tmp_path / "keys")
+    assert hidden.paths({**environ, "HOME": str(tmp_path)}, a)[-1] == tmp_path / "keys"
     # A state directory that was removed leaves the registry at the next run.
     gone.rmdir()
     hidden.remember(b, environ)

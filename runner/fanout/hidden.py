@@ -94,4 +94,7 @@ def paths(environ: Mapping[str, str], state_dir: Path) -> list[Path]:
     found += SYSTEM_SECRETS
     if environ.get("CREDENTIALS_DIRECTORY"):
         found.append(Path(environ["CREDENTIALS_DIRECTORY"]))
+    # A symlinked ~/.ssh (or state dir) is hidden where it leads, too: another path to
+    # the same files must not show them.
+    found += [path.resolve() for path in found]
     return list(dict.fromkeys(found))
