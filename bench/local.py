@@ -11,6 +11,7 @@ runs only that half.  fanout's "none" runs each step in a PID namespace of its o
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import statistics
@@ -53,12 +54,16 @@ sandbox = "{sandbox}"
 """
 
 
-def timed(argv: list[str], *, cwd: Path, stdin: str | None = None) -> tuple[float, float]:
+def timed(
+    argv: list[str], *, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float]:
     """Wall seconds, and CPU seconds (user + system) of every descendant: on a shared
     machine wall time says as much about the neighbours as about the tool."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        argv, cwd=cwd, input=stdin, env=env, capture_output=True, text=True, check=False
+    )
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -71,7 +76,9 @@ def fanout(units: int, concurrency: int, sandbox: str, workdir: Path) -> tuple[f
     job = workdir / f"{sandbox}.toml"
     job.write_text(JOB.format(units=units, concurrency=concurrency, sandbox=sandbox))
     shutil.rmtree(workdir / ".fanout", ignore_errors=True)
-    return timed([*FANOUT, "run", str(job)], cwd=workdir)
+    # The registry of state directories goes to the scratch directory, not the user's.
+    env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}
+    return timed([*FANOUT, "run", str(job)], cwd=workdir, env=env)
 
 
 def main() -> None:
