@@ -53,26 +53,41 @@ def inside(path: Path, root: Path) -> bool:
     return True
 
 
-def _regular_files(root: Path, top: Path) -> Iterator[Path]:
-    """Regular files under ``top`` (a directory or file inside ``root``), no symlinks."""
+def is_state_dir(directory: Path) -> bool:
+    """Whether ``directory`` is a fanout state directory: one holding a journal and a
+    locks folder (``launch`` and ``lock`` create both before any unit runs).  Told by
+    its contents, not its name: ``runtime.stateDir`` can be anything, and another
+    job's state directory in the same workspace must be recognised too."""
+    return (directory / "journal.sqlite").is_file() and (directory / "locks").is_dir()
+
+
+def _regular_files(root: Path, top: Path, *, skip_state: bool = False) -> Iterator[Path]:
+    """Regular files under ``top`` (a directory or file inside ``root``), no symlinks;
+    with ``skip_state``, nothing inside a fanout state directory."""
     if top.is_symlink():
         return
     if top.is_file():
         yield top
         return
     for directory, dirs, files in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if not (Path(directory) / d).is_symlink())
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not (Path(directory) / d).is_symlink()
+            and not (skip_state and is_state_dir(Path(directory) / d))
+        )
         for name in sorted(files):
             candidate = Path(directory) / name
             if not candidate.is_symlink() and candidate.is_file():
                 yield candidate
 
 
-def select_files(root: Path, patterns: Iterable[str]) -> list[str]:
+def select_files(root: Path, patterns: Iterable[str], *, skip_state: bool = False) -> list[str]:
     """Relative POSIX paths of regular files under ``root`` that ``patterns`` name.
 
     A pattern is a path (a file, or a directory taken whole) or a glob.  Raises
-    PathRefused for absolute paths, ``..``, and paths through symlinks.
+    PathRefused for absolute paths, ``..``, and paths through symlinks.  With
+    ``skip_state``, files inside fanout state directories are never selected.
     """
     root = root.resolve()
     chosen: dict[str, None] = {}
@@ -82,7 +97,7 @@ def select_files(root: Path, patterns: Iterable[str]) -> list[str]:
         except ValueError as exc:
             raise PathRefused(str(exc)) from None
         if globs.is_glob(pattern):
-            for path in _regular_files(root, root):
+            for path in _regular_files(root, root, skip_state=skip_state):
                 relative = path.relative_to(root).as_posix()
                 if matcher.match(relative):
                     chosen[relative] = None
@@ -90,21 +105,40 @@ def select_files(root: Path, patterns: Iterable[str]) -> list[str]:
         target = root / pattern
         if not inside(target.resolve(), root):
             raise PathRefused(f"{pattern!r} leads outside its folder through a symlink")
-        for path in _regular_files(root, target):
+        for path in _regular_files(root, target, skip_state=skip_state):
             chosen[path.relative_to(root).as_posix()] = None
     return list(chosen)
 
 
+def _state_dir_on_the_way(root: Path, pattern: str) -> str | None:
+    """The folder of ``pattern`` (a plain path under ``root``) that is a state dir."""
+    parts = Path(pattern).parts
+    for depth in range(1, len(parts) + 1):
+        if is_state_dir(root.joinpath(*parts[:depth])):
+            return Path(*parts[:depth]).as_posix()
+    return None
+
+
 def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
-    """The workspace files a unit stages.  A named path that does not exist is an error."""
+    """The workspace files a unit stages.  A named path that does not exist is an error.
+
+    A worker never gets fanout's state (journals, logs, other units' files and output):
+    what ``.``, a directory or a glob select skips every state directory, and a path
+    named inside one is refused."""
     staged = []
     for pattern in patterns:
         if not globs.is_glob(pattern) and not (workspace / pattern).exists():
             raise PathRefused(f"stage: {pattern!r} does not exist in the workspace")
         try:
-            names = select_files(workspace, [pattern])
+            names = select_files(workspace, [pattern], skip_state=True)
         except PathRefused as exc:
             raise PathRefused(f"stage: {exc}") from None
+        if not globs.is_glob(pattern) and (state := _state_dir_on_the_way(workspace, pattern)):
+            where = "is" if state == Path(pattern).as_posix() else f"is inside {state!r},"
+            raise PathRefused(
+                f"stage: {pattern!r} {where} a fanout state directory; "
+                "workers never see fanout's state"
+            )
         staged += [StagedFile(path=name, source=workspace / name) for name in names]
     unique = {item.path: item for item in staged}
     return tuple(unique.values())

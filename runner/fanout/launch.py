@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 
 from . import limits
 from .errors import Interrupted
@@ -27,7 +26,17 @@ Action = Callable[[Runner], Awaitable[Summary]]
 def transport_for(
     job: Spec, environ: Mapping[str, str], notice: Callable[[str], None]
 ) -> Transport:
-    """SSH hosts when the job has any, else sandboxes on this machine."""
+    """SSH hosts when the job has any, else sandboxes on this machine.  Either way the
+    run's state directory joins the registry that every local sandbox hides."""
+    from . import hidden
+
+    try:
+        hidden.remember(job.runtime.state_dir, environ)
+    except OSError as exc:
+        notice(
+            f"cannot record the state directory in {hidden.registry(environ)} "
+            f"({exc.strerror or exc}): sandboxes of other jobs will not hide it"
+        )
     if job.runtime.hosts:
         from . import hosts
         from .ssh import SshTransport
@@ -40,14 +49,14 @@ def transport_for(
         )
     from .local import LocalTransport
 
-    home = Path(environ.get("HOME", "/nonexistent"))
     return LocalTransport(
         slots=job.runtime.max_concurrent_tasks,
         sandbox_kind=job.runtime.sandbox,
         image=job.runtime.image,
         path=environ.get("PATH", ""),
-        # Workers never see fanout's own state (journal, logs of other units, keys).
-        hidden=[job.runtime.state_dir, home / ".ssh"],
+        # Workers never see fanout's own state (this job's, other jobs'), its
+        # configuration, its secrets or the user's keys.
+        hidden=hidden.paths(environ, job.runtime.state_dir),
         warn=notice,
     )
 

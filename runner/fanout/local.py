@@ -1,17 +1,23 @@
 """Running attempts in sandboxes on this machine.
 
 Each attempt gets a fresh directory under the sandbox root, its staged files copied in,
-the worker started in its own process group with the prompt on stdin, then ``verify``,
-then the collect step, and the directory removed in a ``finally`` that runs on
-success, failure, timeout and cancellation alike.  A timeout or a cancellation kills
-the worker's whole process group; under bwrap the private PID namespace and
-``--die-with-parent`` also take every process down if fanout itself is killed.
+the worker started in its own process group (and PID namespace: see ``sandbox``) with
+the prompt on stdin, then ``verify``, then the collect step, and the directory removed
+in a ``finally`` that runs on success, failure, timeout and cancellation alike.
+
+A step ends when its main process exits, not when its output pipe closes (a daemon may
+hold the pipe forever): then its process group is killed, which takes its PID
+namespace down with it, and its output is drained for a bounded time.  Where this
+machine gives no PID namespace, fanout also looks for the step's escapees (processes
+holding its output, working in its sandbox or carrying its ``FANOUT_CONTROL``) and kills
+them; the next run does the same for sandboxes a killed coordinator left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -28,9 +34,9 @@ from .outcome import AttemptResult, Status
 from .transport import Attempt
 from .verdict import Verdict
 
+# How long a finished or killed step's output may stay open before fanout looks for
+# escapees holding it, and how long after that it waits before giving up on it.
 _DRAIN_AFTER_KILL = 2.0
-# How long a killed group's output may stay open before fanout looks for escapees.
-_ESCAPES_AFTER = 0.5
 
 
 class LocalTransport:
@@ -57,6 +63,7 @@ class LocalTransport:
         self._tools = tuple(sandbox.tool_dirs(f"{path}:{sys.prefix}/bin"))
         self._warn = warn
         self.kind: sandbox.Kind = "none"
+        self.containment = sandbox.Containment.GROUP
 
     @property
     def capacity(self) -> int:
@@ -72,6 +79,7 @@ class LocalTransport:
         await asyncio.to_thread(self._remove_orphans)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
         self.kind = choice.kind
+        self.containment = choice.containment
         if choice.warning:
             self._warn(choice.warning)
 
@@ -79,12 +87,21 @@ class LocalTransport:
         return None
 
     def _remove_orphans(self) -> None:
-        """Remove sandboxes a killed coordinator left behind.  Sandbox directories carry
-        their coordinator's PID; one whose coordinator is gone is garbage."""
+        """Remove sandboxes a killed coordinator left behind, and kill what still works
+        in them.  Sandbox directories carry their coordinator's PID; one whose
+        coordinator is gone is garbage.  In a PID namespace nothing can be left running;
+        without one (or in the instant between unshare's fork and its child arming the
+        parent-death signal) a worker's children may be, and must not do their work
+        beside the resumed run."""
+        leftovers = []
         for leftover in self.root.glob("fanout-*-*"):
             owner = leftover.name.split("-")[1]
             if owner.isdigit() and not _alive(int(owner)):
-                shutil.rmtree(leftover, ignore_errors=True)
+                leftovers.append(leftover)
+        if leftovers:
+            _kill_escapees([str(path) for path in leftovers], pipe=None)
+        for leftover in leftovers:
+            shutil.rmtree(leftover, ignore_errors=True)
 
     async def run(self, attempt: Attempt) -> AttemptResult:
         started = time.monotonic()
@@ -171,74 +188,116 @@ class LocalTransport:
             tools=self._tools,
         )
         starting = asyncio.ensure_future(
-            asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=directory,
-                env=dict(env),
-                start_new_session=True,
-                preexec_fn=sandbox.preexec(self.kind),
-            )
+            _spawn(command, cwd=directory, env=env, preexec=sandbox.preexec(self.kind))
         )
+        step = _Step(directory, self.containment)
         try:
             # A cancellation while the process is being set up must still find it to kill.
-            process = await asyncio.shield(starting)
+            step.process, step.exits, step.transport = await asyncio.shield(starting)
         except OSError as exc:
             capture.feed(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 127
         except asyncio.CancelledError:
             with contextlib.suppress(OSError):
-                started = await starting
-                await _stop(started, None, exited=False, pipe=_output_pipe(started.pid))
+                step.process, step.exits, step.transport = await starting
+                await step.stop(None)
             raise
-        pipe = _output_pipe(process.pid)
-        _feed(process, stdin_text.encode())
-        reader = asyncio.create_task(_read(process, capture))
-        exited = False
+        step.pipe = _output_pipe(step.process.pid)
+        _feed(step.process, stdin_text.encode())
+        reader = asyncio.create_task(_read(step.process, capture))
         try:
             try:
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    code = await process.wait()
-                exited = True
-                return code
+                    # The process's exit, not asyncio's wait(), which also waits for the
+                    # pipes: a daemon holding the output would hold the attempt.
+                    await asyncio.shield(step.exits.exited)
+                return step.process.returncode
             except TimeoutError:
                 return None
         finally:
-            await _stop(process, reader, exited=exited, pipe=pipe)
+            await step.stop(reader)
 
 
-async def _stop(
-    process: asyncio.subprocess.Process,
-    reader: asyncio.Task[None] | None,
+class _Exits(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol, plus a future set the moment the process exits."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=1 << 16, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def _spawn(
+    command: Sequence[str],
     *,
-    exited: bool,
-    pipe: str | None,
-) -> None:
-    """Kill the worker's process group, then wait (bounded) for its output to end and
-    for it to be reaped.
+    cwd: Path,
+    env: Mapping[str, str],
+    preexec: Callable[[], None] | None,
+) -> tuple[asyncio.subprocess.Process, _Exits, asyncio.SubprocessTransport]:
+    """``asyncio.create_subprocess_exec`` with a protocol that reports the exit."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _Exits(loop),
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol, transport
 
-    A process that still holds the output pipe a moment later escaped the group: one
-    that called setsid, or bwrap's sandbox child when its monitor was killed before
-    the child had armed --die-with-parent (bwrap does not close that window).  Every
-    process holding the pipe is the worker's, so each is killed too.
-    """
-    _kill_group(process)
-    waiting: set[asyncio.Future[Any]] = set() if reader is None else {reader}
-    if not exited:
-        waiting.add(asyncio.ensure_future(process.wait()))
-    waiting = {task for task in waiting if not task.done()}
-    if not waiting:
-        return
-    try:
-        _, pending = await asyncio.wait(waiting, timeout=_ESCAPES_AFTER)
-        if pending and pipe is not None:
-            await asyncio.to_thread(_kill_holders, pipe)
-            await asyncio.wait(pending, timeout=_DRAIN_AFTER_KILL)
-    finally:
-        for task in waiting:
-            task.cancel()
+
+class _Step:
+    """One running step: its process, and what ``stop`` needs to leave nothing behind."""
+
+    process: asyncio.subprocess.Process
+    exits: _Exits
+    transport: asyncio.SubprocessTransport
+    pipe: str | None = None
+
+    def __init__(self, directory: Path, containment: sandbox.Containment) -> None:
+        self.directory = directory
+        self.namespaced = containment is not sandbox.Containment.GROUP
+
+    async def stop(self, reader: asyncio.Task[None] | None) -> None:
+        """Kill the step's process group, then wait (bounded) for its exit and for its
+        output to end.
+
+        In a PID namespace, killing the group kills the namespace's first process (or
+        it has exited already), and with it everything else in the namespace.  Without
+        one, a process that called setsid survives the group: fanout kills every process
+        that holds the output pipe, works in the sandbox or carries this sandbox's
+        ``FANOUT_CONTROL``, at once.  In either case output still open after a moment
+        means such an escapee (or bwrap's sandbox process when bwrap was killed before
+        it armed --die-with-parent), so fanout searches again and gives it a last moment.
+        """
+        _kill_group(self.process)
+        search = functools.partial(_kill_escapees, [str(self.directory)], pipe=self.pipe)
+        waiting: set[asyncio.Future[Any]] = set() if reader is None else {reader}
+        waiting.add(asyncio.shield(self.exits.exited))
+        waiting = {task for task in waiting if not task.done()}
+        try:
+            if not self.namespaced:
+                await asyncio.to_thread(search)
+            if not waiting:
+                return
+            _, pending = await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
+            if pending:
+                await asyncio.to_thread(search)
+                await asyncio.wait(pending, timeout=_DRAIN_AFTER_KILL)
+        finally:
+            for task in waiting:
+                task.cancel()
+            # Closes fanout's ends of the pipes even if something outside still holds
+            # them (it cannot keep the attempt's file descriptors alive).
+            self.transport.close()
 
 
 def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
@@ -265,13 +324,31 @@ def _output_pipe(pid: int) -> str | None:
         return None
 
 
-def _kill_holders(pipe: str) -> None:
-    """SIGKILL every other process that has ``pipe`` open."""
+def _kill_escapees(directories: Sequence[str], *, pipe: str | None) -> None:
+    """SIGKILL every other process that holds ``pipe`` open, has its cwd in one of
+    ``directories`` (sandboxes) or inherited a ``FANOUT_CONTROL`` that points into one.
+    A daemon that closed its output and changed directory still has its environment."""
     me = os.getpid()
+    inside = tuple(directory.rstrip("/") + "/" for directory in directories)
+    controls = tuple(b"FANOUT_CONTROL=" + os.fsencode(prefix) for prefix in inside)
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != me and _holds(entry.path, pipe):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        if _works_in(entry.path, inside, controls) or (pipe and _holds(entry.path, pipe)):
             with contextlib.suppress(OSError):
                 os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _works_in(process_dir: str, inside: tuple[str, ...], controls: tuple[bytes, ...]) -> bool:
+    try:
+        cwd = os.readlink(f"{process_dir}/cwd") + "/"
+        if cwd.startswith(inside):
+            return True
+        with open(f"{process_dir}/environ", "rb") as stream:
+            environ = stream.read()
+    except OSError:  # gone, a kernel thread, or another user's
+        return False
+    return any(entry.startswith(controls) for entry in environ.split(b"\0"))
 
 
 def _holds(process_dir: str, pipe: str) -> bool:

@@ -1,15 +1,26 @@
-"""Local sandboxes: which tool isolates a worker, and the argv that wraps it.
+"""Local sandboxes: which tool isolates a worker, how its processes are contained, and
+the argv that wraps it.
 
 A sandbox is one directory: the unit's staged files, the worker's cwd, and the
 throttle control file (never collected).  Under bwrap the whole system is
 read-only, /tmp is private, only the sandbox directory is writable, the network is cut
-unless the job asks for it, the state directory and ~/.ssh are hidden, and every
-process dies with fanout (``--die-with-parent`` and a private PID namespace).
+unless the job asks for it, fanout's state, configuration and keys are hidden (see
+``hidden``), and the worker runs without capabilities.
+
+Every step (the worker, then verify) runs in a PID namespace of its own wherever this
+machine allows one: bwrap's, or for ``sandbox = "none"`` util-linux's ``unshare``.
+When the namespace's first process exits, the kernel kills every other process in it,
+so nothing a step started outlives the step, whatever it did with setsid or its file
+descriptors; and a SIGKILLed fanout takes the namespace down through the parent-death
+signal chain.  Where neither works (a non-root user without user namespaces) a step
+has only its process group, and ``containment`` says so.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
+import functools
 import os
 import shutil
 import signal
@@ -25,46 +36,120 @@ Kind = Literal["bwrap", "podman", "none"]
 # Found once and started by its absolute path: a PATH search would run in the vfork
 # child while fanout waits for it.
 SETPRIV = shutil.which("setpriv")
+UNSHARE = shutil.which("unshare")
 
 # A worker must never outlive fanout: the resumed run would run its unit a second time
 # beside it.  The parent-death signal (setpriv --pdeathsig, bwrap --die-with-parent)
 # fires only if fanout dies after the signal was set; fanout SIGKILLed while a worker
 # was being spawned would leave that worker running.  So the guard first sets the
 # signal, then checks that its parent is still fanout, and only then execs the worker.
-# It costs one exec of sh per step: about 0.4 ms of wall time per unit in bench/local.py.
+# It costs an exec of setpriv and of sh per step (see the README's performance notes).
 _GUARD = (
     '[ "$PPID" = "$1" ] || exit 137; shift; command -v "$1" > /dev/null'
     ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; exec "$@"'
 )
 _PR_SET_PDEATHSIG = 1
+# The first process of an unshare'd namespace: it checks the worker exists (the guard
+# above only sees unshare), then runs it as a child rather than exec'ing it, so the
+# worker is not PID 1 (which ignores signals it has no handler for, and inherits every
+# orphan to reap), as under bwrap, whose own init plays this part.
+_INIT = (
+    'command -v "$1" > /dev/null'
+    ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; "$@"; exit $?'
+)
+
+
+class Containment(enum.Enum):
+    """What keeps a step's processes from outliving it on this machine."""
+
+    BWRAP = "pid-namespace (bwrap)"
+    UNSHARE = "pid-namespace (unshare)"
+    PODMAN = "container (podman)"
+    GROUP = "process-group only"
+
+
+GROUP_ONLY_WARNING = (
+    "no PID namespace for workers here (unshare is missing or failed; a non-root user "
+    "needs unprivileged user namespaces): a worker's processes that leave its process "
+    "group can outlive their unit, and outlive fanout if it is killed"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
     kind: Kind
     warning: str | None = None
+    containment: Containment = Containment.GROUP
 
 
 def choose(requested: str, image: str | None = None) -> Choice:
     """The sandbox to use on this machine for ``runtime.sandbox = requested``."""
     if requested == "none":
-        return Choice("none")
+        return _plain(None)
     if requested == "podman":
         if shutil.which("podman") is None:
             raise EnvironmentProblem("runtime.sandbox is 'podman' but podman is not installed")
-        return Choice("podman")
+        return Choice("podman", containment=Containment.PODMAN)
     works = shutil.which("bwrap") is not None and _bwrap_works()
     if works:
-        return Choice("bwrap")
+        return Choice("bwrap", containment=Containment.BWRAP)
     if requested == "bwrap":
         raise EnvironmentProblem(
             "runtime.sandbox is 'bwrap' but bubblewrap is not installed or cannot create "
             "namespaces here (apt-get install bubblewrap)"
         )
-    return Choice(
-        "none",
-        "bubblewrap (bwrap) not found: units run in plain directories without isolation",
+    return _plain("bubblewrap (bwrap) not found: units run in plain directories without isolation")
+
+
+def _plain(warning: str | None) -> Choice:
+    contained = containment("none")
+    if contained is Containment.GROUP:
+        warning = f"{warning}; {GROUP_ONLY_WARNING}" if warning else GROUP_ONLY_WARNING
+    return Choice("none", warning, contained)
+
+
+def containment(kind: Kind = "none") -> Containment:
+    """Which guarantee this machine gives that a step's processes die with the step and
+    with fanout, for sandboxes of ``kind`` (``hosts check`` shows the same words)."""
+    if kind == "bwrap":
+        return Containment.BWRAP
+    if kind == "podman":
+        return Containment.PODMAN
+    return Containment.UNSHARE if pid_namespace() else Containment.GROUP
+
+
+@functools.cache
+def pid_namespace() -> tuple[str, ...]:
+    """The unshare argv prefix that gives a step its own PID namespace here, or ().
+
+    Root unshares the PID (and, for a /proc that matches it, mount) namespace directly;
+    anyone else needs a user namespace first, mapping their own uid (not root: some
+    workers refuse to run as root, and files they create keep their owner).  The first
+    prefix that runs ``true`` wins; the answer is kept for the process's lifetime.
+    """
+    if UNSHARE is None:
+        return ()
+    kill = ["--pid", "--fork", "--kill-child"]
+    users = (
+        [[]]
+        if os.geteuid() == 0
+        else [
+            ["--user", "--map-current-user"],
+            ["--user", "--map-root-user"],  # util-linux before 2.38 has no --map-current-user
+        ]
     )
+    for user in users:
+        for proc in (["--mount-proc"], []):
+            prefix = (UNSHARE, *user, *kill, *proc)
+            try:
+                probe = subprocess.run(
+                    [*prefix, "--", "true"], capture_output=True, timeout=10, check=False
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if probe.returncode == 0:
+                return prefix
+    return ()
 
 
 def _bwrap_works() -> bool:
@@ -95,7 +180,10 @@ def wrap(
     here: they reach the worker through the wrapper's own environment.  ``tools`` are
     directories under the private /tmp that must stay visible (see ``tool_dirs``)."""
     if kind == "none":
-        return _guarded(argv)
+        namespace = pid_namespace()
+        if not namespace:
+            return _guarded(argv)
+        return _guarded([*namespace, "--", "/bin/sh", "-c", _INIT, "fanout-init", *argv])
     if kind == "podman":
         command = ["podman", "run", "--rm", "-i", "--network", "host" if network else "none"]
         command += ["-v", f"{sandbox}:{sandbox}", "-w", str(sandbox)]
@@ -104,13 +192,22 @@ def wrap(
         return [*command, str(image), *argv]
     command = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     command += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    for path in tools:
+        command += ["--ro-bind-try", str(path), str(path)]
+    # After the tools (a tool directory must not bring a hidden one back), before the
+    # sandbox (which may itself lie below a hidden directory, as under a state dir).
     for path in hidden:
         if path.is_dir():
             command += ["--tmpfs", str(path)]
-    for path in tools:
-        command += ["--ro-bind-try", str(path), str(path)]
+        elif path.exists():
+            command += ["--ro-bind", "/dev/null", str(path)]
     command += ["--bind", str(sandbox), str(sandbox), "--chdir", str(sandbox)]
     command += ["--unshare-all", "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        # Real root keeps its capabilities under bwrap: CAP_DAC_OVERRIDE would read every
+        # user's 0600 files and CAP_SYS_PTRACE the coordinator's memory.  Without them a
+        # root worker reads what root owns or what anyone may read, minus ``hidden``.
+        command += ["--cap-drop", "ALL"]
     if network:
         command.append("--share-net")
     return _guarded([*command, "--", *argv])

@@ -1,0 +1,100 @@
+"""What a local sandbox never shows its worker, and how fanout knows it.
+
+A worker sees the system read-only, its own sandbox directory, and nothing of fanout's
+or of other jobs: no state directory of any job (journals, logs and collected files of
+other units), no fanout configuration, no SSH keys, no secrets file of the service
+recipes.  State directories can live anywhere a job file says, so each run records
+its own in a registry (``${XDG_STATE_HOME:-~/.local/state}/fanout/state-dirs``, one
+absolute path a line) and every later run, of any job, hides all of them.  The registry
+is per user: a worker can only read another user's state through permissions that
+user chose, and a root worker has no capabilities to override them (``sandbox``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+from collections.abc import Mapping
+from pathlib import Path
+
+# systemd's EnvironmentFile conventions for a service named fanout (the README's recipes
+# use /etc/fanout/secrets.env), and fanout's machine-wide configuration directory.
+SYSTEM_SECRETS = (Path("/etc/fanout"), Path("/etc/default/fanout"), Path("/etc/sysconfig/fanout"))
+
+
+def home(environ: Mapping[str, str]) -> Path:
+    """``$HOME``, or the user's home from passwd: systemd sets no HOME for a system
+    service without ``User=``, which is how the README's recipes run."""
+    if environ.get("HOME"):
+        return Path(environ["HOME"])
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        return Path("/nonexistent")
+
+
+def registry(environ: Mapping[str, str]) -> Path:
+    """The file listing every state directory fanout has used as this user."""
+    state = environ.get("XDG_STATE_HOME") or str(home(environ) / ".local" / "state")
+    return Path(state) / "fanout" / "state-dirs"
+
+
+def remember(state_dir: Path, environ: Mapping[str, str]) -> None:
+    """Add ``state_dir`` to the registry, dropping directories that no longer exist (a
+    job that still exists adds its own back at its next run).  Runs of other jobs may
+    do the same at the same moment: a lock file serialises them, and the registry is
+    replaced whole, so a reader never sees half of it.  Raises OSError if the registry
+    cannot be written."""
+    path = registry(environ)
+    line = os.fsencode(state_dir.resolve())
+    if b"\n" in line:
+        raise OSError(f"a state directory with a newline in its name: {state_dir!r}")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = os.open(path.with_name("state-dirs.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            lines = []
+        kept = [known for known in dict.fromkeys(lines) if os.path.isdir(known)]
+        if line not in kept:
+            kept.append(line)
+        if kept == lines:
+            return
+        fresh = path.with_name("state-dirs.new")
+        descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(descriptor, b"".join(known + b"\n" for known in kept))
+        finally:
+            os.close(descriptor)
+        os.replace(fresh, path)
+    finally:
+        os.close(lock)  # releases the lock
+
+
+def state_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """Every state directory in the registry (an unreadable registry is empty)."""
+    try:
+        lines = registry(environ).read_bytes().splitlines()
+    except OSError:
+        return []
+    return [Path(os.fsdecode(line)) for line in dict.fromkeys(lines) if line.startswith(b"/")]
+
+
+def paths(environ: Mapping[str, str], state_dir: Path) -> list[Path]:
+    """What a sandbox hides for a run whose state directory is ``state_dir``: every
+    registered state dir and this one, the registry itself, fanout's configuration
+    (``~/.config/fanout``, ``/etc/fanout``) and secrets files, ``~/.ssh``, and systemd's
+    credentials directory when fanout runs as a service with ``LoadCredential=``."""
+    user = home(environ)
+    config = Path(environ.get("XDG_CONFIG_HOME") or user / ".config") / "fanout"
+    found = [state_dir, *state_dirs(environ), registry(environ).parent, config, user / ".ssh"]
+    found += SYSTEM_SECRETS
+    if environ.get("CREDENTIALS_DIRECTORY"):
+        found.append(Path(environ["CREDENTIALS_DIRECTORY"]))
+    # A symlinked ~/.ssh (or state dir) is hidden where it leads, too: another path to
+    # the same files must not show them.
+    found += [path.resolve() for path in found]
+    return list(dict.fromkeys(found))
