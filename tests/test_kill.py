@@ -294,23 +294,8 @@ def test_sigkilled_runs_lose_no_unit_and_run_no_settled_unit_again(figure: Figur
     )
 
 
-# Needs the containment branch (issue 9 defect 4: every process of a unit dies with its
-# unit and with a killed coordinator).  Without a sandbox, setpriv's parent-death
-# signal reaches the worker only, so its child lives on and reports as an orphan.
-NEEDS_CONTAINMENT = {"none"}
-
-
-def test_no_child_of_a_killed_unit_does_its_work_beside_the_resumed_run(
-    figure: Figure, request: pytest.FixtureRequest
-) -> None:
-    if figure.mode in NEEDS_CONTAINMENT:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="needs every process of a unit killed with a killed coordinator"
-                " (issue 9 defect 4c, the containment branch); then drop it from"
-                " NEEDS_CONTAINMENT",
-            )
-        )
+# Every process of a unit dies with its unit and with a killed coordinator, in every
+# mode: a PID namespace per step (bwrap's, or unshare's for sandbox "none").
+def test_no_child_of_a_killed_unit_does_its_work_beside_the_resumed_run(figure: Figure) -> None:
     orphans = figure.effects("ORPHAN")
     assert orphans == Counter(), f"mode {figure.mode}, seed {figure.seed}: {sorted(orphans)}"
