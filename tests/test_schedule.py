@@ -272,3 +272,10 @@ def test_schedule_command_logs_and_stops_on_sigterm(tmp_path: Path) -> None:
         (job.runtime.state_dir / "schedule" / "nightly.json").read_text()
     )
     assert list(saved) == ["0:0 3 * * *@UTC"]
+
+
+def test_a_state_directory_is_created_private_to_its_user(tmp_path: Path) -> None:
+    lock = JobLock(tmp_path / "state", "job")
+    assert lock.try_acquire()
+    lock.release()
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700

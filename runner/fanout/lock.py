@@ -40,7 +40,11 @@ class JobLock:
     def try_acquire(self, **info: Any) -> bool:
         """Take the lock if it is free; record who holds it (for the loser's message)."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Every run takes this lock first, so this is where a state directory is born:
+            # private to its user (it holds the journal, worker logs and reports; other
+            # users on the machine must not read them).
+            self.path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.path.parent.mkdir(exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StateError(
