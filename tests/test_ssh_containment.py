@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 def _shared(pool: Any) -> Path:
     """A directory every worker may write to (outside any sandbox)."""
-    shared = pool.base / "shared"
+    shared: Path = pool.base / "shared"
     shared.mkdir(mode=0o777, exist_ok=True)
     shared.chmod(0o777)
     return shared
@@ -234,9 +234,10 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
 ) -> None:
     """Where unshare does not work, units still run (in process groups), and the run
     says once per host what that leaves open."""
+    from fanout.ssh import probe
     from fanout.ssh import transport as transport_module
 
-    real = transport_module.facilities
+    real = probe.facilities
 
     async def without_unshare(conn: Any) -> Facilities:
         offered = await real(conn)
