@@ -98,8 +98,8 @@ launch() {
     kill -s KILL -- "-$worker" 2>/dev/null  # what the step left running in its group
 }
 
-collect_files() {  # collect_files FIND-TESTS...: tar the matching regular files to fanout
-    find . -regextype posix-extended -type f \( "$@" \) -print0 \
+collect_files() {  # collect_files FIND-TESTS...: tar the matching files and symlinks to fanout
+    find . -regextype posix-extended \( "$@" \) -print0 \
         | tar --null -T - -c -f "$base/collect.tar" || exit 77
     say "collect $(wc -c < "$base/collect.tar")"
     cat "$base/collect.tar" >&4

@@ -387,7 +387,9 @@ class SshTransport:
             else (report.verify if report.verify is not None else report.worker),
             stage="verify" if report.verify is not None else "worker",
             control=report.control or None,
-            collect=lambda: protocol.extract(report.collected, attempt.collect_dir),
+            collect=lambda: protocol.extract(
+                report.collected, attempt.collect_dir, invocation.collect
+            ),
         )
 
     # Probes -----------------------------------------------------------------------
