@@ -586,3 +586,16 @@ def test_a_collected_tar_never_writes_through_a_symlink(tmp_path: Path) -> None:
     assert str(caught.value) == "collect: 'up/evil' leaves the unit folder"
     assert list(outside.iterdir()) == []
     assert list((tmp_path / "unit").iterdir()) == []
+
+
+def test_a_frozen_host_is_given_up_after_15_seconds_of_silence() -> None:
+    """The README's figure, from the parameters asyncssh gets: it drops a connection at
+    the end of the interval after ``keepalive_count_max`` unanswered keepalives.  (The
+    measured figure, with a really frozen sshd: bench/ssh.py.)"""
+    from fanout.ssh.connection import Connector
+
+    connector = SshTransport([], known_hosts=[])._connector
+    options = connector.options(Host(name="h", address="a"))
+    assert (options["keepalive_interval"], options["keepalive_count_max"]) == (5.0, 2)
+    assert connector.silence_limit == 15.0
+    assert Connector(known_hosts=[], keepalive_interval=1.0, keepalive_count=2).silence_limit == 2.0

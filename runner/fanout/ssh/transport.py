@@ -74,9 +74,9 @@ class SshTransport:
         *,
         known_hosts: Sequence[Path],
         sandbox_kind: str = "auto",
-        keepalive_interval: float = 5.0,
-        keepalive_count: int = 3,
-        connect_timeout: float = 15.0,
+        keepalive_interval: float = Connector.keepalive_interval,
+        keepalive_count: int = Connector.keepalive_count,
+        connect_timeout: float = Connector.connect_timeout,
         notice: Callable[[str], None] = lambda message: None,
         rng: random.Random | None = None,
     ) -> None:
