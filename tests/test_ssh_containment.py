@@ -50,10 +50,17 @@ async def _run_all(transport: SshTransport, tmp_path: Path, argv: list[str], cou
     ]
 
 
+@pytest.mark.parametrize("login", ["user", "root"])
 @pytest.mark.parametrize("sandbox", ["none", "bwrap"])
 async def test_no_daemon_outlives_a_unit_that_finished(
-    ssh_pool: Any, tmp_path: Path, sandbox: str
+    ssh_pool: Any, tmp_path: Path, sandbox: str, login: str
 ) -> None:
+    """As a non-root user (a user namespace holds the PID namespace) and as root (the
+    README's systemd recipe: a PID namespace without a user namespace)."""
+    if login == "root":
+        if os.geteuid() != 0:
+            pytest.skip("logging in as root needs the tests to run as root")
+        ssh_pool.user = "root"
     server = ssh_pool.add("h1")
     transport = _transport(ssh_pool, [_host(ssh_pool, server)], sandbox_kind=sandbox)
     await transport.start()
