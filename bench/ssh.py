@@ -1,7 +1,9 @@
 """500 no-op units over one loopback sshd host with 8 slots: fanout's full path (agent,
 staging, journal, sandbox none, then bwrap) against GNU parallel -S, with and without a
-warm ControlMaster, in the same run.  Needs root (it starts sshd and a test user) and
-the test helpers in tests/sshd.py.
+warm ControlMaster, in the same run.  Then how long fanout takes, with its default
+keepalives, to notice that a host froze under a running unit (``Sshd.freeze``: SIGSTOP
+on sshd and everything under it), for three hosts frozen at once.  Needs root (it starts
+sshd and a test user) and the test helpers in tests/sshd.py.
 
 Usage: .venv/bin/python bench/ssh.py [UNITS] [SLOTS]
 """
@@ -21,11 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fanout import spec
 from fanout.events import Events
 from fanout.journal import Journal
+from fanout.outcome import Status
 from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
+from fanout.transport import Attempt
 
-from sshd import Pool, make_pool
+from helpers import make_attempt
+from procs import marker, wait_until_present
+from sshd import Pool, Sshd, make_pool
 
 
 def fanout_rate(
@@ -111,6 +117,59 @@ def parallel_rate(
     return elapsed
 
 
+def frozen_detection(pool: Pool, scratch: Path) -> list[float]:
+    """Seconds from freezing each of three hosts under a running unit to its attempt
+    coming back lost, with fanout's default keepalives."""
+    root = pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    servers: list[Sshd] = [pool.add(f"frozen{n}") for n in range(3)]
+    hosts = [
+        Host(
+            name=server.name,
+            address="127.0.0.1",
+            port=server.port,
+            user=pool.user,
+            identity=str(pool.client_key),
+            slots=1,
+            sandbox_root=str(root),
+        )
+        for server in servers
+    ]
+
+    async def measure() -> list[float]:
+        transport = SshTransport(hosts, known_hosts=[pool.known_hosts], sandbox_kind="none")
+        await transport.start()
+
+        async def one(n: int, server: Sshd) -> float:
+            token = marker()
+            folder = scratch / f"frozen{n}"
+            attempt = make_attempt(folder, ["sleep", token], unit_id=f"u{n}", timeout=120)
+            # Freezes 1.7 s apart fall at different phases of the 5 s keepalive cycle.
+            return await frozen_one(transport, attempt, server, token, 1.0 + 1.7 * n)
+
+        try:
+            return list(await asyncio.gather(*(one(n, s) for n, s in enumerate(servers))))
+        finally:
+            await transport.close()
+
+    return asyncio.run(measure())
+
+
+async def frozen_one(
+    transport: SshTransport, attempt: Attempt, server: Sshd, token: str, after: float
+) -> float:
+    running = asyncio.create_task(transport.run(attempt))
+    while not await asyncio.to_thread(wait_until_present, token, 0.5):
+        pass
+    await asyncio.sleep(after)
+    frozen = time.perf_counter()
+    server.freeze()
+    result = await running
+    assert result.status is Status.LOST, result
+    return time.perf_counter() - frozen
+
+
 def main() -> None:
     units = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     slots = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -130,6 +189,7 @@ def main() -> None:
                 parallel_rate(pool, server.port, units, slots, True, scratch),
             ),
         ]
+        frozen = frozen_detection(pool, scratch)
     finally:
         pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -139,6 +199,10 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: |")
     for name, wall in rows:
         print(f"| {name} | {wall:.2f} | {units / wall:.0f} | {base / wall:.2f}x |")
+    print("\nA host frozen under a running unit (default keepalives), three hosts:\n")
+    print("| noticed after, s: min | max |")
+    print("| ---: | ---: |")
+    print(f"| {min(frozen):.1f} | {max(frozen):.1f} |")
 
 
 if __name__ == "__main__":

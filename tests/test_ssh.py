@@ -521,3 +521,81 @@ async def test_placement_prefers_the_least_loaded_host_and_respects_slots(tmp_pa
         HostsUnavailable, match="every SSH host is down: small is gone; big is gone"
     ):
         await transport._place()
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_collected_symlinks_follow_the_local_rule(
+    ssh_pool: Any, tmp_path: Path, sandbox: str
+) -> None:
+    """The same units and the same verdicts as test_local's
+    test_collected_files_never_escape: one rule for symlinks, the local one."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    transport = await _started(ssh_pool, sandbox_kind=sandbox)
+    script = f"ln -s {secret} link.txt; mkdir d; ln -s {tmp_path} d/up; echo ok > real.txt"
+    try:
+        result = await transport.run(
+            _attempt(tmp_path / "a", ["sh", "-c", script], collect=("*.txt", "d"))
+        )
+        refused = await transport.run(
+            _attempt(tmp_path / "b", ["true"], collect=("../secret.txt",))
+        )
+        escaping = await transport.run(
+            _attempt(
+                tmp_path / "c", ["sh", "-c", f"ln -s {tmp_path} up"], collect=("up/secret.txt",)
+            )
+        )
+        named = await transport.run(
+            _attempt(tmp_path / "d", ["sh", "-c", f"ln -s {secret} out.txt"], collect=("out.txt",))
+        )
+    finally:
+        await transport.close()
+    assert result.status is Status.SUCCEEDED, result.reason
+    assert [c.path for c in result.collected] == ["real.txt"]
+    assert refused.status is Status.FAILED
+    assert refused.reason == "collect: '../secret.txt' leaves the workspace ('..' is not allowed)"
+    assert escaping.status is Status.FAILED
+    assert escaping.reason == "collect: 'up/secret.txt' leads outside its folder through a symlink"
+    assert (named.status, named.reason) == (
+        Status.FAILED,
+        "collect: 'out.txt' leads outside its folder through a symlink",
+    )
+    assert sorted(p.name for p in (tmp_path / "d").rglob("*")) == []
+    assert _sandboxes(ssh_pool) == []
+
+
+def test_a_collected_tar_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    """What the agent sends is not trusted: a file member under a symlinked folder."""
+    import io
+    import tarfile
+
+    from fanout import fanin, protocol
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        link = tarfile.TarInfo("./up")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+        archive.addfile(link)
+        evil = tarfile.TarInfo("./up/evil")
+        evil.size = 4
+        archive.addfile(evil, io.BytesIO(b"evil"))
+    with pytest.raises(fanin.PathRefused) as caught:
+        protocol.extract(buffer.getvalue(), tmp_path / "unit" / "collected", ["up/evil"])
+    assert str(caught.value) == "collect: 'up/evil' leaves the unit folder"
+    assert list(outside.iterdir()) == []
+    assert list((tmp_path / "unit").iterdir()) == []
+
+
+def test_a_frozen_host_is_given_up_after_15_seconds_of_silence() -> None:
+    """The README's figure, from the parameters asyncssh gets: it drops a connection at
+    the end of the interval after ``keepalive_count_max`` unanswered keepalives.  (The
+    measured figure, with a really frozen sshd: bench/ssh.py.)"""
+    from fanout.ssh.connection import Connector
+
+    connector = SshTransport([], known_hosts=[])._connector
+    options = connector.options(Host(name="h", address="a"))
+    assert (options["keepalive_interval"], options["keepalive_count_max"]) == (5.0, 2)
+    assert connector.silence_limit == 15.0
+    assert Connector(known_hosts=[], keepalive_interval=1.0, keepalive_count=2).silence_limit == 2.0

@@ -12,9 +12,11 @@ Nothing here depends on the SSH library: ``ssh`` moves these bytes.
 from __future__ import annotations
 
 import io
+import os
 import re
 import shlex
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -70,16 +72,30 @@ def message(attempt: Attempt, token: str, deadline: int, mark: str) -> bytes:
     if invocation.verify:
         words.append(f"verify() {{ launch {_join(invocation.verify)}; }};")
     if invocation.collect:
-        tests = []
-        for pattern in invocation.collect:
-            try:
-                tests.append(f"-regex {_quote(globs.to_find_regex(pattern))}")
-            except ValueError as exc:
-                raise fanin.PathRefused(f"collect: {exc}") from None
-        words.append(f"collect() {{ collect_files {' -o '.join(tests)}; }};")
+        try:
+            words.append(f"collect() {{ collect_files {_collect_tests(invocation.collect)}; }};")
+        except ValueError as exc:
+            raise fanin.PathRefused(f"collect: {exc}") from None
     stage = _stage_tar(attempt)
     line = f"{token} {deadline} {mark} " + " ".join(words) + "\n"
     return line.encode() + f"{len(stage)}\n".encode() + stage
+
+
+def _collect_tests(patterns: Sequence[str]) -> str:
+    """find's tests for what ``patterns`` collect: the regular files they select, and the
+    symlinks among them or on the way to a named path, so that the coordinator applies
+    the local rule to them (``fanin.copy_collected``) instead of the agent skipping them."""
+    selected = [f"-regex {_quote(globs.to_find_regex(p))}" for p in patterns]
+    on_the_way = []
+    for pattern in patterns:
+        if not globs.is_glob(pattern):
+            parts = pattern.split("/")
+            for end in range(1, len(parts)):
+                exact = globs.to_find_regex("/".join(parts[:end])).removesuffix("(/.*)?")
+                on_the_way.append(f"-regex {_quote(exact)}")
+    files = " -o ".join(selected)
+    links = " -o ".join(selected + on_the_way)
+    return f"'(' -type f '(' {files} ')' ')' -o '(' -type l '(' {links} ')' ')'"
 
 
 def _quote(value: str) -> str:
@@ -159,27 +175,43 @@ async def read_verdict(stdout: Reader, token: str, report: Report) -> None:
             return
 
 
-def extract(data: bytes, destination: Path) -> tuple[CollectedFile, ...]:
+def extract(data: bytes, destination: Path, patterns: Sequence[str]) -> tuple[CollectedFile, ...]:
+    """The collected files of an attempt, from the agent's tar, into ``destination``.
+
+    The tar is unpacked as it was in the sandbox, symlinks included, into a scratch
+    folder beside ``destination``; then the local rule picks the files, exactly as for a
+    local sandbox (``fanin.copy_collected``: a named path through a symlink that leads
+    outside its folder fails the unit, other symlinks are not collected).
+    """
     if not data:
         return ()
-    collected = []
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".remote-", dir=destination.parent) as scratch:
+        _unpack(data, Path(scratch))
+        return fanin.copy_collected(Path(scratch), patterns, destination)
+
+
+def _unpack(data: bytes, scratch: Path) -> None:
+    """Regular files and symlinks of the agent's tar into ``scratch``.  A symlink is made,
+    never followed: nothing is written through one (a member under a symlinked folder
+    that leads outside is refused)."""
+    root = scratch.resolve()
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
         for member in archive.getmembers():
             name = member.name.removeprefix("./")
-            if not member.isfile():
+            if not (member.isfile() or member.islnk() or member.issym()):
                 continue
             try:
                 globs.compile_glob(name)
             except ValueError as exc:
-                raise fanin.PathRefused(str(exc)) from None
-            target = destination / name
-            if not fanin.inside(target.resolve(), destination.resolve()):
-                raise fanin.PathRefused(f"{name!r} leaves the unit folder")
+                raise fanin.PathRefused(f"collect: {exc}") from None
+            target = root / name
+            if not fanin.inside(target.parent.resolve(), root) or target.is_symlink():
+                raise fanin.PathRefused(f"collect: {name!r} leaves the unit folder")
             target.parent.mkdir(parents=True, exist_ok=True)
-            source = archive.extractfile(member)
+            if member.issym():
+                os.symlink(member.linkname, target)
+                continue
+            source = archive.extractfile(member)  # a hard link reads its first copy
             assert source is not None
             target.write_bytes(source.read())
-            collected.append(
-                CollectedFile(path=name, sha256=fanin.sha256_file(target), size=member.size)
-            )
-    return tuple(collected)

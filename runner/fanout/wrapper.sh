@@ -1,6 +1,7 @@
 # fanout's remote sandbox agent (POSIX sh).  fanout keeps one SSH channel per slot
-# running this loop:  exec sh -c '<this script>' fanout ROOT KIND NETWORK
-# and sends it one unit at a time.  A unit costs no SSH handshake, no channel and no
+# running this loop:  exec [unshare FLAGS] sh -c '<this script>' fanout ROOT KIND NETWORK FLAGS
+# (FLAGS: the unshare flags that work on the host, "-" where none do; see launch) and
+# sends it one unit at a time.  A unit costs no SSH handshake, no channel and no
 # shell start-up: only what the unit itself needs.  Every process started here counts,
 # so builtins are used wherever they can be.  fanout sends this file without comments.
 #
@@ -19,7 +20,8 @@
 # never in argv and never on disk.  Each unit runs in a subshell, so nothing of one
 # unit (variables, functions, directory) reaches the next.
 set -u
-root=$1 kind=$2 network=$3
+root=$1 kind=$2 network=$3 contain=$4
+[ "$contain" = - ] && contain=''
 # Clear the environment (sshd's variables, whatever the login shell's rc files
 # exported): workers see only what the job declares, PATH aside.
 remote_path=${PATH:-/usr/bin:/bin} remote_home=${HOME:-/nonexistent}
@@ -46,12 +48,13 @@ base='' unit='' lifeline=''
 cleanup() {
     if [ -n "$base" ]; then
         if [ -f "$base/pid" ]; then
-            read -r pid < "$base/pid" && kill -s KILL -- "-$pid" 2>/dev/null
+            read -r pid < "$base/pid" && kill -s KILL -- "-$pid" "$pid" 2>/dev/null
         fi
         [ -n "$unit" ] && kill -s KILL "$unit" 2>/dev/null
-        # What left the group still works in the sandbox: a worker's setsid'd process,
-        # or bwrap's sandbox process when bwrap was killed before it had armed
-        # --die-with-parent (bwrap leaves that window open).  Find it by its cwd.
+        # What left the group still works in the sandbox: a worker's setsid'd process
+        # where the host has no PID namespaces, or bwrap's sandbox process when bwrap
+        # was killed before it had armed --die-with-parent (bwrap leaves that window
+        # open).  Find it by its cwd (the agent's own /proc, in its namespace).
         for proc in $(find /proc -mindepth 2 -maxdepth 2 -name cwd -lname "$base/*" 2>/dev/null); do
             proc=${proc#/proc/}
             kill -s KILL "${proc%/cwd}" 2>/dev/null
@@ -64,8 +67,14 @@ trap cleanup EXIT
 trap 'exit 143' HUP INT TERM
 say() { printf '%s\n' "$*" >&4; }
 
-# launch ARGV...: run one step in a process group of its own (timeout makes one), with
-# the prompt on stdin, under the hard deadline; sets $rc (124: the deadline passed).
+# launch ARGV...: run one step with the prompt on stdin, under the hard deadline, in a
+# PID namespace of its own, so that its whole tree (a setsid'd daemon that left the
+# sandbox directory too) dies when the step ends, is killed, or the agent dies: bwrap's,
+# else unshare's.  Where the host has neither, in a process group of its own (timeout
+# makes one), which a setsid'd process leaves.  Sets $rc (124: the deadline passed).
+# unshare goes outside timeout: timeout is then the namespace's first process, so the
+# deadline's TERM reaches the worker as it would anywhere (a first process ignores
+# signals it has no handler for), and when timeout ends the namespace goes with it.
 launch() {
     if [ "$kind" = bwrap ]; then
         net=''
@@ -75,8 +84,13 @@ launch() {
         set -- bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /var/tmp \
             ${hide:+--tmpfs "$hide"} --bind "$base" "$base" --chdir "$base/work" \
             --unshare-all $net --die-with-parent --new-session -- "$@"
+        set -- timeout -k 2 "$deadline" "$@"
+    elif [ -n "$contain" ]; then
+        set -- unshare $contain -- timeout -k 2 "$deadline" "$@"
+    else
+        set -- timeout -k 2 "$deadline" "$@"
     fi
-    (trap - PIPE; exec timeout -k 2 "$deadline" "$@") < "$base/prompt" 2>&1 3<&- 4>&- &
+    (trap - PIPE; exec "$@") < "$base/prompt" 2>&1 3<&- 4>&- &
     worker=$!
     echo "$worker" > "$base/pid"
     wait "$worker"
@@ -84,8 +98,8 @@ launch() {
     kill -s KILL -- "-$worker" 2>/dev/null  # what the step left running in its group
 }
 
-collect_files() {  # collect_files FIND-TESTS...: tar the matching regular files to fanout
-    find . -regextype posix-extended -type f \( "$@" \) -print0 \
+collect_files() {  # collect_files FIND-TESTS...: tar the matching files and symlinks to fanout
+    find . -regextype posix-extended \( "$@" \) -print0 \
         | tar --null -T - -c -f "$base/collect.tar" || exit 77
     say "collect $(wc -c < "$base/collect.tar")"
     cat "$base/collect.tar" >&4

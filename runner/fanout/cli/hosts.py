@@ -20,11 +20,17 @@ app.add_typer(hosts_app, rich_help_panel="Hosts")
 
 
 def _inventory(file: Path | None, hosts: Path | None) -> Any:
+    return _runtime(file, hosts)[0]
+
+
+def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str]:
+    """The job's hosts and the sandbox its units ask for."""
     from .. import spec
 
     if file is not None:
-        return spec.load(file, hosts_file=hosts).runtime.hosts
-    return spec.load_hosts_file(hosts) if hosts is not None else ()
+        runtime = spec.load(file, hosts_file=hosts).runtime
+        return runtime.hosts, runtime.sandbox
+    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto"
 
 
 @hosts_app.command("check")
@@ -34,8 +40,9 @@ def hosts_check(
 ) -> None:
     """Probe every host of the job in parallel.
 
-    Reachable, authenticated, remote shell, bwrap, free disk in the sandbox root and
-    round-trip time.  Exit 4 if any is not usable.
+    Reachable, authenticated, remote shell, bwrap, what keeps the job's units from
+    outliving them there (containment), free disk in the sandbox root and round-trip
+    time.  Exit 4 if any is not usable.
     """
     import asyncio
 
@@ -47,15 +54,26 @@ def hosts_check(
     from ..ssh import SshTransport
 
     def probe() -> Any:
-        pool = _inventory(file, hosts)
+        pool, sandbox = _runtime(file, hosts)
         if not pool:
             raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
-        transport = SshTransport(pool, known_hosts=inventory.known_hosts_files(environ()))
+        transport = SshTransport(
+            pool, known_hosts=inventory.known_hosts_files(environ()), sandbox_kind=sandbox
+        )
         return asyncio.run(transport.probe_all())
 
     probes = call(probe)
     table = Table(
-        "host", "address", "reachable", "auth", "shell", "bwrap", "free disk", "rtt", "problem"
+        "host",
+        "address",
+        "reachable",
+        "auth",
+        "shell",
+        "bwrap",
+        "containment",
+        "free disk",
+        "rtt",
+        "problem",
     )
     for p in probes:
         table.add_row(
@@ -65,11 +83,12 @@ def hosts_check(
             "yes" if p.auth else "NO",
             p.shell,
             "yes" if p.bwrap else "no",
+            p.containment,
             p.free_disk,
             f"{p.rtt_ms:.1f} ms" if p.rtt_ms is not None else "",
             p.error,
         )
-    Console(width=200).print(table)
+    Console(width=240).print(table)
     raise typer.Exit(0 if all(p.auth and not p.error for p in probes) else 4)
 
 

@@ -5,9 +5,12 @@ attempt is one channel running the POSIX sh wrapper (``wrapper.sh``), which crea
 sandbox, receives the staged files as a tar frame, runs the worker under bwrap (or
 without a sandbox), runs verify, sends back the collected files, and always removes
 the sandbox.  Secrets travel in frames on the channel's stdin, never in argv; no pty is
-requested (a pty echoes stdin).  The stdin stays open as a lifeline: when fanout stops,
-times the attempt out or loses the connection, the wrapper sees EOF and kills the
-unit's process group, and it enforces a hard deadline of its own as well.
+requested (a pty echoes stdin).  Each step runs in a PID namespace of its own (bwrap's,
+or unshare's where the host allows one: ``probe.facilities`` finds out once per host),
+and so does the agent, so a step's whole tree dies with the step and with the agent.
+The stdin stays open as a lifeline: when fanout stops, times the attempt out or loses
+the connection, the wrapper sees EOF and kills the unit's steps, and it enforces a hard
+deadline of its own as well.
 
 sshd's limits shape the pool: at most ``maxSessions - 2`` channels per connection (sshd
 frees a slot late, and refuses channel opens near the limit: those are retried after a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -11,7 +12,67 @@ import asyncssh
 
 from ..errors import EnvironmentProblem
 from ..spec import Host
-from .connection import Connector, Refused, Unreachable, describe, where
+from .connection import Connector, Lost, Refused, Unreachable, describe, where
+
+# The PID namespace each unit step gets where bwrap is not used: the step's whole tree
+# dies with it (the kernel kills a namespace when its first process ends), and fanout's
+# agent runs in one too, so a killed agent takes its unit's tree along.  --mount-proc
+# gives the step a /proc of its own namespace (it sees and signals nothing else).
+PID_NAMESPACE = "--pid --fork --kill-child --mount-proc"
+# The unshare flags tried, in order: root needs no user namespace; a non-root user needs
+# one, keeping its own uid and gid where util-linux can map them (2.36+), else mapped to
+# root inside (which only the worker's `id` notices).  The probe runs exactly the nesting
+# a unit uses (the agent's namespace, a step's inside it), so what it finds works.
+_PROBE_CONTAINMENT = (
+    "for tool in bwrap timeout head tar find; do command -v $tool; done;"
+    ' for user in "" "--user --map-user=$(id -u) --map-group=$(id -g)" "--user --map-root-user";'
+    f' do flags="${{user:+$user }}{PID_NAMESPACE}";'
+    ' if unshare $flags sh -c "unshare $flags true" </dev/null >/dev/null 2>&1;'
+    ' then echo "unshare $flags"; break; fi; done'
+)
+_UNSHARE_FLAGS = re.compile(
+    r"(--user (--map-user=[0-9]+ --map-group=[0-9]+|--map-root-user) )?" + re.escape(PID_NAMESPACE)
+)
+TOOLS = ("timeout", "head", "tar", "find")
+GROUP_ONLY = "process group only: a process that calls setsid can outlive its unit"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Facilities:
+    """What a host offers fanout's agent: its tools, and how units can be contained."""
+
+    bwrap: bool
+    missing: tuple[str, ...]
+    unshare: str | None  # the unshare flags that work there, None: no PID namespace
+
+    def containment(self, sandbox: str) -> str:
+        """What keeps a unit's processes from outliving it, for units run under ``sandbox``."""
+        if sandbox == "bwrap":
+            return "pid namespace (bwrap)"
+        if self.unshare is not None:
+            return "pid namespace (unshare)"
+        return GROUP_ONLY
+
+
+async def facilities(conn: asyncssh.SSHClientConnection) -> Facilities:
+    """Ask a host (one command) for the agent's tools and which containment works."""
+    try:
+        answer = await conn.run(_PROBE_CONTAINMENT, check=False)
+    except (OSError, asyncssh.Error) as exc:
+        raise Lost(describe(exc)) from None
+    lines = str(answer.stdout or "").splitlines()
+    found = {line.rsplit("/", 1)[-1] for line in lines if line.startswith("/")}
+    flags = [line.removeprefix("unshare ") for line in lines if line.startswith("unshare ")]
+    return Facilities(
+        bwrap="bwrap" in found,
+        missing=tuple(t for t in TOOLS if t not in found),
+        unshare=flags[0] if flags and _UNSHARE_FLAGS.fullmatch(flags[0]) else None,
+    )
+
+
+def chosen_sandbox(requested: str, offered: Facilities) -> str:
+    """The sandbox ``auto`` and ``bwrap`` give on a host (the caller refuses the rest)."""
+    return "bwrap" if requested != "none" and offered.bwrap else "none"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,16 +85,17 @@ class Probe:
     auth: bool
     shell: str
     bwrap: bool
+    containment: str
     free_disk: str
     rtt_ms: float | None
     error: str
 
 
-async def probe(connector: Connector, host: Host) -> Probe:
-    """Reachability, authentication, shell, bwrap, free disk in the sandbox root and
-    round-trip time of one host."""
+async def probe(connector: Connector, host: Host, sandbox: str = "auto") -> Probe:
+    """Reachability, authentication, shell, bwrap, containment (for units run under
+    ``sandbox``), free disk in the sandbox root and round-trip time of one host."""
     base = {"name": host.name, "address": where(host)}
-    empty = {"shell": "", "bwrap": False, "free_disk": "", "rtt_ms": None}
+    empty = {"shell": "", "bwrap": False, "containment": "", "free_disk": "", "rtt_ms": None}
     try:
         connection = await connector.connect(host, asyncio.Semaphore(1), room=1)
     except Refused as exc:
@@ -51,6 +113,7 @@ async def probe(connector: Connector, host: Host) -> Probe:
             f" test -d {root} -a -w {root} && echo writable || echo read-only",
             check=False,
         )
+        offered = await facilities(conn)
         lines = [*str(facts.stdout or "").splitlines(), "", "", "", ""]
         fields = lines[2].split()
         free = f"{int(fields[3]) // 1024:,} MiB" if len(fields) > 3 and fields[3].isdigit() else "?"
@@ -60,10 +123,13 @@ async def probe(connector: Connector, host: Host) -> Probe:
             auth=True,
             shell=lines[0],
             bwrap=lines[1] != "-",
+            containment=offered.containment(chosen_sandbox(sandbox, offered)),
             free_disk=free,
             rtt_ms=rtt,
             error="" if lines[3] == "writable" else f"{host.sandbox_root} is not writable",
         )
+    except Lost as exc:
+        return Probe(**base, reachable=True, auth=True, error=str(exc), **empty)  # type: ignore[arg-type]
     finally:
         conn.close()
 

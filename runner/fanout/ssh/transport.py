@@ -33,7 +33,7 @@ from .connection import (
     Unreachable,
     describe,
 )
-from .probe import Probe, probe
+from .probe import GROUP_ONLY, Probe, chosen_sandbox, facilities, probe
 
 QUARANTINE_AFTER = 3
 CHANNEL_RETRY_FOR = 10.0
@@ -53,6 +53,8 @@ class _Host:
     failures: int = 0
     reason: str = "not connected yet"
     sandbox: str = "none"
+    unshare: str | None = None  # unshare flags for the agent and its steps (None: none)
+    warned: bool = False  # the notice that this host contains units by process group only
     reconnecting: asyncio.Task[None] | None = None
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     idle: list[Agent] = field(default_factory=list)
@@ -72,9 +74,9 @@ class SshTransport:
         *,
         known_hosts: Sequence[Path],
         sandbox_kind: str = "auto",
-        keepalive_interval: float = 5.0,
-        keepalive_count: int = 3,
-        connect_timeout: float = 15.0,
+        keepalive_interval: float = Connector.keepalive_interval,
+        keepalive_count: int = Connector.keepalive_count,
+        connect_timeout: float = Connector.connect_timeout,
         notice: Callable[[str], None] = lambda message: None,
         rng: random.Random | None = None,
     ) -> None:
@@ -142,24 +144,23 @@ class SshTransport:
         state.healthy, state.failures, state.reason = True, 0, ""
 
     async def _choose_sandbox(self, state: _Host, connection: Connection) -> str:
-        if self._requested == "none":
-            return "none"
-        try:
-            probe = await connection.conn.run(
-                "for tool in bwrap timeout head tar find; do command -v $tool; done", check=False
-            )
-        except (OSError, asyncssh.Error) as exc:
-            raise Lost(str(exc)) from None
-        found = str(probe.stdout or "")
-        missing = [t for t in ("timeout", "head", "tar", "find") if f"/{t}\n" not in found]
-        if missing:
-            raise Refused(f"{state.name} lacks {', '.join(missing)} (needed by fanout's wrapper)")
-        if "/bwrap\n" in found:
-            return "bwrap"
-        if self._requested == "bwrap":
+        offered = await facilities(connection.conn)
+        if offered.missing:
+            missing = ", ".join(offered.missing)
+            raise Refused(f"{state.name} lacks {missing} (needed by fanout's wrapper)")
+        if self._requested == "bwrap" and not offered.bwrap:
             raise Refused(f"{state.name} has no bwrap and runtime.sandbox is 'bwrap'")
-        self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
-        return "none"
+        sandbox = chosen_sandbox(self._requested, offered)
+        if self._requested == "auto" and sandbox == "none" and not state.warned:
+            self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
+        state.unshare = offered.unshare
+        if offered.containment(sandbox) == GROUP_ONLY and not state.warned:
+            self._notice(
+                f"host {state.name} offers no PID namespace (no unshare, or a non-root user"
+                f" without user namespaces): {GROUP_ONLY}"
+            )
+        state.warned = True
+        return sandbox
 
     def _schedule_reconnect(self, state: _Host) -> None:
         if state.reconnecting is None or state.reconnecting.done():
@@ -300,8 +301,11 @@ class SshTransport:
                 return agent
             self._retire(agent)
         flag = "1" if network else "0"
-        args = [state.host.sandbox_root, state.sandbox, flag]
-        command = f"exec sh -c {shlex.quote(self._wrapper)} fanout {shlex.join(args)}"
+        args = [state.host.sandbox_root, state.sandbox, flag, state.unshare or "-"]
+        # The agent runs in a PID namespace of its own where the host allows one: if it
+        # dies (killed, out of memory), the kernel kills its unit's whole tree with it.
+        contained = f"unshare {state.unshare} " if state.unshare else ""
+        command = f"exec {contained}sh -c {shlex.quote(self._wrapper)} fanout {shlex.join(args)}"
         connection, process = await self._channel(state, command)
         return Agent(connection=connection, process=process, network=network)
 
@@ -383,10 +387,16 @@ class SshTransport:
             else (report.verify if report.verify is not None else report.worker),
             stage="verify" if report.verify is not None else "worker",
             control=report.control or None,
-            collect=lambda: protocol.extract(report.collected, attempt.collect_dir),
+            collect=lambda: protocol.extract(
+                report.collected, attempt.collect_dir, invocation.collect
+            ),
         )
 
     # Probes -----------------------------------------------------------------------
 
     async def probe_all(self) -> list[Probe]:
-        return list(await asyncio.gather(*(probe(self._connector, h.host) for h in self._hosts)))
+        return list(
+            await asyncio.gather(
+                *(probe(self._connector, h.host, self._requested) for h in self._hosts)
+            )
+        )
