@@ -94,7 +94,10 @@ def test_init_writes_a_valid_starter_and_refuses_to_overwrite(chdir_tmp: Path) -
     job = spec.load(chdir_tmp / "fanout.toml")
     assert job.name == "my-sweep"
     second = cli("init")
-    assert (second.code, second.err) == (1, "fanout.toml exists; use --force to overwrite it\n")
+    assert (second.code, second.err) == (
+        2,
+        "fanout init: fanout.toml exists; use --force to overwrite it, or name another file\n",
+    )
 
 
 def test_schema_prints_the_schema(repo: Path) -> None:
@@ -122,3 +125,91 @@ def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
     missing = cli("report", "20260101T000000-abcd")
     assert missing.code == 5
     assert "no run '20260101T000000-abcd'" in missing.err
+
+
+def test_validate_github_annotations(chdir_tmp: Path) -> None:
+    write_job(chdir_tmp, MINIMAL, "good.toml")
+    write_job(chdir_tmp / "jobs", MINIMAL.replace("version = 1", "version = 3"), "bad.toml")
+    result = cli("validate", "--format", "github", "good.toml", "jobs/bad.toml", "gone.toml")
+    assert (result.code, result.out, result.err) == (
+        2,
+        "::error file=jobs/bad.toml,line=1,col=11,title=fanout::version: must be 1, not 3\n"
+        "::error file=gone.toml,line=1,col=1,title=fanout::cannot read the job file: "
+        "No such file or directory\n",
+        "2 problem(s) in 2 of 3 file(s)\n",
+    )
+    good = cli("validate", "--format", "github", "good.toml")
+    assert (good.code, good.out, good.err) == (0, "1 job file(s) valid\n", "")
+
+
+def test_init_writes_the_schema_its_starter_names(chdir_tmp: Path) -> None:
+    result = cli("init", "jobs/sweep.toml")
+    assert (result.code, result.out, result.err) == (
+        0,
+        "wrote jobs/sweep.toml and jobs/fanout.schema.json; "
+        "next: fanout validate jobs/sweep.toml && fanout plan jobs/sweep.toml\n",
+        "",
+    )
+    assert (
+        (chdir_tmp / "jobs" / "sweep.toml")
+        .read_text()
+        .startswith("#:schema ./fanout.schema.json\n")
+    )
+    assert (chdir_tmp / "jobs" / "fanout.schema.json").read_text() == cli("schema").out
+    # A second job in the same folder keeps the (identical) schema file quietly.
+    again = cli("init", "jobs/docs.toml")
+    assert (again.code, again.err) == (0, "")
+    assert again.out.startswith("wrote jobs/docs.toml; next:")
+
+
+def test_init_keeps_a_schema_file_that_differs_and_says_so(chdir_tmp: Path) -> None:
+    (chdir_tmp / "fanout.schema.json").write_text("{}\n")
+    kept = cli("init")
+    assert (kept.code, kept.err) == (
+        0,
+        "kept fanout.schema.json, which differs from this fanout's schema; "
+        "refresh it with: fanout schema > fanout.schema.json\n",
+    )
+    assert (chdir_tmp / "fanout.schema.json").read_text() == "{}\n"
+    forced = cli("init", "--force")
+    assert (forced.code, forced.err) == (0, "")
+    assert forced.out.startswith("wrote fanout.toml and fanout.schema.json;")
+    assert (chdir_tmp / "fanout.schema.json").read_text() == cli("schema").out
+
+
+def test_init_into_a_directory_is_a_usage_error(chdir_tmp: Path) -> None:
+    (chdir_tmp / "jobs").mkdir()
+    result = cli("init", "jobs", "--force")
+    assert (result.code, result.err) == (
+        2,
+        "fanout init: jobs is a directory; name the job file to write\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        ("validate", "fanout validate [OPTIONS] FILE..."),
+        ("plan", "fanout plan [OPTIONS] FILE"),
+        ("init", "fanout init [OPTIONS] [PATH]"),
+        ("run", "fanout run [OPTIONS] FILE"),
+        ("retry", "fanout retry [OPTIONS] RUN"),
+        ("status", "fanout status [OPTIONS] [RUN]"),
+        ("report", "fanout report [OPTIONS] RUN"),
+        ("triggers", "fanout triggers [OPTIONS] FILE"),
+        ("schedule", "fanout schedule [OPTIONS] FILE..."),
+        ("hosts check", "fanout hosts check [OPTIONS] FILE"),
+        ("hosts trust", "fanout hosts trust [OPTIONS] HOST"),
+    ],
+)
+def test_usage_lines_name_arguments_like_man_pages(command: str, usage: str) -> None:
+    result = cli(*command.split(), "--help")
+    assert result.code == 0
+    assert f"Usage: {usage}" in " ".join(result.out.split())
+
+
+def test_a_missing_argument_is_named_as_in_the_usage_line() -> None:
+    result = cli("run")
+    assert result.code == 2
+    assert "Usage: fanout run [OPTIONS] FILE" in result.err
+    assert "Missing argument 'FILE'." in result.err

@@ -1,21 +1,53 @@
-"""The commented starter job file ``fanout init`` writes.
+"""The commented starter job file ``fanout init`` writes, and the schema file beside it.
 
 The data of each table is rendered by tomli-w; only the comments are written by hand,
 so the starter is always valid TOML (a test also validates it against the schema).
+
+The starter's ``#:schema ./fanout.schema.json`` names a file ``fanout init`` writes next
+to the job file.  A relative path to a file committed with the jobs is the one reference
+that resolves for every teammate, in every editor and in CI, offline: fanout publishes
+no schema URL, and a ``file://`` path into the installed package breaks on the next
+machine or virtualenv.  The copy can fall behind an upgraded fanout; ``fanout validate``
+stays the authority, and ``fanout init`` says so when the copy it finds differs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from .schema import schema_text
+
+SCHEMA_FILE = "fanout.schema.json"
+
+
+class SchemaCopy(StrEnum):
+    """What ``write`` did about the schema file beside the job file."""
+
+    WRITTEN = "written"
+    CURRENT = "current"  # already there, identical to this fanout's schema
+    STALE = "stale"  # already there and different: kept, the user decides
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Written:
+    job: Path
+    schema: Path
+    schema_copy: SchemaCopy
+
+
 _SECTIONS: list[tuple[str, dict[str, Any]]] = [
     (
+        f"#:schema ./{SCHEMA_FILE}\n"
         "# A fanout job: one unit of work per file, each run by a short-lived worker in its\n"
         "# own sandbox.  Check it with `fanout validate` and `fanout plan` before `fanout run`.\n"
-        "# `fanout schema > fanout.schema.json` lets editors (taplo, Even Better TOML) check it.\n"
-        "#:schema ./fanout.schema.json",
+        f"# {SCHEMA_FILE} beside it (commit both) lets editors (taplo, Even Better TOML)\n"
+        "# complete and check it; refresh it in this folder after upgrading fanout:\n"
+        f"# fanout schema > {SCHEMA_FILE}",
         {"version": 1, "name": "my-sweep", "description": "One worker per Python file"},
     ),
     (
@@ -89,3 +121,19 @@ def text() -> str:
         body = tomli_w.dumps(data, multiline_strings=True) if data else ""
         parts.append(f"{comment}\n{body}".rstrip("\n"))
     return "\n\n".join(parts) + "\n"
+
+
+def write(path: Path, *, force: bool) -> Written:
+    """Write the starter to ``path`` and the schema beside it.  An existing schema file
+    is replaced only with ``force``: it may be the copy a team reviewed and committed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text(), encoding="utf-8")
+    schema = path.parent / SCHEMA_FILE
+    current = schema_text()
+    if schema.is_file() and not force:
+        same = schema.read_text(encoding="utf-8") == current
+        return Written(
+            job=path, schema=schema, schema_copy=SchemaCopy.CURRENT if same else SchemaCopy.STALE
+        )
+    schema.write_text(current, encoding="utf-8")
+    return Written(job=path, schema=schema, schema_copy=SchemaCopy.WRITTEN)

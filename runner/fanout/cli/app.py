@@ -8,14 +8,46 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
+from typer import _click
+from typer.core import TyperArgument, TyperCommand
+from typer.models import CommandFunctionType
 
 from .. import __version__
 from ..errors import FanoutError
 
-app = typer.Typer(
+
+class Command(TyperCommand):
+    """A command whose usage line names its arguments the way man pages do:
+    ``fanout run [OPTIONS] FILE``, ``fanout validate [OPTIONS] FILE...``,
+    ``fanout status [OPTIONS] [RUN]``.  typer 0.28 writes a required argument as
+    ``{file}``, which reads like braces to type, in lowercase like a literal word."""
+
+    # typer 0.28 vendors click as typer._click; its Context is what typer passes here.
+    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not isinstance(param, TyperArgument):
+                continue  # options add nothing beyond [OPTIONS]
+            name = (param.metavar or param.name or "").strip("[]").upper()
+            if param.nargs != 1 and not name.endswith("..."):
+                name += "..."
+            pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
+class Typer(typer.Typer):
+    """typer.Typer whose commands are ``Command``s (every command module uses this)."""
+
+    def command(
+        self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(*args, cls=cls or Command, **kwargs)
+
+
+app = Typer(
     name="fanout",
     help=(
         "Run a backlog of independent units on short-lived, sandboxed workers.\n\n"
@@ -36,13 +68,20 @@ T = TypeVar("T")
 
 JobFile = Annotated[
     Path,
-    typer.Argument(help="The job file (TOML).", exists=False, dir_okay=False, show_default=False),
+    typer.Argument(
+        metavar="FILE",
+        help="The job file (TOML).",
+        exists=False,
+        dir_okay=False,
+        show_default=False,
+    ),
 ]
 
 
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
+    github = "github"
 
 
 class OverlapPolicy(StrEnum):

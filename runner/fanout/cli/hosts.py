@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .app import HostsOption, JobFile, app, call, environ
+from .app import HostsOption, JobFile, Typer, app, call, environ
 
-hosts_app = typer.Typer(
+hosts_app = Typer(
     name="hosts",
     help="Check SSH hosts and trust their keys.",
     no_args_is_help=True,

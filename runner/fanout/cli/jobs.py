@@ -10,17 +10,23 @@ from typing import Annotated
 
 import typer
 
-from ..errors import JobError
+from ..errors import JobError, Problem
 from .app import JobFile, OutputFormat, app, call, environ
 
 
 @app.command(rich_help_panel="Job files")
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Job files to check.", show_default=False)],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE", help="Job files to check.", show_default=False)
+    ],
     output: Annotated[
         OutputFormat,
         typer.Option(
-            "--format", help="text: file:line:col lines; json: an array for CI annotations."
+            "--format",
+            help=(
+                "text: file:line:col lines; json: an array of problems; github: GitHub "
+                "Actions annotations (::error lines) on the job file's lines."
+            ),
         ),
     ] = OutputFormat.text,
 ) -> None:
@@ -41,15 +47,49 @@ def validate(
             problems.extend(exc.problems)
     if output is OutputFormat.json:
         print(json.dumps([p.as_dict() for p in problems], indent=2))
+        raise typer.Exit(JobError.exit_code if problems else 0)
+    if output is OutputFormat.github:
+        # The runner reads workflow commands from stdout; the summary stays on stderr.
+        for problem in problems:
+            print(github_annotation(problem))
     else:
         for problem in problems:
             print(problem, file=sys.stderr)
-        bad = len({p.file for p in problems})
-        if problems:
-            print(f"{len(problems)} problem(s) in {bad} of {len(files)} file(s)", file=sys.stderr)
-        else:
-            print(f"{len(files)} job file(s) valid")
+    bad = len({p.file for p in problems})
+    if problems:
+        print(f"{len(problems)} problem(s) in {bad} of {len(files)} file(s)", file=sys.stderr)
+    else:
+        print(f"{len(files)} job file(s) valid")
     raise typer.Exit(JobError.exit_code if problems else 0)
+
+
+def github_annotation(problem: Problem) -> str:
+    """``problem`` as a GitHub Actions workflow command, which the runner shows as an
+    error annotation on that line of the file (in the log and the pull request's diff).
+
+    Escaped as actions/toolkit's ``command.ts`` does: the message may not carry a raw
+    ``%``, CR or LF (they end or corrupt the command); property values also not ``:``
+    or ``,``, which separate properties.
+    """
+    where = ",".join(
+        f"{name}={_escape_property(value)}"
+        for name, value in (
+            ("file", problem.file),
+            ("line", str(problem.line)),
+            ("col", str(problem.col)),
+            ("title", "fanout"),
+        )
+    )
+    text = f"{problem.key}: {problem.message}" if problem.key else problem.message
+    return f"::error {where}::{_escape_data(text)}"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 @app.command(rich_help_panel="Job files")
@@ -86,16 +126,36 @@ def init(
     path: Annotated[Path, typer.Argument(help="Where to write the job file.")] = Path(
         "fanout.toml"
     ),
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite an existing job file and schema file.")
+    ] = False,
 ) -> None:
-    """Write a commented starter job file that validates as is."""
+    """Write a commented starter job file that validates as is, and fanout.schema.json
+    beside it (unless one is there) for editors: the starter's #:schema line names it.
+
+    Commit both.  Exit 2 if the job file exists (without --force).
+    """
     from .. import starter
 
+    # Refusing to overwrite is a usage error (exit 2, like a bad argument), not a failure.
+    if path.is_dir():
+        print(f"fanout init: {path} is a directory; name the job file to write", file=sys.stderr)
+        raise typer.Exit(2)
     if path.exists() and not force:
-        print(f"{path} exists; use --force to overwrite it", file=sys.stderr)
-        raise typer.Exit(1)
-    path.write_text(starter.text(), encoding="utf-8")
-    print(f"wrote {path}; next: fanout validate {path} && fanout plan {path}")
+        print(
+            f"fanout init: {path} exists; use --force to overwrite it, or name another file",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
+    written = starter.write(path, force=force)
+    if written.schema_copy is starter.SchemaCopy.STALE:
+        print(
+            f"kept {written.schema}, which differs from this fanout's schema; "
+            f"refresh it with: fanout schema > {written.schema}",
+            file=sys.stderr,
+        )
+    also = f" and {written.schema}" if written.schema_copy is starter.SchemaCopy.WRITTEN else ""
+    print(f"wrote {path}{also}; next: fanout validate {path} && fanout plan {path}")
 
 
 @app.command(rich_help_panel="Job files")

@@ -52,7 +52,10 @@ def triggers(
 @app.command(rich_help_panel="Schedules")
 def schedule(
     files: Annotated[
-        list[Path], typer.Argument(help="Job files whose triggers to fire.", show_default=False)
+        list[Path],
+        typer.Argument(
+            metavar="FILE", help="Job files whose triggers to fire.", show_default=False
+        ),
     ],
     hosts: HostsOption = None,
 ) -> None:
