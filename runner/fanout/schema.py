@@ -192,6 +192,8 @@ def _explain_one_of(
     options: Any = error.validator_value
     instance: Any = error.instance
     if all(set(o) == {"required"} for o in options):
+        if not isinstance(instance, dict):
+            return [(path, False, f"expected a table, got {_kind(instance)}")]
         names = [o["required"][0] for o in options]
         present = [n for n in names if n in instance]
         found = _quote_list(present).replace(" or ", " and ") if present else "none"
