@@ -132,3 +132,62 @@ def test_default_filter_and_defined_test_may_name_missing_things(tmp_path: Path)
     source = "{{ unit.nope | default('x') }}{% if unit.other is defined %}y{% endif %}"
     assert templates.check(source, {"unit": UNIT_SHAPE}) == []
     assert templates.compile(source).render({"unit": {"id": "a"}}) == "x"
+
+
+def test_a_slice_does_not_stop_the_attribute_check(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    assert templates.check("{{ unit.id[1:] }}", {"unit": UNIT_SHAPE}) == []
+    [problem] = templates.check("{{ unit.idd[1:] }}", {"unit": UNIT_SHAPE})
+    assert problem.message == "'unit' has no attribute 'idd' (did you mean 'id'?)"
+    assert templates.compile("{{ unit.id[1:] }}").render({"unit": {"id": "abc"}}) == "bc"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("{{ [].pop() }}", "IndexError: pop from empty list"),
+        ("{{ {}['x'] }}", "the value has no attribute 'x'"),
+        (
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(1) }}",
+            "the template recurses too deeply (a macro that calls itself?)",
+        ),
+        ("{{ 9 ** 999999999 }}", "'**' would make a number of more than a million bits"),
+        ("{{ 'x' * 10 ** 9 }}", "'*' would repeat a value to more than a million items"),
+        ("{{ [1] * 10 ** 9 }}", "'*' would repeat a value to more than a million items"),
+        ("{{ 1 / 0 }}", "ZeroDivisionError: division by zero"),
+    ],
+)
+def test_every_failure_while_rendering_is_a_render_error(
+    tmp_path: Path, source: str, message: str
+) -> None:
+    template = Templates(tmp_path).compile(source)
+    with pytest.raises(RenderError) as caught:
+        template.render({})
+    assert str(caught.value) == message
+
+
+def test_render_errors_name_the_key_and_line_they_come_from(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        """\
+        version = 1
+        name = "t"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["echo", "{{ [].pop() }}"]
+        """,
+    )
+    job = spec.load(path)
+    with pytest.raises(RenderError) as caught:
+        invocation.render(job, Unit(id="a", index=0, items=({"id": "a"},), origin="items[0]"))
+    assert str(caught.value) == "task.command[1]: IndexError: pop from empty list"
+    assert caught.value.located() == (
+        f"{path}:6:20: task.command[1]: IndexError: pop from empty list"
+    )
+
+
+def test_templates_nested_too_deeply_are_a_problem_not_a_crash(tmp_path: Path) -> None:
+    source = "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}"
+    [problem] = Templates(tmp_path).check(source, {})
+    assert problem.message == "the template is nested too deeply to check"

@@ -12,7 +12,7 @@ import shlex
 import shutil
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,9 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
             first_task = invocation.render(spec, shown[0])
         except RenderError as exc:
             error, problem = exc.located(), exc.problem()
+            if problem is not None:
+                reason = f"{problem.message} (rendering for unit {shown[0].id!r})"
+                problem = replace(problem, message=reason)
     return Plan(
         spec=spec,
         records=selection.records,

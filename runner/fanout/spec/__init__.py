@@ -10,6 +10,7 @@ compiled.  Below this package nothing sees the raw TOML dictionaries.
 from __future__ import annotations
 
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -121,6 +122,9 @@ def read_text(path: Path, shown: str, *, what: str) -> str:
         return JobError([Problem(file=shown, line=1, col=1, key="", message=message)])
 
     try:
+        if stat.S_ISCHR(path.stat().st_mode) or stat.S_ISBLK(path.stat().st_mode):
+            # /dev/zero never ends, a terminal waits for typing: neither is a job file.
+            raise problem(f"is a device ({path.resolve()}), not a {what}")
         with path.open("rb") as stream:
             data = stream.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
@@ -128,7 +132,7 @@ def read_text(path: Path, shown: str, *, what: str) -> str:
     except ValueError as exc:  # a NUL in the path
         raise problem(f"cannot read the {what}: {exc}") from None
     if len(data) > MAX_FILE_BYTES:
-        raise problem(f"the {what} is larger than {MAX_FILE_BYTES // 2**20} MiB; is it a job file?")
+        raise problem(f"the {what} is larger than {MAX_FILE_BYTES // 2**20} MiB")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
