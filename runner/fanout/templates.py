@@ -9,6 +9,7 @@ This is the only module that imports jinja2.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -156,6 +157,14 @@ class Template:
             raise RenderError(message, key=self.key, at=self.at) from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Analysis:
+    undeclared: frozenset[str]
+    lines: dict[str, int]
+    local_names: frozenset[str]
+    chains: tuple[tuple[tuple[str, ...], int], ...]
+
+
 class Templates:
     """Compiles job templates; filters that need the workspace know it."""
 
@@ -179,7 +188,7 @@ class Templates:
         env.filters.update(filters)
         self.env = env
         self._compiled: dict[str, Template] = {}
-        self._chains: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+        self._analyses: dict[str, _Analysis] = {}
 
     def _relpath(self, path: str) -> str:
         """A path relative to the workspace (absolute paths from linters become stable ids)."""
@@ -229,33 +238,51 @@ class Templates:
             return [TemplateProblem(_TOO_DEEP)]
 
     def _check(self, source: str, shapes: Mapping[str, Shape]) -> list[TemplateProblem]:
-        tree = self.env.parse(source)
-        self._chains[source] = _chains(tree)
+        analysis = self._analyse(source)
         problems: list[TemplateProblem] = []
         known = set(shapes) | set(self.env.globals)
-        for name in sorted(meta.find_undeclared_variables(tree) - known):
+        for name in sorted(analysis.undeclared - known):
             guess = did_you_mean(name, list(shapes))
             hint = f" (did you mean {guess!r}?)" if guess else f"; available: {', '.join(shapes)}"
             problems.append(
-                TemplateProblem(f"undefined variable {name!r}{hint}", _line_of(tree, name))
+                TemplateProblem(f"undefined variable {name!r}{hint}", analysis.lines[name])
             )
-        local_names = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
-        for chain, lineno in self._chains[source]:
-            if chain[0] in local_names or chain[0] not in shapes:
+        for chain, lineno in analysis.chains:
+            if chain[0] in analysis.local_names or chain[0] not in shapes:
                 continue
             problem = _check_chain(chain, shapes)
             if problem:
                 problems.append(TemplateProblem(problem, lineno))
         return problems
 
+    def _analyse(self, source: str) -> _Analysis:
+        """What ``check`` needs of a template's syntax tree, once per source."""
+        if source not in self._analyses:
+            tree = self.env.parse(source)
+            undeclared = frozenset(meta.find_undeclared_variables(tree))
+            self._analyses[source] = _Analysis(
+                undeclared=undeclared,
+                lines={name: _line_of(tree, name) for name in undeclared},
+                local_names=frozenset(
+                    n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")
+                ),
+                chains=tuple(_chains(tree)),
+            )
+        return self._analyses[source]
+
     def chains(self, source: str) -> list[tuple[tuple[str, ...], int]]:
         """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in
         ``source``, each with the template line it is on (kept from ``check``)."""
         if not is_template(source):
             return []
-        if source not in self._chains:
-            self._chains[source] = _chains(self.env.parse(source))
-        return self._chains[source]
+        return list(self._analyse(source).chains)
+
+
+@functools.lru_cache(maxsize=8)
+def for_workspace(workspace: Path) -> Templates:
+    """The process's Templates for ``workspace``: loading a job again (the scheduler at
+    each fire, ``fanout validate`` over many files) compiles each template once."""
+    return Templates(workspace)
 
 
 def is_template(source: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import checks, schema, tomlpos
 from ..errors import JobError, Problem
-from ..templates import Templates
+from ..templates import for_workspace
 from .build import build, camel_case, dataclass_fields, freeze, host_from, snake_case, thaw
 from .model import (
     DEFAULT_LADDER,
@@ -92,7 +92,7 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     if not isinstance(workspace_name, str) or "\0" in workspace_name:
         workspace_name = "."  # the schema or the checks report it
     workspace = (path.parent / workspace_name).resolve()
-    templates = Templates(workspace)
+    templates = for_workspace(workspace)
     problems = schema.check(document, schema=schema.job_schema(), file=shown, positions=positions)
     context = checks.Context(file=shown, positions=positions, templates=templates, text=text)
     problems += checks.check_job(document, context)
