@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fanout import invocation, spec
+from fanout.errors import JobError
 from fanout.templates import UNIT_SHAPE, RenderError, Templates
 from fanout.units import Unit
 
@@ -191,3 +192,23 @@ def test_templates_nested_too_deeply_are_a_problem_not_a_crash(tmp_path: Path) -
     source = "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}"
     [problem] = Templates(tmp_path).check(source, {})
     assert problem.message == "the template is nested too deeply to check"
+
+
+def test_a_template_line_in_a_one_line_string_is_that_line(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        """\
+        version = 1
+        name = "t"
+        [inputs]
+        items = ["a"]
+        [task]
+        prompt = "first\\n{{ unit.idd }}"
+        command = ["true"]
+        """,
+    )
+    with pytest.raises(JobError) as caught:
+        spec.load(path)
+    assert str(caught.value) == (
+        f"{path}:6:10: task.prompt: 'unit' has no attribute 'idd' (did you mean 'id'?)"
+    )

@@ -127,3 +127,12 @@ def test_nesting_depth_is_found_before_tomllib_recurses() -> None:
 def test_an_integer_of_more_than_4300_digits_is_located() -> None:
     assert huge_integer("a = 1\nb = " + "7" * 4301 + "\n") == (2, 5)
     assert huge_integer("a = " + "7" * 4300) is None
+
+
+def test_quoted_keys_with_unicode_escapes_are_found() -> None:
+    text = '"\\u001f" = 0\n[tab]\n"a\\U0001F4A5b" = 1\n"\\tx" = { "\\u00e9" = 2 }\n'
+    tomllib.loads(text)
+    positions = scan(text)
+    assert positions.key(("\x1f",)) == (1, 1)
+    assert positions.key(("tab", "a\U0001f4a5b")) == (3, 1)
+    assert positions.value(("tab", "\tx", "\u00e9")) == (4, 22)

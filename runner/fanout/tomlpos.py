@@ -28,6 +28,9 @@ class Positions:
     values: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
     # Multi-line strings whose first newline TOML trims: the value starts a line later.
     trimmed_newline: set[KeyPath] = field(default_factory=set)
+    # Multi-line strings: a template's line N is N - 1 lines below where the value starts
+    # (in a one-line string an escaped newline starts a template line, not a file line).
+    multiline: set[KeyPath] = field(default_factory=set)
 
     def key(self, path: KeyPath) -> tuple[int, int]:
         """Position of the key itself, or of the nearest enclosing thing that has one."""
@@ -211,8 +214,9 @@ class _Scanner:
         chars: list[str] = []
         while self.text[end] != quote:
             if quote == '"' and self.text[end] == "\\":
-                chars.append(_unescape(self.text[end : end + 2]))
-                end += 2
+                width = {"u": 6, "U": 10}.get(self.text[end + 1], 2)
+                chars.append(_unescape(self.text[end : end + width]))
+                end += width
             else:
                 chars.append(self.text[end])
                 end += 1
@@ -223,6 +227,7 @@ class _Scanner:
         self.out.values[path] = self.where(self.i)
         head3 = self.peek(3)
         if head3 in ('"""', "'''"):
+            self.out.multiline.add(path)
             if self.text[self.i + 3 : self.i + 4] == "\n" or self.peek(5)[3:] == "\r\n":
                 self.out.trimmed_newline.add(path)
             self.skip_multiline_string(head3)
@@ -272,5 +277,11 @@ class _Scanner:
             end += 1
 
 
-def _unescape(pair: str) -> str:
-    return {"\\n": "\n", "\\t": "\t", '\\"': '"', "\\\\": "\\"}.get(pair, pair[1:])
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def _unescape(escape: str) -> str:
+    """One escape of a basic string: ``\\n``, ``\\u00e9``, ``\\U0001F4A5``."""
+    if escape[1] in "uU":
+        return chr(int(escape[2:], 16))
+    return _ESCAPES.get(escape[1], escape[1:])
