@@ -237,6 +237,7 @@ def emit(doc: dict[str, Any], headers: frozenset[KeyPath]) -> tuple[str, dict[Ke
             else:
                 for index, entry in enumerate(item):
                     put(f"[[{dotted}]]", (*sub, index))
+                    where.setdefault(sub, len(lines))
                     table((*sub, index), entry, None)
 
     table((), doc, None)

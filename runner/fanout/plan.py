@@ -251,7 +251,9 @@ def to_document(value: Any, name: str = "") -> Any:
         return {k: to_document(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
         return [to_document(v) for v in value]
-    if isinstance(value, float) and name != "jitter":
+    # A float field of a dataclass is a duration (but jitter); a float in vars or items
+    # is the user's number (0.7 stays 0.7, not "700ms").
+    if isinstance(value, float) and name and name != "jitter":
         return duration_text(value)
     if isinstance(value, int) and not isinstance(value, bool) and name in _SIZES:
         return size_text(value)

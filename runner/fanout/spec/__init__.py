@@ -155,9 +155,10 @@ def parse_toml(text: str, shown: str) -> dict[str, Any]:
         raise JobError([_syntax_problem(str(exc), text, shown)]) from None
     except ValueError as exc:
         # Python refuses to convert integers of more than 4,300 digits.
-        line, col = tomlpos.huge_integer(text) or (1, 1)
-        message = f"invalid TOML: an integer is too large ({exc})"
-        if "digits" in str(exc):
+        huge = tomlpos.huge_integer(text)
+        line, col = huge or (1, 1)
+        message = f"invalid TOML: {exc}"
+        if huge is not None:
             message = "invalid TOML: an integer has more than 4300 digits"
         raise JobError([Problem(file=shown, line=line, col=col, key="", message=message)]) from None
     except RecursionError:
