@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 from pathlib import Path
 
@@ -9,9 +10,13 @@ import pytest
 
 from fanout import invocation, spec
 from fanout.errors import JobError
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.run import Options, Runner
 from fanout.templates import UNIT_SHAPE, RenderError, Templates
 from fanout.units import Unit
 
+from fakes import FakeTransport
 from helpers import write_job
 
 HOSTILE = "a b; rm -rf ~ $(touch pwned) `id` 'q\" \\ \n*"
@@ -212,3 +217,46 @@ def test_a_template_line_in_a_one_line_string_is_that_line(tmp_path: Path) -> No
     assert str(caught.value) == (
         f"{path}:6:10: task.prompt: 'unit' has no attribute 'idd' (did you mean 'id'?)"
     )
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("{{ [].pop() }}", "IndexError: pop from empty list"),
+        (
+            "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+            "the template recurses too deeply (a macro that calls itself?)",
+        ),
+    ],
+)
+async def test_a_template_raising_at_render_time_fails_its_unit_not_the_run(
+    tmp_path: Path, template: str, reason: str
+) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""\
+            version = 1
+            name = "t"
+            [inputs]
+            items = ["a", "b"]
+            [task]
+            command = ["agent", "{template}"]
+            """,
+        )
+    )
+    transport = FakeTransport()
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(lambda event: None),
+        rng=random.Random(7),
+    )
+    summary = await runner.execute(Options())
+    assert summary.counts == {"failed": 2}
+    assert transport.attempts == []
+    reasons = {row.reason for row in runner.journal.units(summary.run_id)}
+    assert reasons == {f"template: task.command[1]: {reason}"}
