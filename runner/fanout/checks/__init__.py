@@ -10,7 +10,7 @@ value of the wrong type was already reported by the schema and is skipped here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import cron, globs, schema
@@ -49,7 +49,30 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems += _check_triggers(doc, ctx)
     problems += leaks.check_secrets(doc, ctx)
     problems += _check_nul_in_paths(doc, ctx)
+    problems += _check_integer_range(doc, ctx)
     return problems
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _check_integer_range(doc: Any, ctx: Context, path: KeyPath = ()) -> list[Problem]:
+    """TOML integers are 64-bit (the spec says a parser must refuse others; tomllib reads
+    any size): a 300-digit count is a mistake, and would overflow where it is used."""
+    if isinstance(doc, dict):
+        items: Iterable[tuple[str | int, Any]] = doc.items()
+    elif isinstance(doc, list):
+        items = enumerate(doc)
+    else:
+        if isinstance(doc, int) and not isinstance(doc, bool) and doc not in _INT64:
+            digits = len(str(abs(doc)))
+            return [
+                ctx.at_value(
+                    path, f"an integer of {digits} digits is out of range; TOML integers are 64-bit"
+                )
+            ]
+        return []
+    return [p for key, item in items for p in _check_integer_range(item, ctx, (*path, key))]
 
 
 def _check_nul_in_paths(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
