@@ -74,6 +74,10 @@ BASE: dict[str, Any] = {
         "network": False,
         "logLimit": "1MiB",
         "outputTail": "4KiB",
+        "hosts": [
+            {"name": "b1", "address": "build-1.internal", "user": "fanout", "slots": 2},
+            {"address": "10.0.0.7", "port": 2222, "labels": ["gpu"]},
+        ],
     },
     "limits": [{"name": "api", "requests": 10, "per": "1m", "requestsPerTask": 1}],
     "retry": {
@@ -99,6 +103,9 @@ BASE: dict[str, Any] = {
             "schedule": "0 3 * * 1-5",
             "timezone": "Europe/Berlin",
             "overlap": "skip",
+            "catchUp": "latest",
+            "startingDeadline": "1h",
+            "vars": {"mode": "full", "depth": 2},
         }
     ],
 }
@@ -120,6 +127,8 @@ CLOSED: tuple[KeyPath, ...] = (
     ("collect",),
     ("aggregate",),
     ("triggers", 0),
+    ("runtime", "hosts", 0),
+    ("runtime", "hosts", 1),
 )
 
 # Templates: plan renders the first unit's task on the first rung; the second rung's
@@ -131,6 +140,7 @@ TEMPLATES: tuple[KeyPath, ...] = (
     ("task", "env", "UNIT"),
     ("units", "stage", 0),
     ("units", "collect", 0),
+    ("units", "id"),
     ("retry", "ladder", 1, "promptSuffix"),
     ("aggregate", "command", 1),
 )
@@ -142,6 +152,7 @@ DURATIONS: tuple[KeyPath, ...] = (
     ("retry", "backoff", "max"),
     ("retry", "ladder", 1, "timeout"),
     ("aggregate", "timeout"),
+    ("triggers", 0, "startingDeadline"),
 )
 
 
@@ -285,6 +296,7 @@ headers_strategy = st.frozensets(
             ("task",),
             ("task", "env"),
             ("runtime",),
+            ("runtime", "hosts"),
             ("limits",),
             ("retry",),
             ("retry", "backoff"),
