@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from fanout import plan, spec
-from fanout.errors import JobError, Problem
+from fanout.errors import InputFailed, JobError, Problem
 from fanout.schema import key_name
 from fanout.tomlpos import KeyPath
 
@@ -502,6 +502,28 @@ def templates(draw: st.DrawFn) -> Case:
     return _case(doc, draw(headers_strategy), path)
 
 
+SOURCE_FILES = {"jsonl": "data.jsonl", "csv": "data.csv", "json": "data.json"}
+
+
+@st.composite
+def sources(draw: st.DrawFn) -> Case:
+    """Each input source with one key mutated; plan reads the workspace's data files
+    (an unreadable or malformed one is an InputFailed, as for a user)."""
+    doc = copy.deepcopy(BASE)
+    source = draw(st.sampled_from(["jsonl", "csv", "json", "files"]))
+    inputs: dict[str, Any] = (
+        {"files": ["*.py"], "exclude": ["b*"], "gitignore": False}
+        if source == "files"
+        else {source: SOURCE_FILES[source]}
+    )
+    if source == "json":
+        inputs["pointer"] = "/results"
+    doc["inputs"] = inputs
+    key = draw(st.sampled_from([*inputs, "format", "pointer", "okExitCodes", "timeout"]))
+    inputs[key] = draw(values | hostile | st.sampled_from(["", "/", "/x/0", "json", "../x"]))
+    return _case(doc, draw(headers_strategy), ("inputs", key), also=("inputs",))
+
+
 edits = st.tuples(
     st.floats(min_value=0, max_value=1),
     st.integers(min_value=0, max_value=12),
@@ -527,6 +549,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("a.py", "b.txt", "src/z.py", "[x].md", "-.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x\n")
+    (root / "data.jsonl").write_text('{"id": "a", "n": 1}\n{"id": "b"}\nnot json\n')
+    (root / "data.csv").write_text("id,n\na,1\nb,2,3\n")
+    (root / "data.json").write_text('{"results": [{"id": "a"}, {"id": "b", "deep": [1, 2]}]}')
     return root
 
 
@@ -569,9 +594,15 @@ def _load_and_plan(workspace: Path, case: Case) -> None:
     except JobError as exc:  # a units.id or selection problem
         _check_located(exc.problems, case, path, case.text)
         return
-    plan.render_text(result)
-    if result.first_task_problem is not None and case.key is not None:
-        _check_located([result.first_task_problem], case, path, case.text)
+    except InputFailed as exc:  # a data file that is not what the job says it is
+        refused = str(exc)
+    else:
+        plan.render_text(result)
+        if result.first_task_problem is not None and case.key is not None:
+            _check_located([result.first_task_problem], case, path, case.text)
+        return
+    assert refused, "an InputFailed without a message"
+    assert "Traceback" not in refused
 
 
 @fuzz(140)
@@ -607,6 +638,12 @@ def test_durations_cron_and_time_zones(workspace: Path, case: Case) -> None:
 @fuzz(160)
 @given(case=templates())
 def test_templates_that_fail_to_check_or_to_render(workspace: Path, case: Case) -> None:
+    _load_and_plan(workspace, case)
+
+
+@fuzz(120)
+@given(case=sources())
+def test_input_sources(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
