@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-from fanout import spec
+from fanout import __version__, spec
+from fanout.errors import JobError, Problem
 
 from helpers import MINIMAL, cli, write_job
 
@@ -213,3 +217,73 @@ def test_a_missing_argument_is_named_as_in_the_usage_line() -> None:
     assert result.code == 2
     assert "Usage: fanout run [OPTIONS] FILE" in result.err
     assert "Missing argument 'FILE'." in result.err
+
+
+def _raising(exc: BaseException) -> Callable[..., NoReturn]:
+    def load(*args: object, **kwargs: object) -> NoReturn:
+        raise exc
+
+    return load
+
+
+def test_an_unexpected_error_is_one_line_a_log_and_exit_70(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(chdir_tmp / "cache"))
+    monkeypatch.setattr(sys, "argv", ["fanout", "validate", "job.toml"])
+    monkeypatch.setattr(spec, "load", _raising(RuntimeError("the scanner\nlost its place")))
+    log = chdir_tmp / "cache" / "fanout" / "fanout.log"
+    for command in ("validate", "plan"):  # without and through call()
+        result = cli(command, "job.toml")
+        assert (result.code, result.out) == (70, "")
+        assert result.err == (
+            f"fanout: internal error: RuntimeError: the scanner lost its place; details in {log}\n"
+        )
+    text = log.read_text()
+    assert text.count(f"fanout {__version__} pid ") == 2
+    assert "argv: ['fanout', 'validate', 'job.toml']\n" in text
+    assert "Traceback (most recent call last):" in text
+    assert text.count("RuntimeError: the scanner\nlost its place\n") == 2
+
+
+def test_an_unwritable_log_puts_the_traceback_on_stderr(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (chdir_tmp / "cache").write_text("a file where the cache directory should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(chdir_tmp / "cache"))
+    monkeypatch.setattr(spec, "load", _raising(KeyError("boom")))
+    result = cli("validate", "job.toml")
+    assert result.code == 70
+    first, *rest = result.err.splitlines()
+    assert first == (
+        "fanout: internal error: KeyError: 'boom'; the log "
+        f"{chdir_tmp / 'cache' / 'fanout' / 'fanout.log'} is not writable (Not a directory)"
+    )
+    assert rest[0] == "Traceback (most recent call last):"
+    assert rest[-1] == "KeyError: 'boom'"
+
+
+def test_an_exception_group_is_unwrapped(chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(chdir_tmp / "cache"))
+    problem = Problem(file="job.toml", line=3, col=1, key="units.id", message="duplicate id 'a'")
+    one = ExceptionGroup("tasks", [ExceptionGroup("inner", [JobError([problem])])])
+    monkeypatch.setattr(spec, "load", _raising(one))
+    result = cli("plan", "job.toml")
+    assert (result.code, result.err) == (2, "job.toml:3:1: units.id: duplicate id 'a'\n")
+    two = ExceptionGroup("tasks", [ValueError("first"), OSError("second")])
+    monkeypatch.setattr(spec, "load", _raising(two))
+    result = cli("validate", "job.toml")
+    assert result.code == 70
+    assert result.err.startswith("fanout: internal error: ValueError: first; details in ")
+
+
+def test_ctrl_c_and_usage_errors_keep_their_exits(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spec, "load", _raising(KeyboardInterrupt()))
+    result = cli("plan", "job.toml")
+    assert (result.code, result.err) == (130, "interrupted\n")
+    usage = cli("validate", "--format", "yaml", "job.toml")
+    assert usage.code == 2
+    assert "Invalid value for '--format'" in usage.err
+    assert not (chdir_tmp / "cache").exists()

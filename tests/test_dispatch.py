@@ -190,7 +190,7 @@ command = ["agent", "{{ unit.record.missing }}"]
     assert summary.counts == {"failed": 1}
     assert transport.attempts == []
     (row,) = runner.journal.units(summary.run_id)
-    assert row.reason == "template: the value has no attribute 'missing'"
+    assert row.reason == "template: task.command[1]: the value has no attribute 'missing'"
 
 
 async def test_every_host_down_stops_the_run_resumably(tmp_path: Path) -> None:

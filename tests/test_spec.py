@@ -99,3 +99,54 @@ def test_unreadable_job_file(tmp_path: Path) -> None:
         str(caught.value)
         == f"{tmp_path / 'missing.toml'}:1:1: cannot read the job file: No such file or directory"
     )
+
+
+def test_a_byte_order_mark_is_accepted_and_lines_stay_true(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text("\ufeff" + MINIMAL, encoding="utf-8")
+    assert spec.load(path).name == "test-job"
+    path.write_text("\ufeff" + MINIMAL.replace("[task]", "[task]\ntimeut = 1"), encoding="utf-8")
+    with pytest.raises(JobError) as caught:
+        spec.load(path)
+    assert str(caught.value) == f"{path}:6:1: task.timeut: unknown key (did you mean 'timeout'?)"
+
+
+def test_a_device_or_a_huge_file_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    with pytest.raises(JobError) as caught:
+        spec.load("/dev/zero")
+    assert str(caught.value) == "/dev/zero:1:1: is a device (/dev/zero), not a job file"
+    huge = tmp_path / "huge.toml"
+    with huge.open("wb") as stream:
+        stream.truncate(spec.MAX_FILE_BYTES + 1)
+    with pytest.raises(JobError) as caught:
+        spec.load(huge)
+    assert str(caught.value) == f"{huge}:1:1: the job file is larger than 16 MiB"
+
+
+def test_bytes_that_are_not_utf8_are_located(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_bytes(MINIMAL.replace("test-job", "t\xe9st").encode("latin-1"))
+    with pytest.raises(JobError) as caught:
+        spec.load(path)
+    assert str(caught.value) == (
+        f"{path}:2:10: not UTF-8 text (invalid continuation byte at byte 21)"
+    )
+
+
+def test_sizes_beyond_a_petabyte_are_refused(tmp_path: Path) -> None:
+    path = write_job(tmp_path, MINIMAL + '[runtime]\nlogLimit = "' + "9" * 30 + 'GiB"\n')
+    with pytest.raises(JobError) as caught:
+        spec.load(path)
+    assert str(caught.value) == (
+        f"{path}:8:12: runtime.logLimit: '{'9' * 30}GiB' is larger than 1PiB, the largest size "
+        "fanout accepts"
+    )
+
+
+def test_the_resolved_job_keeps_numbers_in_vars_as_numbers(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        MINIMAL + '[[retry.ladder]]\nname = "a"\nvars = { temperature = 0.7, n = 2 }\n',
+    )
+    resolved = plan.to_document(spec.load(path))
+    assert resolved["retry"]["ladder"][0]["vars"] == {"temperature": 0.7, "n": 2}

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from fanout import invocation, spec
+from fanout.errors import JobError
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.run import Options, Runner
 from fanout.templates import UNIT_SHAPE, RenderError, Templates
 from fanout.units import Unit
 
+from fakes import FakeTransport
 from helpers import write_job
 
 HOSTILE = "a b; rm -rf ~ $(touch pwned) `id` 'q\" \\ \n*"
@@ -132,3 +138,125 @@ def test_default_filter_and_defined_test_may_name_missing_things(tmp_path: Path)
     source = "{{ unit.nope | default('x') }}{% if unit.other is defined %}y{% endif %}"
     assert templates.check(source, {"unit": UNIT_SHAPE}) == []
     assert templates.compile(source).render({"unit": {"id": "a"}}) == "x"
+
+
+def test_a_slice_does_not_stop_the_attribute_check(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    assert templates.check("{{ unit.id[1:] }}", {"unit": UNIT_SHAPE}) == []
+    [problem] = templates.check("{{ unit.idd[1:] }}", {"unit": UNIT_SHAPE})
+    assert problem.message == "'unit' has no attribute 'idd' (did you mean 'id'?)"
+    assert templates.compile("{{ unit.id[1:] }}").render({"unit": {"id": "abc"}}) == "bc"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("{{ [].pop() }}", "IndexError: pop from empty list"),
+        ("{{ {}['x'] }}", "the value has no attribute 'x'"),
+        (
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(1) }}",
+            "the template recurses too deeply (a macro that calls itself?)",
+        ),
+        ("{{ 9 ** 999999999 }}", "'**' would make a number of more than a million bits"),
+        ("{{ 'x' * 10 ** 9 }}", "'*' would repeat a value to more than a million items"),
+        ("{{ [1] * 10 ** 9 }}", "'*' would repeat a value to more than a million items"),
+        ("{{ 1 / 0 }}", "ZeroDivisionError: division by zero"),
+    ],
+)
+def test_every_failure_while_rendering_is_a_render_error(
+    tmp_path: Path, source: str, message: str
+) -> None:
+    template = Templates(tmp_path).compile(source)
+    with pytest.raises(RenderError) as caught:
+        template.render({})
+    assert str(caught.value) == message
+
+
+def test_render_errors_name_the_key_and_line_they_come_from(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        """\
+        version = 1
+        name = "t"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["echo", "{{ [].pop() }}"]
+        """,
+    )
+    job = spec.load(path)
+    with pytest.raises(RenderError) as caught:
+        invocation.render(job, Unit(id="a", index=0, items=({"id": "a"},), origin="items[0]"))
+    assert str(caught.value) == "task.command[1]: IndexError: pop from empty list"
+    assert caught.value.located() == (
+        f"{path}:6:20: task.command[1]: IndexError: pop from empty list"
+    )
+
+
+def test_templates_nested_too_deeply_are_a_problem_not_a_crash(tmp_path: Path) -> None:
+    source = "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}"
+    [problem] = Templates(tmp_path).check(source, {})
+    assert problem.message == "the template is nested too deeply to check"
+
+
+def test_a_template_line_in_a_one_line_string_is_that_line(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        """\
+        version = 1
+        name = "t"
+        [inputs]
+        items = ["a"]
+        [task]
+        prompt = "first\\n{{ unit.idd }}"
+        command = ["true"]
+        """,
+    )
+    with pytest.raises(JobError) as caught:
+        spec.load(path)
+    assert str(caught.value) == (
+        f"{path}:6:10: task.prompt: 'unit' has no attribute 'idd' (did you mean 'id'?)"
+    )
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("{{ [].pop() }}", "IndexError: pop from empty list"),
+        (
+            "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+            "the template recurses too deeply (a macro that calls itself?)",
+        ),
+    ],
+)
+async def test_a_template_raising_at_render_time_fails_its_unit_not_the_run(
+    tmp_path: Path, template: str, reason: str
+) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""\
+            version = 1
+            name = "t"
+            [inputs]
+            items = ["a", "b"]
+            [task]
+            command = ["agent", "{template}"]
+            """,
+        )
+    )
+    transport = FakeTransport()
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(lambda event: None),
+        rng=random.Random(7),
+    )
+    summary = await runner.execute(Options())
+    assert summary.counts == {"failed": 2}
+    assert transport.attempts == []
+    reasons = {row.reason for row in runner.journal.units(summary.run_id)}
+    assert reasons == {f"template: task.command[1]: {reason}"}

@@ -9,7 +9,7 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.tomlpos import KeyPath, scan
+from fanout.tomlpos import KeyPath, huge_integer, scan, too_deep
 
 DOCUMENT = '''\
 #:schema x
@@ -106,3 +106,33 @@ def test_every_scalar_is_found_where_its_text_starts(document: dict[str, Any]) -
         line, col = positions.values[path]
         literal = tomli_w.dumps({"v": value})[len("v = ") : -1]
         assert lines[line - 1][col - 1 :].startswith(literal), (path, literal)
+
+
+def test_tables_named_only_by_dotted_headers_are_located_at_their_first_header() -> None:
+    text = 'version = 1\n\n[task.env]\nA = "1"\n[retry.backoff]\ninitial = "1s"\n[retry]\n'
+    tomllib.loads(text)
+    positions = scan(text)
+    assert positions.key(("task",)) == (3, 1)
+    # A header of its own, once there is one, is where the table is.
+    assert positions.key(("retry",)) == (7, 1)
+    assert positions.key(("retry", "backoff")) == (5, 1)
+
+
+def test_nesting_depth_is_found_before_tomllib_recurses() -> None:
+    assert too_deep("a = [[1], {b = [2]}]\n", 3) is None
+    assert too_deep('a = "[[[[[[["\n# [[[[[[[\nb = [[[[1]]]]\n', 3) == (3, 8)
+    assert too_deep("s = '''\n[[[[\n'''\nt = [[[[\n", 3) == (4, 8)
+
+
+def test_an_integer_of_more_than_4300_digits_is_located() -> None:
+    assert huge_integer("a = 1\nb = " + "7" * 4301 + "\n") == (2, 5)
+    assert huge_integer("a = " + "7" * 4300) is None
+
+
+def test_quoted_keys_with_unicode_escapes_are_found() -> None:
+    text = '"\\u001f" = 0\n[tab]\n"a\\U0001F4A5b" = 1\n"\\tx" = { "\\u00e9" = 2 }\n'
+    tomllib.loads(text)
+    positions = scan(text)
+    assert positions.key(("\x1f",)) == (1, 1)
+    assert positions.key(("tab", "a\U0001f4a5b")) == (3, 1)
+    assert positions.value(("tab", "\tx", "\u00e9")) == (4, 22)

@@ -53,9 +53,11 @@ def zone(name: str) -> tzinfo:
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a name too long for a file name, or a directory ('America').
+        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
         raise ValueError(
-            f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'"
+            f"unknown time zone {shown}; use an IANA name such as 'Europe/Berlin' or 'UTC'"
         ) from None
 
 

@@ -11,6 +11,10 @@
           ├── JobLocked              6   another run of the same job holds its lock
           └── Interrupted          130   the run was interrupted (Ctrl-C, SIGTERM) and drained
 
+     anything else               70   a bug in fanout (EX_SOFTWARE): the CLI prints one line,
+                                      "fanout: internal error: ...", and appends the traceback
+                                      to ${XDG_CACHE_HOME:-~/.cache}/fanout/fanout.log
+
 A unit's failure is never an exception: it is an ``Outcome`` value (see ``outcome``),
 so one failing unit cannot cancel its siblings.  Third-party exceptions are translated
 into these classes at the module that uses the library.  Any FanoutError raised while a
@@ -54,6 +58,10 @@ class Problem:
             "key": self.key,
             "message": self.message,
         }
+
+
+# The exit code of an exception that is not a FanoutError: sysexits.h's EX_SOFTWARE.
+INTERNAL_ERROR_EXIT = 70
 
 
 class FanoutError(Exception):

@@ -12,7 +12,7 @@ import shlex
 import shutil
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import tomli_w
 
 from . import cron, invocation, limits
+from .errors import Problem
 from .invocation import Invocation
 from .quantities import duration_text, format_duration, size_text
 from .spec import Inputs, Spec, camel_case
@@ -47,6 +48,8 @@ class Plan:
     first_units: tuple[Unit, ...]
     first_task: Invocation | None
     first_task_error: str | None
+    # The same failure as a located problem: ``fanout plan`` exits 2 with it.
+    first_task_problem: Problem | None
     concurrency: int
     sandbox: str
     fires: tuple[TriggerFires, ...]
@@ -60,12 +63,15 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
     for unit in selection:
         if len(shown) < SHOWN_UNITS:
             shown.append(unit)
-    first_task, error = None, None
+    first_task, error, problem = None, None, None
     if shown:
         try:
             first_task = invocation.render(spec, shown[0])
         except RenderError as exc:
-            error = str(exc)
+            error, problem = exc.located(), exc.problem()
+            if problem is not None:
+                reason = f"{problem.message} (rendering for unit {shown[0].id!r})"
+                problem = replace(problem, message=reason)
     return Plan(
         spec=spec,
         records=selection.records,
@@ -74,6 +80,7 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         first_units=tuple(shown),
         first_task=first_task,
         first_task_error=error,
+        first_task_problem=problem,
         concurrency=limits.concurrency(spec),
         sandbox=describe_sandbox(spec),
         fires=next_fires(spec, now, fires),
@@ -244,7 +251,9 @@ def to_document(value: Any, name: str = "") -> Any:
         return {k: to_document(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
         return [to_document(v) for v in value]
-    if isinstance(value, float) and name != "jitter":
+    # A float field of a dataclass is a duration (but jitter); a float in vars or items
+    # is the user's number (0.7 stays 0.7, not "700ms").
+    if isinstance(value, float) and name and name != "jitter":
         return duration_text(value)
     if isinstance(value, int) and not isinstance(value, bool) and name in _SIZES:
         return size_text(value)

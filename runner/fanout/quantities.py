@@ -9,7 +9,13 @@ SIZE_PATTERN = r"^[0-9]+(B|KB|KiB|MB|MiB|GB|GiB)$"
 
 _DURATION_PART = re.compile(r"([0-9]+)(ms|[dhms])")
 _DURATION_ORDER = ("d", "h", "m", "s", "ms")
-_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+# Whole milliseconds, so a 400-digit number is an exact integer until the range check.
+_MILLIS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
+# Ten years: longer than any timeout, backoff or window means anything, and far from
+# where datetime and asyncio arithmetic overflow.
+MAX_DURATION_S = 3650 * 86400
+# A petabyte: more than any log or tail, and within a C integer everywhere sizes go.
+MAX_SIZE = 2**50
 _SIZE = re.compile(r"^([0-9]+)(B|KB|KiB|MB|MiB|GB|GiB)$")
 _BYTES = {"B": 1, "KB": 1000, "KiB": 1024, "MB": 10**6, "MiB": 2**20, "GB": 10**9, "GiB": 2**30}
 
@@ -22,7 +28,7 @@ def parse_duration(text: str) -> float:
     """
     if not re.fullmatch(DURATION_PATTERN, text):
         raise ValueError(f"{text!r} is not a duration; write it like '90s', '10m' or '1h30m'")
-    total = 0.0
+    total = 0
     last_rank = -1
     for number, unit in _DURATION_PART.findall(text):
         rank = _DURATION_ORDER.index(unit)
@@ -31,10 +37,15 @@ def parse_duration(text: str) -> float:
                 f"{text!r} is not a duration; give each unit once, largest first, as in '1h30m'"
             )
         last_rank = rank
-        total += int(number) * _SECONDS[unit]
+        total += int(number) * _MILLIS[unit]
     if total <= 0:
         raise ValueError(f"{text!r} is zero; a duration must be positive")
-    return total
+    if total > MAX_DURATION_S * 1000:
+        raise ValueError(
+            f"{_shorten(text)} is longer than {duration_text(MAX_DURATION_S)}, "
+            "the longest duration fanout accepts"
+        )
+    return total / 1000
 
 
 def parse_size(text: str) -> int:
@@ -42,7 +53,17 @@ def parse_size(text: str) -> int:
     match = _SIZE.fullmatch(text)
     if match is None:
         raise ValueError(f"{text!r} is not a size; write it like '512KiB' or '10MB'")
-    return int(match.group(1)) * _BYTES[match.group(2)]
+    size = int(match.group(1)) * _BYTES[match.group(2)]
+    if size > MAX_SIZE:
+        raise ValueError(f"{_shorten(text)} is larger than 1PiB, the largest size fanout accepts")
+    return size
+
+
+def _shorten(text: str) -> str:
+    """``text`` quoted, with a 400-digit number shown by its length."""
+    if len(text) <= 40:
+        return repr(text)
+    return repr(f"{text[:12]}...{text[-8:]}") + f" ({len(text)} characters)"
 
 
 def format_duration(seconds: float) -> str:

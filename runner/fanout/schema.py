@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
@@ -64,7 +65,7 @@ def check(
     positions: Positions,
 ) -> list[Problem]:
     """Every schema violation in ``document`` as a located Problem."""
-    validator = jsonschema.Draft7Validator(schema)
+    validator = _Validator(schema)
     problems: list[Problem] = []
     seen: set[tuple[KeyPath, str]] = set()
     for error in validator.iter_errors(document):
@@ -79,6 +80,27 @@ def check(
     return problems
 
 
+def _is_integer(checker: object, instance: object) -> bool:
+    # JSON Schema counts 10.0 (and 1e308) as an integer; TOML tells them apart, and code
+    # reading a count must get an int.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker: object, instance: object) -> bool:
+    # TOML's inf and nan are numbers no fanout setting can mean.
+    if isinstance(instance, float):
+        return math.isfinite(instance)
+    return _is_integer(checker, instance)
+
+
+_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft7Validator,
+    type_checker=jsonschema.Draft7Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_number}
+    ),
+)
+
+
 def _quote_list(values: Iterable[object]) -> str:
     shown = [repr(v) if isinstance(v, str) else json.dumps(v) for v in values]
     return ", ".join(shown[:-1]) + f" or {shown[-1]}" if len(shown) > 1 else "".join(shown)
@@ -90,7 +112,7 @@ def _kind(value: object) -> str:
     if isinstance(value, int):
         return "an integer"
     if isinstance(value, float):
-        return "a number"
+        return repr(value)  # "got 2.0" says why it is not an integer, "got nan" too
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
@@ -192,6 +214,8 @@ def _explain_one_of(
     options: Any = error.validator_value
     instance: Any = error.instance
     if all(set(o) == {"required"} for o in options):
+        if not isinstance(instance, dict):
+            return [(path, False, f"expected a table, got {_kind(instance)}")]
         names = [o["required"][0] for o in options]
         present = [n for n in names if n in instance]
         found = _quote_list(present).replace(" or ", " and ") if present else "none"

@@ -9,20 +9,22 @@ This is the only module that imports jinja2.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from jinja2 import meta, nodes
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
-from .errors import did_you_mean
+from .errors import Problem, did_you_mean
 
 # What each template variable offers; None means "any attribute" (record fields).
 Shape = Mapping[str, "Shape | None"] | None
@@ -56,17 +58,68 @@ class TemplateProblem(Exception):
 
 
 class RenderError(Exception):
-    """A template failed while rendering for one unit."""
+    """A template failed while rendering for one unit.
+
+    ``key`` names the job-file key the template came from (``task.command[1]``) and
+    ``at`` its file, line and column, when the job file was loaded with positions;
+    ``str`` is the key and the reason, what a unit's ``template:`` failure shows.
+    """
+
+    def __init__(
+        self, message: str, *, key: str = "", at: tuple[str, int, int] | None = None
+    ) -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.message = message
+        self.key = key
+        self.at = at
+
+    def problem(self) -> Problem | None:
+        """The failure as a located job-file problem, if it is known where it is."""
+        if self.at is None:
+            return None
+        file, line, col = self.at
+        return Problem(file=file, line=line, col=col, key=self.key, message=self.message)
+
+    def located(self) -> str:
+        """``file:line:col: key: reason``, as validation problems read."""
+        problem = self.problem()
+        return str(problem) if problem else str(self)
 
 
 class _Environment(SandboxedEnvironment):
     """Attribute syntax reads dict keys first, so ``unit.items`` is the unit's items
     and not ``dict.items``, and record fields named like dict methods still work."""
 
+    # '**' and '*' can build a value that takes minutes or gigabytes (``9**9**9``,
+    # ``'x' * 10**10``): refused like an oversized ``range``.  Intercepting them also stops
+    # Jinja from folding such constants while compiling, i.e. during ``fanout validate``.
+    intercepted_binops = frozenset({"**", "*"})
+
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, dict) and attribute in obj:
             return obj[attribute]
         return super().getattr(obj, attribute)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**":
+            huge = _is_int(left) and _is_int(right) and right > 0 and abs(left) > 1
+            if huge and abs(left).bit_length() * right > _MAX_BITS:
+                raise SecurityError("'**' would make a number of more than a million bits")
+            return left**right
+        for sized, count in ((left, right), (right, left)):
+            sequence = isinstance(sized, str | list | tuple) and _is_int(count)
+            if sequence and len(sized) * count > _MAX_REPEAT:
+                raise SecurityError("'*' would repeat a value to more than a million items")
+        return left * right
+
+
+_TOO_DEEP = "the template is nested too deeply to check"
+_MAX_BITS = 1 << 20
+_MAX_REPEAT = 1 << 20
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +127,42 @@ class Template:
     source: str
     # None for plain text without template syntax: most argv elements ("ruff", "--fix").
     compiled: jinja2.Template | None
+    # Where the template is in the job file, for render errors (see ``located``).
+    key: str = field(default="", compare=False)
+    at: tuple[str, int, int] | None = field(default=None, compare=False)
+
+    def located(self, key: str, at: tuple[str, int, int]) -> Template:
+        """This template, remembering that it is ``key`` at ``at`` (file, line, column)."""
+        return replace(self, key=key, at=at)
 
     def render(self, context: Mapping[str, Any]) -> str:
+        """The rendered text.  Whatever goes wrong inside the template (an undefined
+        value, ``[].pop()``, a macro calling itself, a huge repetition) is a RenderError:
+        a template is data from the job file, so its failure is the unit's, never a crash
+        of fanout."""
         if self.compiled is None:
             return self.source
         try:
             return self.compiled.render(context)
         except jinja2.TemplateError as exc:
-            raise RenderError(_describe(exc)) from None
-        except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
-            raise RenderError(f"{type(exc).__name__}: {exc}") from None
+            raise RenderError(_describe(exc), key=self.key, at=self.at) from None
+        except RecursionError:
+            message = "the template recurses too deeply (a macro that calls itself?)"
+            raise RenderError(message, key=self.key, at=self.at) from None
+        except MemoryError:
+            message = "the template ran out of memory"
+            raise RenderError(message, key=self.key, at=self.at) from None
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            raise RenderError(message, key=self.key, at=self.at) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Analysis:
+    undeclared: frozenset[str]
+    lines: dict[str, int]
+    local_names: frozenset[str]
+    chains: tuple[tuple[tuple[str, ...], int], ...]
 
 
 class Templates:
@@ -109,7 +188,7 @@ class Templates:
         env.filters.update(filters)
         self.env = env
         self._compiled: dict[str, Template] = {}
-        self._chains: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+        self._analyses: dict[str, _Analysis] = {}
 
     def _relpath(self, path: str) -> str:
         """A path relative to the workspace (absolute paths from linters become stable ids)."""
@@ -142,6 +221,8 @@ class Templates:
                 hint = f" (did you mean {guess!r}?)" if guess else ""
                 message = f"unknown {kind} {name!r}{hint}"
             raise TemplateProblem(message, exc.lineno or 1) from None
+        except RecursionError:
+            raise TemplateProblem(_TOO_DEEP) from None
 
     def check(self, source: str, shapes: Mapping[str, Shape]) -> list[TemplateProblem]:
         """Every variable or attribute ``source`` uses that ``shapes`` does not provide."""
@@ -151,33 +232,57 @@ class Templates:
             self.compile(source)  # syntax errors, unknown filters and tests
         except TemplateProblem as exc:
             return [exc]
-        tree = self.env.parse(source)
-        self._chains[source] = _chains(tree)
+        try:
+            return self._check(source, shapes)
+        except RecursionError:
+            return [TemplateProblem(_TOO_DEEP)]
+
+    def _check(self, source: str, shapes: Mapping[str, Shape]) -> list[TemplateProblem]:
+        analysis = self._analyse(source)
         problems: list[TemplateProblem] = []
         known = set(shapes) | set(self.env.globals)
-        for name in sorted(meta.find_undeclared_variables(tree) - known):
+        for name in sorted(analysis.undeclared - known):
             guess = did_you_mean(name, list(shapes))
             hint = f" (did you mean {guess!r}?)" if guess else f"; available: {', '.join(shapes)}"
             problems.append(
-                TemplateProblem(f"undefined variable {name!r}{hint}", _line_of(tree, name))
+                TemplateProblem(f"undefined variable {name!r}{hint}", analysis.lines[name])
             )
-        local_names = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
-        for chain, lineno in self._chains[source]:
-            if chain[0] in local_names or chain[0] not in shapes:
+        for chain, lineno in analysis.chains:
+            if chain[0] in analysis.local_names or chain[0] not in shapes:
                 continue
             problem = _check_chain(chain, shapes)
             if problem:
                 problems.append(TemplateProblem(problem, lineno))
         return problems
 
+    def _analyse(self, source: str) -> _Analysis:
+        """What ``check`` needs of a template's syntax tree, once per source."""
+        if source not in self._analyses:
+            tree = self.env.parse(source)
+            undeclared = frozenset(meta.find_undeclared_variables(tree))
+            self._analyses[source] = _Analysis(
+                undeclared=undeclared,
+                lines={name: _line_of(tree, name) for name in undeclared},
+                local_names=frozenset(
+                    n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")
+                ),
+                chains=tuple(_chains(tree)),
+            )
+        return self._analyses[source]
+
     def chains(self, source: str) -> list[tuple[tuple[str, ...], int]]:
         """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in
         ``source``, each with the template line it is on (kept from ``check``)."""
         if not is_template(source):
             return []
-        if source not in self._chains:
-            self._chains[source] = _chains(self.env.parse(source))
-        return self._chains[source]
+        return list(self._analyse(source).chains)
+
+
+@functools.lru_cache(maxsize=8)
+def for_workspace(workspace: Path) -> Templates:
+    """The process's Templates for ``workspace``: loading a job again (the scheduler at
+    each fire, ``fanout validate`` over many files) compiles each template once."""
+    return Templates(workspace)
 
 
 def is_template(source: str) -> bool:
@@ -222,6 +327,9 @@ def _chains(tree: nodes.Node) -> list[tuple[tuple[str, ...], int]]:
                     break
             if isinstance(current, nodes.Name) and current.ctx == "load":
                 found.append(((current.name, *parts), node.lineno))
+            elif current is node:
+                # ``x[1:]`` or ``x[i]``: the chain ends here; ``x`` may still be a chain.
+                walk(node.node)
             else:
                 walk(current)
             if isinstance(node, nodes.Getitem) and not isinstance(node.arg, nodes.Const):

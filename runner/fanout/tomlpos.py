@@ -11,6 +11,7 @@ to be valid TOML the scanner can be small: it only needs to find where things st
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -27,6 +28,9 @@ class Positions:
     values: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
     # Multi-line strings whose first newline TOML trims: the value starts a line later.
     trimmed_newline: set[KeyPath] = field(default_factory=set)
+    # Multi-line strings: a template's line N is N - 1 lines below where the value starts
+    # (in a one-line string an escaped newline starts a template line, not a file line).
+    multiline: set[KeyPath] = field(default_factory=set)
 
     def key(self, path: KeyPath) -> tuple[int, int]:
         """Position of the key itself, or of the nearest enclosing thing that has one."""
@@ -51,6 +55,49 @@ class Positions:
         return (1, 1)
 
 
+def too_deep(text: str, limit: int) -> tuple[int, int] | None:
+    """Where arrays and inline tables in ``text`` first nest deeper than ``limit``
+    (line, column), or None.  Runs before tomllib, on text that may not be TOML, so it
+    only skips strings and comments well enough to count brackets."""
+    depth = 0
+    i = 0
+    length = len(text)
+    while i < length:
+        ch = text[i]
+        if ch == "#":
+            end = text.find("\n", i)
+            i = length if end < 0 else end
+        elif ch in "\"'":
+            quotes = ch * 3 if text.startswith(ch * 3, i) else ch
+            i += len(quotes)
+            while i < length and not text.startswith(quotes, i):
+                if ch == '"' and text[i] == "\\":
+                    i += 1
+                elif len(quotes) == 1 and text[i] == "\n":
+                    break  # an unterminated string: tomllib reports it
+                i += 1
+            i += len(quotes)
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                line = text.count("\n", 0, i) + 1
+                return line, i - (text.rfind("\n", 0, i) + 1) + 1
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return None
+
+
+def huge_integer(text: str) -> tuple[int, int] | None:
+    """Where the first integer of more than 4,300 digits is (Python refuses to read it)."""
+    match = re.search(r"[0-9_]{4301,}", text)
+    if match is None:
+        return None
+    line = text.count("\n", 0, match.start()) + 1
+    return line, match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+
+
 def scan(text: str) -> Positions:
     """Positions of every key and value in ``text``, which tomllib has already accepted."""
     return _Scanner(text).document()
@@ -64,6 +111,8 @@ class _Scanner:
         self.out = Positions()
         # Arrays of tables seen so far and how many entries each has.
         self.aot_sizes: dict[KeyPath, int] = {}
+        # Tables located only through a longer header so far (``task`` of ``[task.env]``).
+        self.implicit: set[KeyPath] = set()
 
     def where(self, index: int) -> tuple[int, int]:
         line = bisect.bisect_right(self.line_starts, index)
@@ -96,16 +145,29 @@ class _Scanner:
                 index = self.aot_sizes.get(path, 0)
                 self.aot_sizes[path] = index + 1
                 table = (*path, index)
+                self.header_prefixes(path, start)
                 self.out.keys.setdefault(path, self.where(start))
                 self.out.keys[table] = self.where(start)
                 self.i = self.text.index("]]", self.i) + 2
             elif self.peek() == "[":
                 self.i += 1
                 table = self.resolve(self.dotted_key())
+                self.header_prefixes(table, start)
                 self.out.keys.setdefault(table, self.where(start))
                 self.i = self.text.index("]", self.i) + 1
             else:
                 self.key_value(table)
+
+    def header_prefixes(self, path: KeyPath, start: int) -> None:
+        """A table defined only through a dotted header (``[task.env]`` without ``[task]``)
+        is located at the first header that names it, not at 1:1."""
+        if path in self.implicit:
+            del self.out.keys[path]  # now declared by a header of its own
+            self.implicit.discard(path)
+        for end in range(1, len(path)):
+            if path[:end] not in self.out.keys:
+                self.out.keys[path[:end]] = self.where(start)
+                self.implicit.add(path[:end])
 
     def resolve(self, parts: KeyPath) -> KeyPath:
         """Turn a header's dotted key into a concrete path, entering the latest entry of
@@ -152,8 +214,9 @@ class _Scanner:
         chars: list[str] = []
         while self.text[end] != quote:
             if quote == '"' and self.text[end] == "\\":
-                chars.append(_unescape(self.text[end : end + 2]))
-                end += 2
+                width = {"u": 6, "U": 10}.get(self.text[end + 1], 2)
+                chars.append(_unescape(self.text[end : end + width]))
+                end += width
             else:
                 chars.append(self.text[end])
                 end += 1
@@ -164,6 +227,7 @@ class _Scanner:
         self.out.values[path] = self.where(self.i)
         head3 = self.peek(3)
         if head3 in ('"""', "'''"):
+            self.out.multiline.add(path)
             if self.text[self.i + 3 : self.i + 4] == "\n" or self.peek(5)[3:] == "\r\n":
                 self.out.trimmed_newline.add(path)
             self.skip_multiline_string(head3)
@@ -213,5 +277,11 @@ class _Scanner:
             end += 1
 
 
-def _unescape(pair: str) -> str:
-    return {"\\n": "\n", "\\t": "\t", '\\"': '"', "\\\\": "\\"}.get(pair, pair[1:])
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def _unescape(escape: str) -> str:
+    """One escape of a basic string: ``\\n``, ``\\u00e9``, ``\\U0001F4A5``."""
+    if escape[1] in "uU":
+        return chr(int(escape[2:], 16))
+    return _ESCAPES.get(escape[1], escape[1:])

@@ -10,12 +10,12 @@ value of the wrong type was already reported by the schema and is skipped here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import cron, globs, schema
 from ..errors import Problem, did_you_mean
-from ..quantities import parse_duration
+from ..quantities import SIZE_PATTERN, parse_duration, parse_size
 from ..templates import (
     JOB_SHAPE,
     LAST_SHAPE,
@@ -25,7 +25,7 @@ from ..templates import (
 )
 from ..tomlpos import KeyPath
 from . import leaks
-from .context import Context, list_of, table_of
+from .context import Context, list_of, strings, table_of
 
 __all__ = ["Context", "check_job", "schema_values"]
 
@@ -48,6 +48,48 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems += _check_retry(doc, ctx)
     problems += _check_triggers(doc, ctx)
     problems += leaks.check_secrets(doc, ctx)
+    problems += _check_nul_in_paths(doc, ctx)
+    problems += _check_integer_range(doc, ctx)
+    return problems
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _check_integer_range(doc: Any, ctx: Context, path: KeyPath = ()) -> list[Problem]:
+    """TOML integers are 64-bit (the spec says a parser must refuse others; tomllib reads
+    any size): a 300-digit count is a mistake, and would overflow where it is used."""
+    if isinstance(doc, dict):
+        items: Iterable[tuple[str | int, Any]] = doc.items()
+    elif isinstance(doc, list):
+        items = enumerate(doc)
+    else:
+        if isinstance(doc, int) and not isinstance(doc, bool) and doc not in _INT64:
+            digits = len(str(abs(doc)))
+            return [
+                ctx.at_value(
+                    path, f"an integer of {digits} digits is out of range; TOML integers are 64-bit"
+                )
+            ]
+        return []
+    return [p for key, item in items for p in _check_integer_range(item, ctx, (*path, key))]
+
+
+def _check_nul_in_paths(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    """No file name can hold a NUL byte, and the OS refuses one with a ValueError deep in
+    pathlib; say so where it is written.  (A NUL in a unit's data is the unit's problem,
+    refused when it is rendered, so ``inputs.items`` is not checked here.)"""
+    problems = []
+    roots: list[tuple[KeyPath, Any]] = [
+        (("runtime",), table_of(doc, "runtime")),
+        (("units", "stage"), table_of(doc, "units").get("stage")),
+        (("units", "collect"), table_of(doc, "units").get("collect")),
+    ]
+    roots += [(("inputs", k), v) for k, v in table_of(doc, "inputs").items() if k != "items"]
+    for root, value in roots:
+        for path, text in strings(value, root):
+            if "\0" in text:
+                problems.append(ctx.at_value(path, "contains a NUL character ('\\u0000')"))
     return problems
 
 
@@ -82,6 +124,12 @@ def _check_durations(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
         if isinstance(value, str) and re.fullmatch(r"([0-9]+(ms|[dhms]))+", value):
             try:
                 parse_duration(value)
+            except ValueError as exc:
+                problems.append(ctx.at_value(path, str(exc)))
+    for path, value in schema_values(doc, schema.job_schema(), "#/definitions/size"):
+        if isinstance(value, str) and re.fullmatch(SIZE_PATTERN, value):
+            try:
+                parse_size(value)
             except ValueError as exc:
                 problems.append(ctx.at_value(path, str(exc)))
     backoff = table_of(table_of(doc, "retry"), "backoff")

@@ -35,7 +35,9 @@ class Context:
     def in_template(self, path: KeyPath, lineno: int, message: str) -> Problem:
         """A problem on line ``lineno`` of the template at ``path``."""
         line, col = self.positions.value(path)
-        if path in self.positions.trimmed_newline:
+        if path not in self.positions.multiline:
+            pass  # one line of the file, whatever escaped newlines it holds
+        elif path in self.positions.trimmed_newline:
             line, col = line + lineno, 1
         elif lineno > 1:
             line, col = line + lineno - 1, 1

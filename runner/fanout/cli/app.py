@@ -1,22 +1,118 @@
-"""What every command shares: the typer app, common arguments and options, and
-``call``, which turns a FanoutError into its message and exit code."""
+"""What every command shares: the typer app, common arguments and options, ``call``,
+which turns a FanoutError into its message and exit code, and the outermost handler,
+which turns anything unexpected into one line, a log file and exit 70."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import time
+import traceback
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from typer import _click
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
 from .. import __version__
-from ..errors import FanoutError
+from ..errors import INTERNAL_ERROR_EXIT, FanoutError
+
+# Exits, --help and usage errors: typer prints and exits with them as it always has.
+_TYPER_EXITS = (typer.Exit, typer.Abort, typer.TyperException)
+
+# The traceback log is rotated (one old copy kept) beyond this size.
+LOG_LIMIT_BYTES = 1 << 20
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for inner in group.exceptions:
+        if isinstance(inner, BaseExceptionGroup):
+            yield from _leaves(inner)
+        else:
+            yield inner
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The one exception a user is told about: a TaskGroup's ExceptionGroup holding one
+    FanoutError is that error, any other group is its first exception."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = list(_leaves(exc))
+    ours = [leaf for leaf in leaves if isinstance(leaf, FanoutError)]
+    if len(ours) == 1:
+        return ours[0]
+    return leaves[0] if leaves else exc
+
+
+def log_path() -> Path:
+    """Where tracebacks go: ``$XDG_CACHE_HOME/fanout/fanout.log`` (XDG base directories:
+    a cache is what may be deleted any time), else ``~/.cache/fanout/fanout.log``."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "fanout" / "fanout.log"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def report_internal_error(exc: BaseException) -> int:
+    """Tell the user, in one line on stderr, that fanout itself failed, append the
+    traceback (with the version and argv) to the log, and return exit code 70.
+
+    If the log cannot be written the traceback goes to stderr instead: at 3 a.m. a
+    traceback on the console is better than none anywhere."""
+    summary = f"fanout: internal error: {type(exc).__name__}: {_one_line(str(exc))}"
+    details = "".join(traceback.format_exception(exc))
+    entry = (
+        f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} fanout {__version__} pid {os.getpid()}\n"
+        f"argv: {sys.argv!r}\n{details}\n"
+    )
+    path = log_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size > LOG_LIMIT_BYTES:
+            path.replace(path.with_name(path.name + ".1"))
+        with path.open("a", encoding="utf-8", errors="backslashreplace") as log:
+            log.write(entry)
+    except OSError as problem:
+        print(f"{summary}; the log {path} is not writable ({problem.strerror})", file=sys.stderr)
+        print(details, file=sys.stderr, end="")
+    else:
+        print(f"{summary}; details in {path}", file=sys.stderr)
+    return INTERNAL_ERROR_EXIT
+
+
+def _exit_for(exc: BaseException) -> typer.Exit:
+    """The exit for an exception escaping a command: a FanoutError's message and code,
+    anything else reported as an internal error."""
+    exc = unwrap(exc)
+    if isinstance(exc, FanoutError):
+        print(str(exc) if str(exc) else type(exc).__name__, file=sys.stderr)
+        return typer.Exit(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        return typer.Exit(130)
+    return typer.Exit(report_internal_error(exc))
+
+
+class _Commands(TyperGroup):
+    """The command group, with the outermost handler around every command."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's click Context, not exported
+        try:
+            return super().invoke(ctx)
+        except _TYPER_EXITS:
+            raise  # typer's own usage errors, --help and exits keep working as they do
+        except Exception as exc:
+            raise _exit_for(exc) from None
+        except BaseExceptionGroup as group:
+            raise _exit_for(group) from None
 
 
 class Command(TyperCommand):
@@ -59,6 +155,7 @@ app = Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_Commands,
     # Plain help text: paragraphs re-flow to the terminal width, brackets stay brackets.
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -91,15 +188,16 @@ class OverlapPolicy(StrEnum):
 
 
 def call(action: Callable[[], T]) -> T:
-    """Run one library call; a FanoutError becomes its message on stderr and its exit code."""
+    """Run one library call; a FanoutError (or a group holding one) becomes its message
+    on stderr and its exit code, Ctrl-C exit 130, anything else an internal error."""
     try:
         return action()
-    except FanoutError as exc:
-        print(str(exc) if str(exc) else type(exc).__name__, file=sys.stderr)
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise typer.Exit(130) from None
+    except _TYPER_EXITS:
+        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        raise _exit_for(exc) from None
+    except BaseExceptionGroup as group:
+        raise _exit_for(group) from None
 
 
 def environ() -> dict[str, str]:

@@ -103,7 +103,8 @@ def plan(
 
     The units selected now, the first unit's rendered prompt and command, concurrency,
     the pace the tightest rate limit allows, the next cron fires and the resolved job
-    with defaults filled in.  Runs the input command.  Exit 3 if nothing is selected.
+    with defaults filled in.  Runs the input command.  Exit 3 if nothing is selected,
+    2 if the first unit's task does not render (the plan is still shown).
     """
     from .. import plan as planning
     from .. import spec
@@ -116,6 +117,11 @@ def plan(
         if result.units == 0:
             print(text)
             raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+        if result.first_task_problem is not None:
+            # A template that fails for the first unit will fail for the others: plan is
+            # the check before a run, so it fails too, after showing the plan.
+            print(text, end="")
+            raise JobError([result.first_task_problem])
         return text
 
     print(call(make), end="")

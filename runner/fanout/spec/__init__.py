@@ -10,6 +10,7 @@ compiled.  Below this package nothing sees the raw TOML dictionaries.
 from __future__ import annotations
 
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from .. import checks, schema, tomlpos
 from ..errors import JobError, Problem
-from ..templates import Templates
+from ..templates import for_workspace
 from .build import build, camel_case, dataclass_fields, freeze, host_from, snake_case, thaw
 from .model import (
     DEFAULT_LADDER,
@@ -82,20 +83,16 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     """
     path = Path(path)
     shown = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise JobError(
-            [Problem(file=shown, line=1, col=1, key="", message=_os_reason(exc))]
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise JobError(
-            [Problem(file=shown, line=1, col=1, key="", message=f"not UTF-8 text ({exc.reason})")]
-        ) from None
+    text = read_text(path, shown, what="job file")
     document = parse_toml(text, shown)
     positions = tomlpos.scan(text)
-    workspace = (path.parent / str(document.get("runtime", {}).get("workspace", "."))).resolve()
-    templates = Templates(workspace)
+    runtime = document.get("runtime")
+    runtime = runtime if isinstance(runtime, dict) else {}
+    workspace_name = runtime.get("workspace", ".")
+    if not isinstance(workspace_name, str) or "\0" in workspace_name:
+        workspace_name = "."  # the schema or the checks report it
+    workspace = (path.parent / workspace_name).resolve()
+    templates = for_workspace(workspace)
     problems = schema.check(document, schema=schema.job_schema(), file=shown, positions=positions)
     context = checks.Context(file=shown, positions=positions, templates=templates, text=text)
     problems += checks.check_job(document, context)
@@ -104,15 +101,69 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     hosts, found_hosts_file, host_problems = _hosts(document, path, hosts_file, require_hosts)
     if host_problems:
         raise JobError(host_problems)
-    return build(document, path, templates, workspace, hosts, found_hosts_file)
+    return build(document, path, templates, workspace, hosts, found_hosts_file, positions)
+
+
+# Job files are a few kilobytes; reading stops here so ``fanout validate /dev/zero`` (or
+# a runaway generator) ends with a message instead of eating the machine's memory.
+MAX_FILE_BYTES = 16 * 2**20
+# tomllib recurses once per nested array or inline table and gives up near 1,000 with a
+# RecursionError; nothing sensible nests beyond a few levels.
+MAX_NESTING = 100
+_BOM = "\ufeff"
+
+
+def read_text(path: Path, shown: str, *, what: str) -> str:
+    """The file's text; JobError (located at 1:1) if it is unreadable, not UTF-8 or too
+    large.  A UTF-8 byte-order mark (Windows editors write one) is dropped: it is
+    invisible in every editor, so refusing it would be a puzzle, not a help."""
+
+    def problem(message: str) -> JobError:
+        return JobError([Problem(file=shown, line=1, col=1, key="", message=message)])
+
+    try:
+        if stat.S_ISCHR(path.stat().st_mode) or stat.S_ISBLK(path.stat().st_mode):
+            # /dev/zero never ends, a terminal waits for typing: neither is a job file.
+            raise problem(f"is a device ({path.resolve()}), not a {what}")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise problem(f"cannot read the {what}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL in the path
+        raise problem(f"cannot read the {what}: {exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise problem(f"the {what} is larger than {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        message = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise JobError([Problem(file=shown, line=line, col=col, key="", message=message)]) from None
+    return text.removeprefix(_BOM)
 
 
 def parse_toml(text: str, shown: str) -> dict[str, Any]:
     """tomllib.loads, with its syntax errors turned into a located Problem."""
+    deep = tomlpos.too_deep(text, MAX_NESTING)
+    if deep is not None:
+        message = f"invalid TOML: arrays and inline tables nest more than {MAX_NESTING} deep"
+        raise JobError([Problem(file=shown, line=deep[0], col=deep[1], key="", message=message)])
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise JobError([_syntax_problem(str(exc), text, shown)]) from None
+    except ValueError as exc:
+        # Python refuses to convert integers of more than 4,300 digits.
+        huge = tomlpos.huge_integer(text)
+        line, col = huge or (1, 1)
+        message = f"invalid TOML: {exc}"
+        if huge is not None:
+            message = "invalid TOML: an integer has more than 4300 digits"
+        raise JobError([Problem(file=shown, line=line, col=col, key="", message=message)]) from None
+    except RecursionError:
+        message = "invalid TOML: the document nests too deeply"
+        raise JobError([Problem(file=shown, line=1, col=1, key="", message=message)]) from None
 
 
 def _syntax_problem(message: str, text: str, shown: str) -> Problem:
@@ -128,14 +179,11 @@ def _syntax_problem(message: str, text: str, shown: str) -> Problem:
     return Problem(file=shown, line=line, col=col, key="", message=f"invalid TOML: {reason}")
 
 
-def _os_reason(exc: OSError) -> str:
-    return f"cannot read the job file: {exc.strerror or exc}"
-
-
 def _hosts(
     document: Mapping[str, Any], path: Path, override: Path | None, require: bool
 ) -> tuple[tuple[Host, ...], Path | None, list[Problem]]:
-    raw = document.get("runtime", {}).get("hosts")
+    runtime = document.get("runtime")
+    raw = runtime.get("hosts") if isinstance(runtime, dict) else None
     if override is not None:
         raw = str(override.resolve())
     if isinstance(raw, list):
@@ -146,7 +194,9 @@ def _hosts(
     if not hosts_path.is_file():
         if not require:
             return (), hosts_path, []
-        line, col = tomlpos.scan(path.read_text(encoding="utf-8")).value(("runtime", "hosts"))
+        line, col = tomlpos.scan(read_text(path, str(path), what="job file")).value(
+            ("runtime", "hosts")
+        )
         message = f"hosts file {str(hosts_path)!r} does not exist"
         return (
             (),
@@ -161,11 +211,7 @@ def _hosts(
 
 def load_hosts_file(path: Path) -> tuple[Host, ...]:
     """The hosts of a separate hosts file (``[[hosts]]`` tables); JobError if invalid."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        message = f"cannot read the hosts file: {exc.strerror or exc}"
-        raise JobError([Problem(file=str(path), line=1, col=1, key="", message=message)]) from None
+    text = read_text(path, str(path), what="hosts file")
     document = parse_toml(text, str(path))
     problems = schema.check(
         document,

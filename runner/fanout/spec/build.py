@@ -12,7 +12,9 @@ from typing import Any
 
 from .. import cron
 from ..quantities import parse_duration, parse_size
+from ..schema import key_name
 from ..templates import Template, Templates
+from ..tomlpos import KeyPath, Positions
 from .model import (
     DEFAULT_LADDER,
     Aggregate,
@@ -40,15 +42,21 @@ def build(
     workspace: Path,
     hosts: tuple[Host, ...],
     hosts_file: Path | None,
+    positions: Positions | None = None,
 ) -> Spec:
-    def tpl(source: str) -> Template:
-        return templates.compile(source)
+    def tpl(source: str, key: KeyPath = ()) -> Template:
+        """The compiled template, knowing where it is, so a render error is located."""
+        compiled = templates.compile(source)
+        if not key or positions is None or compiled.compiled is None:
+            return compiled
+        line, col = positions.value(key)
+        return compiled.located(key_name(key), (str(path), line, col))
 
-    def argv(values: list[str] | None) -> tuple[Template, ...]:
-        return tuple(tpl(v) for v in values or ())
+    def argv(values: list[str] | None, key: KeyPath) -> tuple[Template, ...]:
+        return tuple(tpl(v, (*key, n)) for n, v in enumerate(values or ()))
 
-    def env(values: Mapping[str, str] | None) -> Mapping[str, Template]:
-        return MappingProxyType({k: tpl(v) for k, v in (values or {}).items()})
+    def env(values: Mapping[str, str] | None, key: KeyPath) -> Mapping[str, Template]:
+        return MappingProxyType({k: tpl(v, (*key, k)) for k, v in (values or {}).items()})
 
     def dur(value: str | None, default: float) -> float:
         return default if value is None else parse_duration(value)
@@ -62,7 +70,7 @@ def build(
         csv=raw_inputs.get("csv"),
         json=raw_inputs.get("json"),
         items=tuple(freeze(item) for item in raw_inputs.get("items", ())),
-        command=argv(raw_inputs.get("command")),
+        command=argv(raw_inputs.get("command"), ("inputs", "command")),
         format=raw_inputs.get("format"),
         pointer=raw_inputs.get("pointer", ""),
         ok_exit_codes=tuple(raw_inputs.get("okExitCodes", (0, 1))),
@@ -73,16 +81,16 @@ def build(
         group_by=raw_units.get("groupBy"),
         id=tpl(raw_units["id"]) if "id" in raw_units else None,
         limit=raw_units.get("limit"),
-        stage=argv(raw_units.get("stage")),
-        collect=argv(raw_units.get("collect")),
+        stage=argv(raw_units.get("stage"), ("units", "stage")),
+        collect=argv(raw_units.get("collect"), ("units", "collect")),
     )
     raw_task = doc["task"]
     task = Task(
-        prompt=tpl(raw_task["prompt"]) if "prompt" in raw_task else None,
-        command=argv(raw_task["command"]),
-        verify=argv(raw_task.get("verify")),
+        prompt=tpl(raw_task["prompt"], ("task", "prompt")) if "prompt" in raw_task else None,
+        command=argv(raw_task["command"], ("task", "command")),
+        verify=argv(raw_task.get("verify"), ("task", "verify")),
         timeout=dur(raw_task.get("timeout"), 600.0),
-        env=env(raw_task.get("env")),
+        env=env(raw_task.get("env"), ("task", "env")),
         secrets=tuple(raw_task.get("secrets", ())),
         limits=tuple(raw_task["limits"]) if "limits" in raw_task else None,
         throttle_patterns=tuple(re.compile(p) for p in raw_task.get("throttlePatterns", ())),
@@ -132,18 +140,26 @@ def build(
                 attempts=raw.get("attempts", 1),
                 vars=MappingProxyType(dict(raw.get("vars", {}))),
                 timeout=parse_duration(raw["timeout"]) if "timeout" in raw else None,
-                prompt_suffix=tpl(raw["promptSuffix"]) if "promptSuffix" in raw else None,
-                command=argv(raw["command"]) if "command" in raw else None,
-                env=env(raw.get("env")),
+                prompt_suffix=(
+                    tpl(raw["promptSuffix"], ("retry", "ladder", n, "promptSuffix"))
+                    if "promptSuffix" in raw
+                    else None
+                ),
+                command=(
+                    argv(raw["command"], ("retry", "ladder", n, "command"))
+                    if "command" in raw
+                    else None
+                ),
+                env=env(raw.get("env"), ("retry", "ladder", n, "env")),
             )
-            for raw in raw_retry.get("ladder", ())
+            for n, raw in enumerate(raw_retry.get("ladder", ()))
         )
         or DEFAULT_LADDER,
     )
     raw_aggregate = doc.get("aggregate")
     aggregate = (
         Aggregate(
-            command=argv(raw_aggregate["command"]),
+            command=argv(raw_aggregate["command"], ("aggregate", "command")),
             timeout=dur(raw_aggregate.get("timeout"), 600.0),
         )
         if raw_aggregate
