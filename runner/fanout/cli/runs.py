@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any, cast
 
 import typer
 
@@ -130,12 +131,19 @@ def _execute(
     from ..errors import NothingSelected
     from ..progress import Display
     from ..quantities import format_duration
+    from .console import ConsoleStream
 
     job = spec.load(file, hosts_file=hosts)
-    console = Console(stderr=True, highlight=False)
+    # A closed console (``| head``, a dropped terminal) drains the run like Ctrl-C and
+    # silences everything after it: see cli/console.py.
+    drain = launch.Drain()
+    stream = ConsoleStream(sys.stderr, drain.request)
+    console = Console(file=cast("IO[str]", stream), highlight=False)
     display = Display(console, verbose=verbose)
     with display:
-        summary = launch.run_blocking(job, environ(), [display], action, overlap=overlap)
+        summary = launch.run_blocking(
+            job, environ(), [display], action, overlap=overlap, drain=drain
+        )
     console.print(summary.describe())
     if summary.wall_seconds > 0 and summary.worker_seconds > 0:
         console.print(
