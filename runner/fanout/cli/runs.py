@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -193,13 +192,12 @@ def show_report(
     def action() -> str:
         journal = Journal(state_dir / "journal.sqlite")
         try:
-            data = report.build(journal, run_id)
+            if output is OutputFormat.json:
+                # Streamed: a 100k-unit run is never one string in memory.
+                report.write_json(journal, run_id, sys.stdout)
+                return ""
+            return report.render_markdown(report.markdown_data(journal, run_id))
         finally:
             journal.close()
-        return (
-            json.dumps(data, indent=2) + "\n"
-            if output is OutputFormat.json
-            else report.render_markdown(data)
-        )
 
     print(call(action), end="")
