@@ -236,7 +236,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 "</details>",
                 "",
             ]
-        _more(lines, data.get("failedCount", 0), len(failures))
+        _more(lines, data.get("failedCount", 0), len({u["unit"] for u in failures}))
     lines += [
         "### Units",
         "",
