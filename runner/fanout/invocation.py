@@ -2,6 +2,12 @@
 
 The argv lists are rendered element by element, so a unit value such as
 ``a b; rm -rf ~ $(x)`` is one literal argument and never meets a shell.
+
+What a program can receive is decided here, once, for every transport: a rendered
+value holding a NUL byte (argv, environment and C strings end at NUL; over SSH it
+used to vanish silently, locally it was an internal error) or a string that is not
+valid UTF-8 (a lone surrogate from JSON ``"\\ud800"``, which no pipe can carry) is
+refused as a RenderError, a per-unit ``template:`` failure, before any process starts.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .spec import Rung, Spec
-from .templates import Template
+from .templates import RenderError, Template
 from .units import Unit, base_context
 
 NO_LAST_ATTEMPT: Mapping[str, Any] = MappingProxyType(
@@ -66,24 +72,56 @@ def render(
         "last": dict(last),
     }
 
-    def argv(parts: tuple[Template, ...]) -> tuple[str, ...]:
-        return tuple(part.render(context) for part in parts)
+    rung_key = f"retry.ladder[{rung_index}]"
+
+    def argv(parts: tuple[Template, ...], key: str) -> tuple[str, ...]:
+        return tuple(_passable(part.render(context), f"{key}[{i}]") for i, part in enumerate(parts))
 
     prompt = spec.task.prompt.render(context) if spec.task.prompt else ""
+    _passable(prompt, "task.prompt")
     if rung.prompt_suffix is not None:
-        prompt += rung.prompt_suffix.render(context)
-    env = {name: value.render(context) for name, value in spec.task.env.items()}
-    env.update({name: value.render(context) for name, value in rung.env.items()})
+        prompt += _passable(rung.prompt_suffix.render(context), f"{rung_key}.promptSuffix")
+    env = {
+        name: _passable(value.render(context), f"task.env.{name}")
+        for name, value in spec.task.env.items()
+    }
+    env.update(
+        {
+            name: _passable(value.render(context), f"{rung_key}.env.{name}")
+            for name, value in rung.env.items()
+        }
+    )
+    if rung.command is not None:
+        command = argv(rung.command, f"{rung_key}.command")
+    else:
+        command = argv(spec.task.command, "task.command")
     return Invocation(
         unit_id=unit.id,
         rung=rung.name,
         attempt=attempt,
-        argv=argv(rung.command if rung.command is not None else spec.task.command),
-        verify=argv(spec.task.verify),
+        argv=command,
+        verify=argv(spec.task.verify, "task.verify"),
         prompt=prompt,
         env=MappingProxyType(env),
         secrets=spec.task.secrets,
         timeout=rung.timeout if rung.timeout is not None else spec.task.timeout,
-        stage=argv(spec.units.stage),
-        collect=argv(spec.units.collect),
+        stage=argv(spec.units.stage, "units.stage"),
+        collect=argv(spec.units.collect, "units.collect"),
     )
+
+
+def _passable(value: str, key: str) -> str:
+    """``value`` if a program can be given it; else RenderError naming ``key``."""
+    if "\0" in value:
+        raise RenderError(
+            f"{key}: the value contains a NUL byte (unit values cannot pass NUL to a program)"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = value[exc.start]
+        raise RenderError(
+            f"{key}: the value is not valid UTF-8 (a lone surrogate U+{ord(char):04X} at"
+            f" character {exc.start}; unit values must be text)"
+        ) from None
+    return value

@@ -7,8 +7,11 @@ instead of killing it.  The command line and the scheduler both start runs here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from . import limits
 from .errors import Interrupted
@@ -99,6 +102,39 @@ async def run_async(
         lock.release()
 
 
+class Drain:
+    """A request to drain the run, from any thread and at any time: what SIGINT does,
+    for causes that are not signals (the console the run reports to was closed, as by
+    ``| head``).  A request before the run started drains it as soon as it starts; one
+    after it ended does nothing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._target: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self.requested = False
+
+    def request(self) -> None:
+        with self._lock:
+            self.requested = True
+            target = self._target
+        if target is not None:
+            loop, task = target
+            # RuntimeError: the loop closed meanwhile, the run is over.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._target = (loop, task)
+            requested = self.requested
+        if requested:
+            task.cancel()
+
+    def _unbind(self) -> None:
+        with self._lock:
+            self._target = None
+
+
 def run_blocking(
     job: Spec,
     environ: Mapping[str, str],
@@ -106,9 +142,10 @@ def run_blocking(
     action: Action,
     *,
     overlap: Overlap = "skip",
+    drain: Drain | None = None,
 ) -> Summary:
-    """Run to the end on a fresh event loop; Ctrl-C or SIGTERM raise Interrupted once
-    the run has drained."""
+    """Run to the end on a fresh event loop; Ctrl-C, SIGTERM or ``drain.request()``
+    raise Interrupted once the run has drained."""
 
     async def main() -> Summary:
         task = asyncio.current_task()
@@ -116,7 +153,13 @@ def run_blocking(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)
-        return await run_async(job, environ, sinks, action, overlap=overlap)
+        if drain is not None:
+            drain._bind(loop, task)
+        try:
+            return await run_async(job, environ, sinks, action, overlap=overlap)
+        finally:
+            if drain is not None:
+                drain._unbind()
 
     try:
         return asyncio.run(main())

@@ -8,10 +8,11 @@ unit changed with a diffstat, and the failures with the end of their output.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from . import safetext
 from .journal import Journal, UnitRow
@@ -35,33 +36,11 @@ def unit_record(row: UnitRow) -> dict[str, Any]:
     }
 
 
-def build(journal: Journal, run_id: str) -> dict[str, Any]:
+def summary(journal: Journal, run_id: str) -> dict[str, Any]:
+    """The run-level part of the report (everything but the unit lists), from
+    aggregate queries: its cost does not grow with the units held in memory."""
     run = journal.run(run_id)
-    rows = journal.units(run_id)
-    changes = journal.changes(run_id)
-    by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for change in changes:
-        by_unit.setdefault((change["round"], change["unit"]), []).append(
-            {
-                "path": change["path"],
-                "added": change["added"],
-                "removed": change["removed"],
-                "state": change["state"],
-            }
-        )
-    worker = sum(r.worker_seconds for r in rows)
-    latest: dict[str, UnitRow] = {}
-    for row in rows:
-        latest[row.unit.id] = row
-    totals = Counter(str(r.state) for r in latest.values())
-    units = []
-    for row in rows:
-        record = unit_record(row)
-        record["changes"] = by_unit.get((row.round, row.unit.id), [])
-        if str(row.state) != "succeeded":
-            record["outputTail"] = row.tail
-        units.append(record)
-    attempts = journal.attempt_counts(run_id)
+    worker = journal.worker_seconds(run_id)
     return {
         "run": run.id,
         "job": run.job,
@@ -79,20 +58,106 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
             for r in journal.rounds(run_id)
         ],
         "limits": run.limits,
-        "totals": dict(sorted(totals.items())),
-        "attempts": dict(sorted(attempts.items())),
-        "units": units,
-        "failed": sorted(uid for uid, r in latest.items() if str(r.state) == "failed"),
+        "totals": dict(sorted(journal.unit_counts(run_id).items())),
+        "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
+    }
+
+
+def _records(journal: Journal, run_id: str, rows: Iterable[UnitRow]) -> Iterator[dict[str, Any]]:
+    """Report records of ``rows``, with their changes, fetched a page at a time."""
+    with_changes = journal.has_changes(run_id)
+    for page in _pages(rows, 500):
+        by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        if with_changes:
+            for change in journal.changes(run_id, [(r.round, r.unit.id) for r in page]):
+                by_unit.setdefault((change["round"], change["unit"]), []).append(
+                    {
+                        "path": change["path"],
+                        "added": change["added"],
+                        "removed": change["removed"],
+                        "state": change["state"],
+                    }
+                )
+        for row in page:
+            record = unit_record(row)
+            record["changes"] = by_unit.get((row.round, row.unit.id), [])
+            if str(row.state) != "succeeded":
+                record["outputTail"] = row.tail
+            yield record
+
+
+def _pages(rows: Iterable[UnitRow], size: int) -> Iterator[list[UnitRow]]:
+    iterator = iter(rows)
+    while page := list(itertools.islice(iterator, size)):
+        yield page
+
+
+def unit_records(journal: Journal, run_id: str) -> Iterator[dict[str, Any]]:
+    """Every unit of every round of the run, in order, as report.json lists them."""
+    return _records(journal, run_id, journal.units(run_id))
+
+
+def build(journal: Journal, run_id: str) -> dict[str, Any]:
+    """The whole report as one dict (every unit in memory: for small runs and tests;
+    ``write`` and ``fanout report`` stream instead)."""
+    return {
+        **summary(journal, run_id),
+        "units": list(unit_records(journal, run_id)),
+        "failed": list(journal.failed_ids(run_id)),
+    }
+
+
+def write_json(journal: Journal, run_id: str, out: TextIO) -> None:
+    """Write the report as JSON, one unit at a time: a 100k-unit run's report costs the
+    memory of one page of units.  The run's fields are indented; each unit (and each
+    failed id) is one line, which keeps 100k units greppable and lets the C encoder
+    write them (an indented dump is pure Python and was half the time)."""
+    head = json.dumps(summary(journal, run_id), indent=2, ensure_ascii=False)
+    out.write(head[: -len("\n}")] + ',\n  "units": ')
+    _write_list(out, unit_records(journal, run_id))
+    out.write(',\n  "failed": ')
+    _write_list(out, journal.failed_ids(run_id))
+    out.write("\n}\n")
+
+
+def _write_list(out: TextIO, values: Iterable[Any]) -> None:
+    first = True
+    for value in values:
+        out.write(("[\n    " if first else ",\n    ") + json.dumps(value, ensure_ascii=False))
+        first = False
+    out.write("[]" if first else "\n  ]")
+
+
+def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
+    """What report.md shows, read with bounded queries: the run's summary and at most
+    SHOWN_UNITS units for each of its sections (the first units, the failed ones, the
+    ones that changed files), with the counts that say how many more report.json has."""
+    first = list(itertools.islice(journal.units(run_id, batch=SHOWN_UNITS), SHOWN_UNITS))
+    failed_count, failed = journal.failed_units(run_id, SHOWN_UNITS)
+    changed_count, changed = journal.changed_units(run_id, SHOWN_UNITS)
+    chosen: dict[tuple[int, str], UnitRow] = {}
+    for row in (*first, *failed, *changed):
+        chosen.setdefault((row.round, row.unit.id), row)
+    # Selection order keeps the first SHOWN_UNITS units first, where the units table
+    # takes them from.
+    rows = sorted(chosen.values(), key=lambda r: (r.round, r.unit.index))
+    return {
+        **summary(journal, run_id),
+        "units": list(_records(journal, run_id, rows)),
+        "failed": [r.unit.id for r in failed],
+        "unitCount": journal.unit_count(run_id),
+        "failedCount": failed_count,
+        "changedCount": changed_count,
     }
 
 
 def write(journal: Journal, run_id: str, directory: Path) -> Path:
     """Write report.json and report.md into ``directory``; returns the markdown path."""
-    data = build(journal, run_id)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    with (directory / "report.json").open("w", encoding="utf-8") as out:
+        write_json(journal, run_id, out)
     markdown = directory / "report.md"
-    markdown.write_text(render_markdown(data))
+    markdown.write_text(render_markdown(markdown_data(journal, run_id)))
     return markdown
 
 
@@ -156,6 +221,9 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {code(change['path'])} | {code(unit['unit'])} | {unit['round']} | "
                 f"+{change['added']} -{change['removed']} | {md(change['state'])} |"
             )
+        _more(
+            lines, data.get("changedCount", 0), len({(u["round"], u["unit"]) for u, _ in changed})
+        )
         lines.append("")
     failures = [u for u in data["units"] if u["state"] == "failed" and u["unit"] in data["failed"]]
     if failures:
@@ -173,6 +241,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 "</details>",
                 "",
             ]
+        _more(lines, data.get("failedCount", 0), len({u["unit"] for u in failures}))
     lines += [
         "### Units",
         "",
@@ -185,9 +254,17 @@ def render_markdown(data: dict[str, Any]) -> str:
             f"| {md(unit['rung'])} | {unit['attempts']} "
             f"| {format_duration(unit['workerSeconds'])} |"
         )
-    if len(data["units"]) > SHOWN_UNITS:
-        lines.append(f"\n{len(data['units']) - SHOWN_UNITS} more unit(s) in report.json.")
+    total = data.get("unitCount", len(data["units"]))
+    if total > SHOWN_UNITS:
+        lines.append(f"\n{total - SHOWN_UNITS} more unit(s) in report.json.")
     return "\n".join(lines) + "\n"
+
+
+def _more(lines: list[str], count: int, shown: int) -> None:
+    """The line saying a section of report.md was cut at SHOWN_UNITS units."""
+    if count > shown:
+        # After a blank line: a line right below a table would be read as its last row.
+        lines += ["", f"{count - shown} more unit(s) in report.json.", ""]
 
 
 def status_text(journal: Journal, run_id: str | None, job: str | None = None) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any, cast
 
 import typer
 
@@ -130,12 +130,19 @@ def _execute(
     from ..errors import NothingSelected
     from ..progress import Display
     from ..quantities import format_duration
+    from .console import ConsoleStream
 
     job = spec.load(file, hosts_file=hosts)
-    console = Console(stderr=True, highlight=False)
+    # A closed console (``| head``, a dropped terminal) drains the run like Ctrl-C and
+    # silences everything after it: see cli/console.py.
+    drain = launch.Drain()
+    stream = ConsoleStream(sys.stderr, drain.request)
+    console = Console(file=cast("IO[str]", stream), highlight=False)
     display = Display(console, verbose=verbose)
     with display:
-        summary = launch.run_blocking(job, environ(), [display], action, overlap=overlap)
+        summary = launch.run_blocking(
+            job, environ(), [display], action, overlap=overlap, drain=drain
+        )
     console.print(summary.describe())
     if summary.wall_seconds > 0 and summary.worker_seconds > 0:
         console.print(
@@ -185,13 +192,12 @@ def show_report(
     def action() -> str:
         journal = Journal(state_dir / "journal.sqlite")
         try:
-            data = report.build(journal, run_id)
+            if output is OutputFormat.json:
+                # Streamed: a 100k-unit run is never one string in memory.
+                report.write_json(journal, run_id, sys.stdout)
+                return ""
+            return report.render_markdown(report.markdown_data(journal, run_id))
         finally:
             journal.close()
-        return (
-            json.dumps(data, indent=2) + "\n"
-            if output is OutputFormat.json
-            else report.render_markdown(data)
-        )
 
     print(call(action), end="")

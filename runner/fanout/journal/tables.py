@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS units (
     PRIMARY KEY (run, round, id)
 );
 CREATE INDEX IF NOT EXISTS units_by_state ON units (run, round, state, idx);
+-- Reading a run's units in selection order, page by page, without sorting the run.
+CREATE INDEX IF NOT EXISTS units_in_order ON units (run, round, idx);
+-- A unit id's latest round (what status, the report and the exit code count) by one
+-- index seek, instead of a scan of the run per unit.
+CREATE INDEX IF NOT EXISTS units_by_id ON units (run, id, round);
 CREATE TABLE IF NOT EXISTS attempts (
     run TEXT NOT NULL,
     round INTEGER NOT NULL,

@@ -1,0 +1,126 @@
+"""Hostile unit values: NUL bytes and lone surrogates are refused per unit, the same way
+on every transport, before any process starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import spec
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.local import LocalTransport
+from fanout.run import Options, Runner
+from fanout.transport import Transport
+
+from helpers import write_job
+from procs import pids_with, short_marker
+
+NUL_REASON = (
+    "template: task.command[4]: the value contains a NUL byte"
+    " (unit values cannot pass NUL to a program)"
+)
+SURROGATE_REASON = (
+    "template: task.prompt: the value is not valid UTF-8"
+    " (a lone surrogate U+D800 at character 0; unit values must be text)"
+)
+
+
+def _hostile_job(tmp_path: Path, shared: Path) -> tuple[spec.Spec, str]:
+    """Three units: one fine, one with a NUL in an argument, one with a lone surrogate
+    in its prompt (as a JSON input yields them); each started worker leaves a line in
+    ``shared/done.txt`` and sleeps a findable marker."""
+    token = short_marker()
+    records = [
+        {"id": "fine", "v": "plain", "p": "hello"},
+        {"id": "nul", "v": "a\u0000b", "p": "hello"},
+        {"id": "surrogate", "v": "plain", "p": "\ud800"},
+    ]
+    (tmp_path / "units.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = shared / "done.txt"
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "hostile"
+            [inputs]
+            jsonl = "units.jsonl"
+            [units]
+            id = "{{{{ unit.items[0].id }}}}"
+            [task]
+            prompt = "{{{{ unit.items[0].p }}}}"
+            command = ["sh", "-c", "cat >/dev/null; echo \\"$1\\" >> {done}; sleep {token}", "sh", "{{{{ unit.items[0].v }}}}"]
+            timeout = "30s"
+            [runtime]
+            sandbox = "none"
+            """,
+        )
+    )
+    return job, token
+
+
+async def _run_and_check(job: spec.Spec, transport: Transport, token: str, done: Path) -> None:
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(),
+    )
+    # A worker left blocked on a prompt it cannot be sent would hang the run: bound it.
+    summary = await asyncio.wait_for(runner.execute(Options()), 60)
+    assert summary.counts == {"failed": 2, "succeeded": 1}
+    rows = {r.unit.id: r for r in runner.journal.units(summary.run_id)}
+    assert rows["nul"].reason == NUL_REASON
+    assert rows["surrogate"].reason == SURROGATE_REASON
+    assert rows["fine"].reason == "ok"
+    assert await asyncio.to_thread(done.read_text) == "plain\n"
+    assert pids_with(token) == []
+    runner.journal.close()
+
+
+async def test_hostile_values_are_refused_locally(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    job, token = _hostile_job(tmp_path, shared)
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    transport = LocalTransport(slots=4, sandbox_kind="none", root=root, path=os.environ["PATH"])
+    await _run_and_check(job, transport, token, shared / "done.txt")
+
+
+@pytest.mark.slow
+async def test_hostile_values_are_refused_over_ssh_the_same_way(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    from fanout.spec import Host
+    from fanout.ssh import SshTransport
+
+    server = ssh_pool.add("h1")
+    root = ssh_pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    shared = ssh_pool.base / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    host = Host(
+        name=server.name,
+        address="127.0.0.1",
+        port=server.port,
+        user=ssh_pool.user,
+        identity=str(ssh_pool.client_key),
+        slots=4,
+        sandbox_root=str(root),
+    )
+    job, token = _hostile_job(tmp_path, shared)
+    transport = SshTransport(
+        [host], known_hosts=[ssh_pool.known_hosts], sandbox_kind="none", rng=random.Random(3)
+    )
+    await _run_and_check(job, transport, token, shared / "done.txt")
