@@ -158,7 +158,6 @@ def test_containment_names_what_this_machine_gives() -> None:
         "--pid",
         "--fork",
         "--kill-child",
-        "--mount-proc",
     )
 
 
@@ -187,7 +186,7 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "pid-namespace (unshare)",
-        "--user --map-current-user --pid --fork --kill-child --mount-proc",
+        "--user --map-current-user --pid --fork --kill-child",
         "2 fanouttest",
     ]
 

@@ -49,12 +49,17 @@ _GUARD = (
     ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; exec "$@"'
 )
 _PR_SET_PDEATHSIG = 1
-# The first process of an unshare'd namespace: it checks the worker exists (the guard
-# above only sees unshare), then runs it as a child rather than exec'ing it, so the
-# worker is not PID 1 (which ignores signals it has no handler for, and inherits every
-# orphan to reap), as under bwrap, whose own init plays this part.
+# The first process of an unshare'd namespace.  unshare arms --kill-child in its child
+# after the fork, so a fanout SIGKILLed in between (taking unshare with it) leaves the
+# child orphaned with nothing armed: like the guard, the init first checks that its
+# parent is still unshare (by the host's /proc, which is why the namespace keeps it:
+# no --mount-proc) and gives up otherwise.  It then checks the worker exists (the guard
+# only sees unshare), and runs it as a child rather than exec'ing it, so the worker is
+# not PID 1 (which ignores signals it has no handler for, and inherits every orphan to
+# reap), as under bwrap, whose own init plays this part.  Builtins only: no process.
 _INIT = (
-    'command -v "$1" > /dev/null'
+    'read -r _ _ _ parent _ < /proc/self/stat && read -r name < "/proc/$parent/comm"'
+    ' && [ "$name" = unshare ] || exit 137; command -v "$1" > /dev/null'
     ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; "$@"; exit $?'
 )
 
@@ -122,9 +127,10 @@ def containment(kind: Kind = "none") -> Containment:
 def pid_namespace() -> tuple[str, ...]:
     """The unshare argv prefix that gives a step its own PID namespace here, or ().
 
-    Root unshares the PID (and, for a /proc that matches it, mount) namespace directly;
-    anyone else needs a user namespace first, mapping their own uid (not root: some
-    workers refuse to run as root, and files they create keep their owner).  The first
+    Root unshares the PID namespace directly (not the mount namespace: ``_INIT`` reads
+    the host's /proc to see its parent); anyone else needs a user namespace first,
+    mapping their own uid (not root: some workers refuse to run as root, and files they
+    create keep their owner).  The first
     prefix that runs ``true`` wins; the answer is kept for the process's lifetime.
     """
     if UNSHARE is None:
@@ -139,16 +145,15 @@ def pid_namespace() -> tuple[str, ...]:
         ]
     )
     for user in users:
-        for proc in (["--mount-proc"], []):
-            prefix = (UNSHARE, *user, *kill, *proc)
-            try:
-                probe = subprocess.run(
-                    [*prefix, "--", "true"], capture_output=True, timeout=10, check=False
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if probe.returncode == 0:
-                return prefix
+        prefix = (UNSHARE, *user, *kill)
+        try:
+            probe = subprocess.run(
+                [*prefix, "--", "true"], capture_output=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return prefix
     return ()
 
 
