@@ -488,9 +488,12 @@ def test_an_input_command_that_fails_mid_stream_stops_the_run_with_exit_4(
     first = cli("run", "job.toml")
     ((run_id, state),) = _run_states(chdir_tmp)
     assert (first.code, state) == (4, "stopped")
-    assert _tail(first.err, 3) == [
-        f"input command exited with status 3: {sys.executable} list.py:",
+    assert _tail(first.err, 5) == [
+        f"job.toml:5:1: inputs.command: input command exited with status 3: {sys.executable} list.py:",
         "boom",
+        "status 3 is not in inputs.okExitCodes [0, 1]; if it means the command worked (linters"
+        " exit non-zero when they find something), this line under [inputs] accepts it:",
+        "    okExitCodes = [0, 1, 3]",
         f"run {run_id} stopped; `fanout run job.toml` continues it",
     ]
     assert sorted(_done(chdir_tmp)) == sorted(f"c{n}" for n in range(200))

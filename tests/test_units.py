@@ -151,7 +151,51 @@ def test_command_failure_shows_stderr(tmp_path: Path) -> None:
     with pytest.raises(InputFailed) as caught:
         _ids(job)
     assert str(caught.value) == (
-        "input command exited with status 3: sh -c 'echo boom >&2; exit 3':\nboom"
+        f"{tmp_path / 'job.toml'}:4:1: inputs.command: "
+        "input command exited with status 3: sh -c 'echo boom >&2; exit 3':\nboom\n"
+        "status 3 is not in inputs.okExitCodes [0, 1]; if it means the command worked "
+        "(linters exit non-zero when they find something), this line under [inputs] "
+        "accepts it:\n"
+        "    okExitCodes = [0, 1, 3]"
+    )
+
+
+def test_command_failure_redacts_task_secrets_but_the_command_sees_them(tmp_path: Path) -> None:
+    """The input command runs with fanout's environment (it may need a token), but what
+    it prints on stderr is quoted with the values of task.secrets redacted."""
+    token = "ghp_s3cr3tTOKENvalue"
+    path = write_job(
+        tmp_path,
+        'version = 1\nname = "t"\n[inputs]\n'
+        'command = ["sh", "-c", "echo \\"$GH_TOKEN\\" > seen; echo \\"bad credentials: $GH_TOKEN\\" >&2; exit 2"]\n'
+        'format = "lines"\n[task]\ncommand = ["true"]\nsecrets = ["GH_TOKEN"]\n',
+    )
+    with pytest.raises(InputFailed) as caught:
+        list(select(spec.load(path), environ={**ENV, "GH_TOKEN": token}))
+    message = str(caught.value)
+    assert token not in message
+    assert message.splitlines()[1] == "bad credentials: [secret]"
+    assert (tmp_path / "seen").read_text() == f"{token}\n"
+
+
+def test_a_long_stderr_is_quoted_by_its_first_line_and_its_tail(tmp_path: Path) -> None:
+    script = "echo 'usage: lister [options]' >&2; seq 1 2000 >&2; exit 2"
+    job = _job(tmp_path, f'command = {json.dumps(["sh", "-c", script])}\nformat = "lines"')
+    with pytest.raises(InputFailed) as caught:
+        _ids(job)
+    lines = str(caught.value).splitlines()
+    # 8,917 bytes of stderr: the first line, and the last 4,000 bytes (lines 1201-2000).
+    assert lines[1:3] == ["usage: lister [options]", "[... 4893 bytes ...]"]
+    assert (lines[3], lines[-3]) == ("1201", "2000")
+
+
+def test_a_command_killed_by_a_signal_says_so(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'command = ["sh", "-c", "kill -TERM $$"]\nformat = "lines"')
+    with pytest.raises(InputFailed) as caught:
+        _ids(job)
+    assert str(caught.value) == (
+        f"{tmp_path / 'job.toml'}:4:1: inputs.command: input command was killed by "
+        "signal 15 (SIGTERM): sh -c 'kill -TERM $$' (it printed nothing on stderr)"
     )
 
 
@@ -161,7 +205,9 @@ def test_command_timeout_kills_its_process_group(tmp_path: Path) -> None:
         tmp_path,
         f'command = ["sh", "-c", "sleep 30 & echo $! > {marker}; wait"]\nformat = "lines"\ntimeout = "500ms"',
     )
-    with pytest.raises(InputFailed, match=r"^input command timed out after 0.5s: "):
+    with pytest.raises(
+        InputFailed, match=r"job.toml:6:1: inputs.timeout: input command timed out after 0.5s: "
+    ):
         _ids(job)
     child = int(marker.read_text())
     deadline = time.monotonic() + 5

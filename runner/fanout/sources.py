@@ -8,30 +8,18 @@ read: a file record is its path and name parts.
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import os
-import re
-import shlex
-import signal
 import subprocess
-import tempfile
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import globs
+from . import globs, inputcommand, lint
 from .errors import InputFailed
 from .spec import Spec, thaw
-from .templates import RenderError
-
-_LINT = re.compile(r"^(?P<path>[^:\n]+?):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<message>.*)$")
-_LINT_CODE_FIRST = re.compile(r"^(?P<code>[A-Z]{1,4}[0-9]{2,4})\b\s*")
-_LINT_CODE_LAST = re.compile(r"\s*\[(?P<code>[a-z][a-z0-9-]*)\]$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,25 +112,9 @@ def parse_json(text: str, name: str, pointer: str) -> Iterator[Record]:
 
 
 def parse_lint(stream: IO[str], name: str) -> Iterator[Record]:
-    """``path:line:col: message`` lines (col optional); other lines (summaries) are skipped."""
-    for number, line in enumerate(stream, start=1):
-        match = _LINT.match(line.rstrip("\r\n"))
-        if match is None:
-            continue
-        message = match.group("message")
-        code = None
-        if first := _LINT_CODE_FIRST.match(message):
-            code = first.group("code")
-        elif last := _LINT_CODE_LAST.search(message):
-            code = last.group("code")
-        record = {
-            "path": match.group("path"),
-            "line": int(match.group("line")),
-            "col": int(match.group("col")) if match.group("col") else None,
-            "message": message,
-            "code": code,
-        }
-        yield Record(record, f"{name}:{number}")
+    """Linter findings (see ``lint``); other lines (summaries) are skipped."""
+    for record, origin in lint.parse(stream, name):
+        yield Record(record, origin)
 
 
 def parse_lines(stream: IO[str], name: str) -> Iterator[Record]:
@@ -161,87 +133,14 @@ def _command(
     """Records from the input command's stdout.  Streaming formats yield while the
     command still runs; a JSON document is parsed once the command has succeeded."""
     inputs = spec.inputs
-    try:
-        argv = [part.render(context) for part in inputs.command]
-    except RenderError as exc:
-        raise InputFailed(f"inputs.command: {exc}") from None
-    shown = shlex.join(argv)
-    name = f"output of {argv[0]}"
-    with tempfile.TemporaryFile() as stderr:
-        try:
-            process = subprocess.Popen(
-                argv,
-                cwd=spec.runtime.workspace,
-                env=dict(environ),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise InputFailed(
-                f"input command did not start ({exc.strerror or exc}): {shown}"
-            ) from None
-        deadline = _Deadline(process, inputs.timeout)
-        try:
-            assert process.stdout is not None
-            stream = io.TextIOWrapper(
-                process.stdout, encoding="utf-8", errors="replace", newline=""
-            )
-            if inputs.format == "json":
-                text = stream.read()
-                _check_exit(process, deadline, stderr, shown, inputs.ok_exit_codes)
-                yield from parse_json(text, name, inputs.pointer)
-            else:
-                yield from _STREAM_READERS[str(inputs.format)](stream, name)
-                _check_exit(process, deadline, stderr, shown, inputs.ok_exit_codes)
-        finally:
-            deadline.cancel()
-            if process.poll() is None:
-                _kill_group(process)
-                process.wait()
-
-
-class _Deadline:
-    """Kills a process group when ``seconds`` have passed; remembers that it did."""
-
-    def __init__(self, process: subprocess.Popen[bytes], seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._process = process
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _expire(self) -> None:
-        self.expired = True
-        _kill_group(self._process)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
-def _check_exit(
-    process: subprocess.Popen[bytes],
-    deadline: _Deadline,
-    stderr: IO[bytes],
-    shown: str,
-    ok: tuple[int, ...],
-) -> None:
-    returncode = process.wait()
-    if deadline.expired:
-        raise InputFailed(f"input command timed out after {deadline.seconds:g}s: {shown}")
-    if returncode in ok:
-        return
-    stderr.seek(0)
-    tail = stderr.read()[-4000:].decode("utf-8", "replace").rstrip()
-    detail = f":\n{tail}" if tail else " (it printed nothing on stderr)"
-    raise InputFailed(f"input command exited with status {returncode}: {shown}{detail}")
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+    with inputcommand.started(spec, environ, context) as command:
+        if inputs.format == "json":
+            text = command.stdout.read()
+            command.check_exit()
+            yield from parse_json(text, command.name, inputs.pointer)
+        else:
+            yield from _STREAM_READERS[str(inputs.format)](command.stdout, command.name)
+            command.check_exit()
 
 
 def _files(spec: Spec, skipped: Callable[[str, str], None]) -> Iterator[Record]:

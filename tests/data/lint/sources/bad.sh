@@ -1,0 +1,8 @@
+#!/bin/sh
+files=$1
+for f in $files; do
+  echo $f
+done
+cd /tmp
+if [ "$files" == "x" ]; then echo `date`; fi
+echo $undefined_var $@
