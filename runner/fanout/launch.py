@@ -10,7 +10,7 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 
-from . import limits
+from . import commands, limits
 from .errors import Interrupted
 from .events import Events, Sink
 from .journal import Journal
@@ -46,6 +46,7 @@ def transport_for(
             known_hosts=hosts.known_hosts_files(environ),
             sandbox_kind=job.runtime.sandbox,
             notice=notice,
+            commands=commands.names(job),
         )
     from .local import LocalTransport
 
@@ -76,6 +77,7 @@ def runner_for(
         environ=environ,
         events=events,
         gate=limits.gate_for(job, events),
+        workers=commands.local_workers(job, environ),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import tomli_w
 
-from . import cron, invocation, limits
+from . import commands, cron, invocation, limits
 from .invocation import Invocation
 from .quantities import duration_text, format_duration, size_text
 from .spec import Inputs, Spec, camel_case
@@ -50,6 +50,8 @@ class Plan:
     concurrency: int
     sandbox: str
     fires: tuple[TriggerFires, ...]
+    # Where each worker command resolves, and what cannot start (``commands``).
+    commands: tuple[str, ...] = ()
 
 
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
@@ -77,6 +79,7 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         concurrency=limits.concurrency(spec),
         sandbox=describe_sandbox(spec),
         fires=next_fires(spec, now, fires),
+        commands=tuple(commands.plan_lines(spec, environ)),
     )
 
 
@@ -126,6 +129,7 @@ def render_text(plan: Plan) -> str:
         count += f" (limit {spec.units.limit:,} per round)"
     lines.append(f"Units     {count}")
     lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
+    lines += plan.commands
     lines += _pace_lines(spec, plan.units)
     ladder = " -> ".join(
         f"{r.name} x{r.attempts}" + (f" ({duration_text(r.timeout)})" if r.timeout else "")

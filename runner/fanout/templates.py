@@ -170,6 +170,12 @@ class Templates:
                 problems.append(TemplateProblem(problem, lineno))
         return problems
 
+    def variables(self, source: str) -> frozenset[str]:
+        """The variables ``source`` reads (``unit``, ``rung``, ...), guarded or not."""
+        if not is_template(source):
+            return frozenset()
+        return frozenset(meta.find_undeclared_variables(self.env.parse(source)))
+
     def chains(self, source: str) -> list[tuple[tuple[str, ...], int]]:
         """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in
         ``source``, each with the template line it is on (kept from ``check``)."""
