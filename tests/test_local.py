@@ -190,7 +190,10 @@ async def test_verify_failure_fails_the_attempt(tmp_path: Path, kind: str) -> No
     result = await transport.run(
         _attempt(tmp_path, ["true"], verify=["sh", "-c", "echo still broken; exit 1"])
     )
-    assert (result.status, result.reason) == (Status.FAILED, "verify exited with status 1: still broken")
+    assert (result.status, result.reason) == (
+        Status.FAILED,
+        "verify exited with status 1: still broken",
+    )
     assert result.output_tail == "still broken\n"
 
 
