@@ -121,6 +121,12 @@ class Templates:
         except ValueError:
             return path
 
+    def variables(self, source: str) -> frozenset[str]:
+        """The variables ``source`` reads (``unit``, ``rung``, ...), guarded or not."""
+        if not is_template(source):
+            return frozenset()
+        return frozenset(meta.find_undeclared_variables(self.env.parse(source)))
+
     def compile(self, source: str) -> Template:
         """The compiled template (cached: validation and loading compile the same text)."""
         if source not in self._compiled:
@@ -169,12 +175,6 @@ class Templates:
             if problem:
                 problems.append(TemplateProblem(problem, lineno))
         return problems
-
-    def variables(self, source: str) -> frozenset[str]:
-        """The variables ``source`` reads (``unit``, ``rung``, ...), guarded or not."""
-        if not is_template(source):
-            return frozenset()
-        return frozenset(meta.find_undeclared_variables(self.env.parse(source)))
 
     def chains(self, source: str) -> list[tuple[tuple[str, ...], int]]:
         """Attribute chains rooted at a variable (``("rung", "vars", "model")``) in
