@@ -19,7 +19,7 @@ from typing import Any
 
 import tomli_w
 
-from . import commands, cron, invocation, limits
+from . import cron, invocation, limits
 from .invocation import Invocation
 from .quantities import duration_text, format_duration, size_text
 from .spec import Inputs, Spec, camel_case
@@ -57,6 +57,8 @@ class Plan:
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
     """Select the units and render the first task, without running anything but the
     input command."""
+    from .commands import plan_lines
+
     selection = select(spec, environ=environ, count_all=True)
     shown: list[Unit] = []
     for unit in selection:
@@ -79,7 +81,7 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         concurrency=limits.concurrency(spec),
         sandbox=describe_sandbox(spec),
         fires=next_fires(spec, now, fires),
-        commands=tuple(commands.plan_lines(spec, environ)),
+        commands=tuple(plan_lines(spec, environ)),
     )
 
 
