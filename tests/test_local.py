@@ -174,7 +174,7 @@ async def test_failures_keep_a_tail_and_a_capped_log(tmp_path: Path, kind: str) 
     assert (result.status, result.exit_code, result.reason) == (
         Status.FAILED,
         3,
-        "worker exited with status 3",
+        "worker exited with status 3: line-2999",
     )
     assert result.output_tail.endswith("line-2999\n")
     assert len(result.output_tail) <= 200
@@ -190,7 +190,10 @@ async def test_verify_failure_fails_the_attempt(tmp_path: Path, kind: str) -> No
     result = await transport.run(
         _attempt(tmp_path, ["true"], verify=["sh", "-c", "echo still broken; exit 1"])
     )
-    assert (result.status, result.reason) == (Status.FAILED, "verify exited with status 1")
+    assert (result.status, result.reason) == (
+        Status.FAILED,
+        "verify exited with status 1: still broken",
+    )
     assert result.output_tail == "still broken\n"
 
 

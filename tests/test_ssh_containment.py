@@ -246,8 +246,8 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
 
     real = probe.facilities
 
-    async def without_unshare(conn: Any) -> Facilities:
-        offered = await real(conn)
+    async def without_unshare(conn: Any, commands: Any = ()) -> Facilities:
+        offered = await real(conn, commands)
         return Facilities(bwrap=offered.bwrap, missing=offered.missing, unshare=None)
 
     monkeypatch.setattr(transport_module, "facilities", without_unshare)

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from . import limits
+from . import commands, limits
 from .errors import Interrupted
 from .events import Events, Sink
 from .journal import Journal
@@ -49,6 +49,7 @@ def transport_for(
             known_hosts=hosts.known_hosts_files(environ),
             sandbox_kind=job.runtime.sandbox,
             notice=notice,
+            commands=commands.names(job),
         )
     from .local import LocalTransport
 
@@ -79,6 +80,7 @@ def runner_for(
         environ=environ,
         events=events,
         gate=limits.gate_for(job, events),
+        workers=commands.local_workers(job, environ),
     )
 
 

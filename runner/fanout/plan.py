@@ -53,11 +53,15 @@ class Plan:
     concurrency: int
     sandbox: str
     fires: tuple[TriggerFires, ...]
+    # Where each worker command resolves, and what cannot start (``commands``).
+    commands: tuple[str, ...] = ()
 
 
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
     """Select the units and render the first task, without running anything but the
     input command."""
+    from .commands import plan_lines
+
     selection = select(spec, environ=environ, count_all=True)
     shown: list[Unit] = []
     for unit in selection:
@@ -84,6 +88,7 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         concurrency=limits.concurrency(spec),
         sandbox=describe_sandbox(spec),
         fires=next_fires(spec, now, fires),
+        commands=tuple(plan_lines(spec, environ)),
     )
 
 
@@ -133,6 +138,7 @@ def render_text(plan: Plan) -> str:
         count += f" (limit {spec.units.limit:,} per round)"
     lines.append(f"Units     {count}")
     lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
+    lines += plan.commands
     lines += _pace_lines(spec, plan.units)
     ladder = " -> ".join(
         f"{r.name} x{r.attempts}" + (f" ({duration_text(r.timeout)})" if r.timeout else "")

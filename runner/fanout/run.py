@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import backlog, fanin, limits, report
+from . import backlog, commands, fanin, limits, report
 from .dispatch import Round, dispatch
 from .errors import (
     EnvironmentProblem,
@@ -86,6 +86,9 @@ class Runner:
     gate: Gate = field(default_factory=OpenGate)
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
+    # Where local workers start their commands, checked before anything is dispatched
+    # (None: the transport checks its hosts itself, or a test's fake runs nothing real).
+    workers: commands.Workers | None = None
 
     def secrets(self) -> dict[str, str]:
         missing = [name for name in self.spec.task.secrets if name not in self.environ]
@@ -96,6 +99,12 @@ class Runner:
             )
         return {name: self.environ[name] for name in self.spec.task.secrets}
 
+    async def _check_commands(self) -> None:
+        """Refuse (EnvironmentProblem) before any run is recorded when a local worker
+        could not start its command: every attempt of every unit would fail alike."""
+        if self.workers is not None:
+            await asyncio.to_thread(commands.refuse, self.spec, self.workers)
+
     def run_dir(self, run_id: str) -> Path:
         return self.spec.runtime.state_dir / "runs" / run_id
 
@@ -103,6 +112,7 @@ class Runner:
         """Start a new run (or resume the last unfinished one) and run it to its end."""
         spec = self.spec
         secrets = self.secrets()
+        await self._check_commands()
         apply = spec.collect.apply if options.apply is None else options.apply
         self.journal.keep_reserve()
         row = None if options.resume is False else self.journal.last_unfinished(spec.name)
@@ -372,6 +382,7 @@ class Runner:
         if not latest:
             raise NothingSelected(f"run {previous.id} has no failed units")
         secrets = self.secrets()
+        await self._check_commands()
         apply = spec.collect.apply if options.apply is None else options.apply
         self.journal.keep_reserve()
         run_id = self.journal.create_run(

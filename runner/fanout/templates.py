@@ -200,6 +200,12 @@ class Templates:
         except ValueError:
             return path
 
+    def variables(self, source: str) -> frozenset[str]:
+        """The variables ``source`` reads (``unit``, ``rung``, ...), guarded or not."""
+        if not is_template(source):
+            return frozenset()
+        return frozenset(meta.find_undeclared_variables(self.env.parse(source)))
+
     def compile(self, source: str) -> Template:
         """The compiled template (cached: validation and loading compile the same text)."""
         if source not in self._compiled:

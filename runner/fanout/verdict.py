@@ -77,7 +77,11 @@ class Verdict:
             if signal is not None:
                 reason = f"throttled ({signal.source})"
                 return self.result(Status.THROTTLED, reason, exit_code=code, **throttled)
-            return self.result(Status.FAILED, f"{stage} exited with status {code}", exit_code=code)
+            reason = f"{stage} exited with status {code}"
+            said = last_line(self.capture.tail)
+            return self.result(
+                Status.FAILED, f"{reason}: {said}" if said else reason, exit_code=code
+            )
         try:
             collected = collect()
         except OSError as exc:
@@ -94,6 +98,22 @@ class Verdict:
 
     def close(self) -> None:
         self.capture.close()
+
+
+# A reason is one line of a terminal, a report row and ``last.reason``: the worker's
+# last words, not its whole output (that is in the log and in ``last.outputTail``).
+_SAID = 200
+
+
+def last_line(output: str) -> str:
+    """The last non-blank line of a worker's (redacted) output, cut to a reason's size:
+    what a failing tool says last is what went wrong (``bwrap: execvp claude: No such
+    file or directory``, the guard's ``fanout: cannot start X``, an exception's line)."""
+    for line in reversed(output.splitlines()):
+        said = line.strip()
+        if said:
+            return said if len(said) <= _SAID else said[: _SAID - 1] + "…"
+    return ""
 
 
 def _reason(exc: OSError) -> str:

@@ -6,6 +6,7 @@ import asyncio
 import re
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncssh
@@ -44,6 +45,9 @@ class Facilities:
     bwrap: bool
     missing: tuple[str, ...]
     unshare: str | None  # the unshare flags that work there, None: no PID namespace
+    # The job's commands (argv[0]s) the host cannot start, and the PATH looked on.
+    lacking: tuple[str, ...] = ()
+    path: str = ""
 
     def containment(self, sandbox: str) -> str:
         """What keeps a unit's processes from outliving it, for units run under ``sandbox``."""
@@ -54,10 +58,21 @@ class Facilities:
         return GROUP_ONLY
 
 
-async def facilities(conn: asyncssh.SSHClientConnection) -> Facilities:
-    """Ask a host (one command) for the agent's tools and which containment works."""
+async def facilities(
+    conn: asyncssh.SSHClientConnection, commands: Sequence[str] = ()
+) -> Facilities:
+    """Ask a host (one command) for the agent's tools, which containment works, and
+    which of ``commands`` (the job's argv[0]s) it cannot start."""
+    script = _PROBE_CONTAINMENT
+    if commands:
+        # The PATH a login's non-interactive shell has is the one the agent keeps.
+        script += (
+            f"; for cmd in {shlex.join(commands)};"
+            ' do command -v "$cmd" >/dev/null 2>&1 || printf "lacks %s\\n" "$cmd"; done;'
+            ' printf "path %s\\n" "$PATH"'
+        )
     try:
-        answer = await conn.run(_PROBE_CONTAINMENT, check=False)
+        answer = await conn.run(script, check=False)
     except (OSError, asyncssh.Error) as exc:
         raise Lost(describe(exc)) from None
     lines = str(answer.stdout or "").splitlines()
@@ -67,6 +82,8 @@ async def facilities(conn: asyncssh.SSHClientConnection) -> Facilities:
         bwrap="bwrap" in found,
         missing=tuple(t for t in TOOLS if t not in found),
         unshare=flags[0] if flags and _UNSHARE_FLAGS.fullmatch(flags[0]) else None,
+        lacking=tuple(c for c in commands if f"lacks {c}" in lines),
+        path=next((line.removeprefix("path ") for line in lines if line.startswith("path ")), ""),
     )
 
 

@@ -79,6 +79,7 @@ class SshTransport:
         connect_timeout: float = Connector.connect_timeout,
         notice: Callable[[str], None] = lambda message: None,
         rng: random.Random | None = None,
+        commands: Sequence[str] = (),
     ) -> None:
         self._hosts = [
             _Host(
@@ -95,6 +96,8 @@ class SshTransport:
             connect_timeout=connect_timeout,
         )
         self._requested = sandbox_kind
+        # The job's argv[0]s: a host that cannot start one is refused (``commands``).
+        self._commands = tuple(commands)
         self._notice = notice
         self._rng = rng or random.Random()
         self._changed = asyncio.Condition()
@@ -127,7 +130,7 @@ class SshTransport:
                 self._notice(f"host {state.name} is unavailable: {result}")
         if not any(h.healthy for h in self._hosts):
             raise HostsUnavailable(
-                "no SSH host is reachable: " + "; ".join(f"{h.reason}" for h in self._hosts)
+                "no SSH host can run units: " + "; ".join(f"{h.reason}" for h in self._hosts)
             )
 
     async def _bring_up(self, state: _Host) -> None:
@@ -144,10 +147,15 @@ class SshTransport:
         state.healthy, state.failures, state.reason = True, 0, ""
 
     async def _choose_sandbox(self, state: _Host, connection: Connection) -> str:
-        offered = await facilities(connection.conn)
+        offered = await facilities(connection.conn, self._commands)
         if offered.missing:
             missing = ", ".join(offered.missing)
             raise Refused(f"{state.name} lacks {missing} (needed by fanout's wrapper)")
+        if offered.lacking:
+            raise Refused(
+                f"{state.name} cannot start {', '.join(offered.lacking)}: not found on its"
+                f" PATH ({offered.path})"
+            )
         if self._requested == "bwrap" and not offered.bwrap:
             raise Refused(f"{state.name} has no bwrap and runtime.sandbox is 'bwrap'")
         sandbox = chosen_sandbox(self._requested, offered)

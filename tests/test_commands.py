@@ -1,0 +1,316 @@
+"""The start check: a worker command that cannot start is named by `plan` and refused by
+`run` before anything is dispatched, on this machine (real bwrap) and on SSH hosts
+(real sshd); a failed attempt's line shows what the worker said last."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import commands, sandbox, spec
+from fanout.errors import HostsUnavailable
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.run import Options, Runner
+from fanout.spec import Host
+from fanout.ssh import SshTransport
+
+from helpers import cli, write_job
+
+MISSING = "fanout-test-no-such-tool"
+# fanout puts its own bin first on the PATH workers get (cli.app.environ).
+FANOUT_BIN = os.path.dirname(sys.executable)
+
+needs_bwrap = pytest.mark.skipif(
+    sandbox.choose("auto").kind != "bwrap", reason="bubblewrap cannot create namespaces here"
+)
+
+
+def _job(directory: Path, command: str, *, sandbox_kind: str = "none", more: str = "") -> Path:
+    return write_job(
+        directory,
+        f"""
+        version = 1
+        name = "start"
+        [inputs]
+        items = ["a", "b"]
+        [task]
+        command = [{command}, "-p"]
+        {more}
+        [runtime]
+        sandbox = "{sandbox_kind}"
+        [[retry.ladder]]
+        name = "small"
+        attempts = 2
+        [[retry.ladder]]
+        name = "big"
+        """,
+    )
+
+
+def _tool(directory: Path, name: str = "claude") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    tool = directory / name
+    tool.write_text("#!/bin/sh\necho started\n")
+    tool.chmod(0o755)
+    return tool
+
+
+def _commands_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("Commands  "))
+    end = next(n for n in range(start + 1, len(lines)) if not lines[n].startswith("    "))
+    return lines[start:end]
+
+
+def _unit_lines(out: str) -> list[str]:
+    """The plain lines about unit a, without their clock and with durations as T."""
+    clock = re.compile(r"\d\d:\d\d:\d\d ")
+    lines = [line[9:] for line in out.splitlines() if clock.match(line)]
+    return [re.sub(r" in \d+\.\ds:", " in T:", line) for line in lines if " a" in f" {line}"]
+
+
+def test_plan_warns_for_a_missing_command(chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{chdir_tmp}/bin:/usr/bin:/bin")
+    _job(chdir_tmp, f'"{MISSING}"')
+    result = cli("plan", "job.toml")
+    assert result.code == 0, result.err
+    assert _commands_lines(result.out) == [
+        f"Commands  WARNING task.command: cannot start {MISSING}: not found on the PATH"
+        f" workers get ({FANOUT_BIN}:{chdir_tmp}/bin:/usr/bin:/bin)",
+        "          `fanout run` refuses to start until this is fixed",
+    ]
+
+
+@needs_bwrap
+def test_plan_warns_for_commands_bwrap_hides_and_finds_what_it_binds(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not chdir_tmp.is_relative_to("/tmp"):
+        pytest.skip("the test's directory is not under /tmp")
+    # npm's layout: bin/claude is a symlink into lib/; here only a link to it is on
+    # PATH, from a directory whose prefix does not hold it.
+    real = _tool(chdir_tmp / "npm" / "lib" / "claude-code", "cli.js")
+    (chdir_tmp / "npm" / "bin").mkdir()
+    (chdir_tmp / "npm" / "bin" / "claude").symlink_to(real)
+    (chdir_tmp / "links" / "bin").mkdir(parents=True)
+    (chdir_tmp / "links" / "bin" / "claude").symlink_to(chdir_tmp / "npm" / "bin" / "claude")
+    configured = _tool(Path(os.environ["HOME"]) / ".config" / "fanout" / "bin", "agent")
+    monkeypatch.setenv("PATH", f"{chdir_tmp}/links/bin:{configured.parent}:/usr/bin:/bin")
+    _job(chdir_tmp, '"claude"', sandbox_kind="bwrap", more='verify = ["agent"]')
+    hidden = cli("plan", "job.toml")
+    assert hidden.code == 0, hidden.err
+    assert _commands_lines(hidden.out) == [
+        "Commands  WARNING task.command: cannot start claude: claude resolves to"
+        f" {chdir_tmp}/npm/bin/claude (through {chdir_tmp}/links/bin/claude), under /tmp,"
+        " which bwrap replaces with a private /tmp",
+        f"          WARNING task.verify: cannot start agent: agent resolves to {configured},"
+        f" under {configured.parent.parent}, which the sandbox hides from workers"
+        " (fanout's state, configuration and keys)",
+        "          `fanout run` refuses to start until this is fixed",
+    ]
+    # npm's bin directory on PATH: fanout binds its prefix into the sandbox.
+    monkeypatch.setenv("PATH", f"{chdir_tmp}/npm/bin:/usr/bin:/bin")
+    _job(chdir_tmp, '"claude"', sandbox_kind="bwrap", more='verify = ["true"]')
+    bound = cli("plan", "job.toml")
+    assert _commands_lines(bound.out) == [
+        f"Commands  task.command: claude -> {chdir_tmp}/npm/bin/claude",
+        "          task.verify: true -> /usr/bin/true",
+    ]
+
+
+@needs_bwrap
+def test_the_check_agrees_with_bwrap(tmp_path: Path) -> None:
+    """What the check calls hidden fails under the real sandbox, and what it finds runs."""
+    if not tmp_path.is_relative_to("/tmp"):
+        pytest.skip("the test's directory is not under /tmp")
+    real = _tool(tmp_path / "npm" / "bin")
+    (tmp_path / "links" / "bin").mkdir(parents=True)
+    (tmp_path / "links" / "bin" / "claude").symlink_to(real)
+    job = spec.load(_job(tmp_path, '"claude"', sandbox_kind="bwrap"))
+    box = tmp_path / "box"  # the sandbox directory is visible: it must not hold the tool
+    box.mkdir()
+    for path, started in ((f"{tmp_path}/links/bin", False), (f"{tmp_path}/npm/bin", True)):
+        workers = commands.Workers(
+            path=f"{path}:/usr/bin:/bin", sandbox="bwrap", workspace=tmp_path, hidden=()
+        )
+        checked = commands.check(job, workers)
+        assert bool(checked.found) is started, checked
+        argv = sandbox.wrap(
+            "bwrap",
+            ["claude"],
+            sandbox=box,
+            network=False,
+            tools=sandbox.tool_dirs(f"{path}:{sys.prefix}/bin"),
+        )
+        ran = subprocess.run(
+            argv, env={"PATH": workers.path}, capture_output=True, text=True, check=False
+        )
+        assert (ran.returncode == 0) is started, ran.stderr
+
+
+def test_run_refuses_before_any_unit_starts(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    _job(chdir_tmp, f'"{MISSING}"', more=f'verify = ["{chdir_tmp}/gone/check"]')
+    result = cli("run", "job.toml")
+    assert (result.code, result.out) == (4, "")
+    assert result.err == (
+        f"task.command: cannot start {MISSING}: not found on the PATH workers get"
+        f" ({FANOUT_BIN}:/usr/bin:/bin)\n"
+        f"task.verify: cannot start {chdir_tmp}/gone/check: no such file\n"
+        "no unit was started; `fanout plan job.toml` shows where each command resolves\n"
+    )
+    journal = Journal(chdir_tmp / ".fanout" / "journal.sqlite")
+    try:
+        assert journal.runs() == []
+    finally:
+        journal.close()
+
+
+def test_a_unit_dependent_command_is_skipped_and_its_attempts_say_why(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "varies"
+        [inputs]
+        items = [{ id = "a", tool = "fanout-test-gone" }]
+        [task]
+        command = ["{{ unit.record.tool }}"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    plan = cli("plan", "job.toml")
+    assert _commands_lines(plan.out) == [
+        "Commands  task.command: '{{ unit.record.tool }}' depends on unit: not checked"
+    ]
+    ran = cli("run", "job.toml")
+    assert ran.code == 1, ran.err
+    # The guard's own words, on the attempt's line and on the unit's.
+    said = "worker exited with status 127: fanout: cannot start fanout-test-gone: command not found"
+    assert _unit_lines(ran.err) == [
+        f"a: attempt 1 (default) failed in T: {said}",
+        f"FAILED a after 1 attempt(s), rung default: {said}",
+    ]
+
+
+def test_a_failed_attempt_shows_the_workers_last_line(chdir_tmp: Path) -> None:
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "says"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["sh", "-c", "echo working; echo 'Error: the model refused' >&2; echo; exit 3"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 1, ran.err
+    said = "worker exited with status 3: Error: the model refused"
+    assert _unit_lines(ran.err) == [
+        f"a: attempt 1 (default) failed in T: {said}",
+        f"FAILED a after 1 attempt(s), rung default: {said}",
+    ]
+
+
+# SSH: the check runs on each host, in the probe at the run's start.
+
+
+def _host(pool: Any, server: Any) -> Host:
+    root = pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    return Host(
+        name=server.name,
+        address="127.0.0.1",
+        port=server.port,
+        user=pool.user,
+        identity=str(pool.client_key),
+        slots=2,
+        sandbox_root=str(root),
+    )
+
+
+def _ssh_runner(pool: Any, job: spec.Spec, events: list[dict[str, Any]]) -> Runner:
+    transport = SshTransport(
+        [_host(pool, server) for server in pool.hosts],
+        known_hosts=[pool.known_hosts],
+        sandbox_kind="none",
+        connect_timeout=3.0,
+        rng=random.Random(3),
+        commands=commands.names(job),
+        notice=lambda message: events.append({"event": "notice", "message": message}),
+    )
+    return Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(events.append),
+    )
+
+
+@pytest.mark.slow
+async def test_ssh_hosts_without_the_command_are_refused(ssh_pool: Any, tmp_path: Path) -> None:
+    tools = ssh_pool.base / "tools"
+    _tool(tools, "fanout-test-tool")
+    tools.chmod(0o755)
+    # h1's logins find the tool on their PATH, h2's do not.
+    ssh_pool.add("h1", extra=[f"SetEnv PATH={tools}:/usr/bin:/bin"])
+    ssh_pool.add("h2", extra=["SetEnv PATH=/usr/bin:/bin"])
+    job = spec.load(_job(tmp_path, '"fanout-test-tool"'))
+    events: list[dict[str, Any]] = []
+    summary = await _ssh_runner(ssh_pool, job, events).execute(Options())
+    assert summary.counts == {"succeeded": 2}
+    notices = [e["message"] for e in events if e["event"] == "notice"]
+    assert [n for n in notices if "cannot start" in n] == [
+        "host h2 is unavailable: h2 cannot start fanout-test-tool: not found on its PATH"
+        " (/usr/bin:/bin)"
+    ]
+    attempts = Journal(job.runtime.state_dir / "journal.sqlite").attempts(summary.run_id)
+    assert {a["host"] for a in attempts} == {"h1"}
+
+    # No host has it: the run stops before any unit starts.
+    missing = spec.load(_job(tmp_path / "missing", f'"{MISSING}"'))
+    runner = _ssh_runner(ssh_pool, missing, [])
+    with pytest.raises(HostsUnavailable) as caught:
+        await runner.execute(Options())
+    assert str(caught.value).splitlines()[0] == (
+        f"no SSH host can run units: h1 cannot start {MISSING}: not found on its PATH"
+        f" ({tools}:/usr/bin:/bin); h2 cannot start {MISSING}: not found on its PATH"
+        " (/usr/bin:/bin)"
+    )
+    (run,) = runner.journal.runs()
+    assert runner.journal.attempts(run.id) == []
+
+
+def test_plan_names_what_it_leaves_to_hosts_and_images(chdir_tmp: Path) -> None:
+    hosts = '[[runtime.hosts]]\nname = "w1"\naddress = "127.0.0.1"\n'
+    _job(chdir_tmp, f'"{MISSING}"', sandbox_kind="none")
+    text = (chdir_tmp / "job.toml").read_text()
+    (chdir_tmp / "job.toml").write_text(text + hosts)
+    assert _commands_lines(cli("plan", "job.toml").out) == [
+        f"Commands  {MISSING}: checked on each SSH host when the run starts"
+    ]
+    (chdir_tmp / "job.toml").write_text(
+        text.replace('sandbox = "none"', 'sandbox = "podman"\nimage = "x"')
+    )
+    assert _commands_lines(cli("plan", "job.toml").out) == [
+        "Commands  not checked: the image (runtime.image) decides what is installed"
+    ]
