@@ -126,6 +126,30 @@ def test_trusting_an_ssh_config_alias_records_the_name_that_is_looked_up(
     assert recorded.read_text() == f"{name} {_key(server)}\n"
 
 
+@pytest.mark.slow
+async def test_an_unknown_key_is_refused_naming_the_name_looked_up_and_the_key(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    ssh = _home() / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config").write_text(
+        f"Host ecobox\n  HostName 127.0.0.1\n  Port {server.port}\n  User {ssh_pool.user}\n"
+        f"  IdentityFile {ssh_pool.client_key}\n"
+    )
+    host = Host(name="ecobox", address="ecobox", sandbox_root=str(_sandboxes(ssh_pool)))
+    transport = SshTransport([host], known_hosts=[hosts.fanout_known_hosts(os.environ)])
+    with pytest.raises(HostsUnavailable) as caught:
+        await transport.start()
+    await transport.close()
+    fingerprint = _fingerprint(server.host_public_key, tmp_path)
+    assert str(caught.value) == (
+        "no SSH host is reachable: host key of ecobox (ecobox) is not trusted: no known_hosts"
+        f" entry for [127.0.0.1]:{server.port} trusts its ssh-ed25519 key {fingerprint};"
+        " check it and run `fanout hosts trust ecobox`"
+    )
+
+
 # A changed key ----------------------------------------------------------------------
 
 
@@ -211,14 +235,19 @@ def test_trusting_a_changed_key_asks_and_replaces_the_old_entry(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("hashed", [False, True], ids=["plain", "HashKnownHosts"])
 def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
-    ssh_pool: Any, tmp_path: Path
+    ssh_pool: Any, tmp_path: Path, hashed: bool
 ) -> None:
     server = ssh_pool.add("h1")
     ssh = _home() / ".ssh"
     ssh.mkdir(mode=0o700)
     users = ssh / "known_hosts"
     users.write_text(f"# mine\n{server.known_hosts_line}\n")
+    if hashed:  # Debian's and Ubuntu's default: names stored as |1|salt|hash
+        subprocess.run(["ssh-keygen", "-H", "-f", str(users)], capture_output=True, check=True)
+        Path(f"{users}.old").unlink()
+        assert "127.0.0.1" not in users.read_text()
     original = users.read_text()
     old = _fingerprint(server.host_public_key, tmp_path)
     server.rekey()
@@ -236,7 +265,7 @@ def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
     # The command given works as written.
     command = advice.split("`")[1]
     subprocess.run(shlex.split(command), capture_output=True, check=True)
-    assert "[127.0.0.1]" not in users.read_text()
+    assert users.read_text() == "# mine\n"
 
 
 # fanout's own file ------------------------------------------------------------------

@@ -185,8 +185,12 @@ async def fetch_host_key(host: Host, known_hosts: Sequence[Path], wait: float = 
     try:
         conn = await asyncio.wait_for(asyncssh.connect(host.address, **options), wait)
         conn.close()
-    except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied):
-        pass  # what is expected: an untrusted key, or a trusted one and no auth tried
+        await conn.wait_closed()
+    except asyncssh.HostKeyNotVerifiable as exc:
+        if witness.presented is None:  # a revoked key: never offered for trust
+            raise EnvironmentProblem(f"{host.name} ({where(host)}): {exc.reason}") from None
+    except asyncssh.PermissionDenied:
+        pass  # a trusted key, and no authentication tried
     except (OSError, asyncssh.Error, TimeoutError) as exc:
         if witness.presented is None:
             raise EnvironmentProblem(
