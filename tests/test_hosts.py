@@ -19,7 +19,7 @@ from fanout.errors import HostsUnavailable
 from fanout.spec import Host
 from fanout.ssh import SshTransport
 
-from helpers import write_job
+from helpers import make_attempt, write_job
 
 FANOUT = [sys.executable, "-m", "fanout"]
 
@@ -285,3 +285,51 @@ def test_recording_replaces_only_the_named_lines_still_as_they_were(tmp_path: Pa
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     hosts.record("[b]:2222 ssh-ed25519 NEW", environ)
     assert path.read_text().count("NEW") == 1
+
+
+@pytest.mark.slow
+async def test_a_key_changed_during_a_run_quarantines_the_host_with_the_warning(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """The host is reinstalled (or impersonated) while the run goes on: its connections
+    drop, the reconnect meets the new key, and the host is quarantined saying why."""
+    import asyncio
+
+    servers = [ssh_pool.add("h1"), ssh_pool.add("h2")]
+    pool = [
+        Host(
+            name=s.name,
+            address="127.0.0.1",
+            port=s.port,
+            user=ssh_pool.user,
+            identity=str(ssh_pool.client_key),
+            sandbox_root=str(_sandboxes(ssh_pool)),
+        )
+        for s in servers
+    ]
+    notices: list[str] = []
+    transport = SshTransport(
+        pool,
+        known_hosts=[ssh_pool.known_hosts],
+        rng=random.Random(3),
+        keepalive_interval=1.0,
+        keepalive_count=2,
+        connect_timeout=5.0,
+        notice=notices.append,
+    )
+    await transport.start()
+    try:
+        new = _fingerprint(servers[0].rekey(), tmp_path)
+        for n in range(8):
+            # Units keep running (on h2) while h1 is lost, reconnects and is refused.
+            await transport.run(make_attempt(tmp_path / str(n), ["true"], unit_id=f"u{n}"))
+        for _ in range(200):  # the reconnect backoff is at most 1 s here
+            if any("quarantined" in n for n in notices):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await transport.close()
+    quarantined = [n for n in notices if n.startswith("host h1 quarantined")]
+    assert len(quarantined) == 1, notices
+    assert "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! h1 now offers" in quarantined[0]
+    assert f"ssh-ed25519 key {new} for [127.0.0.1]:{servers[0].port}" in quarantined[0]
