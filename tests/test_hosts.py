@@ -235,16 +235,19 @@ def test_trusting_a_changed_key_asks_and_replaces_the_old_entry(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("hashed", [False, True], ids=["plain", "HashKnownHosts"])
+@pytest.mark.parametrize("layout", ["plain", "HashKnownHosts", "portless"])
 def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
-    ssh_pool: Any, tmp_path: Path, hashed: bool
+    ssh_pool: Any, tmp_path: Path, layout: str
 ) -> None:
     server = ssh_pool.add("h1")
     ssh = _home() / ".ssh"
     ssh.mkdir(mode=0o700)
     users = ssh / "known_hosts"
-    users.write_text(f"# mine\n{server.known_hosts_line}\n")
-    if hashed:  # Debian's and Ubuntu's default: names stored as |1|salt|hash
+    # "portless": a line for 127.0.0.1 without a port, which asyncssh (like OpenSSH)
+    # falls back to for any port when no [127.0.0.1]:PORT line exists.
+    line = f"127.0.0.1 {_key(server)}" if layout == "portless" else server.known_hosts_line
+    users.write_text(f"# mine\n{line}\n")
+    if layout == "HashKnownHosts":  # Debian's and Ubuntu's default: |1|salt|hash names
         subprocess.run(["ssh-keygen", "-H", "-f", str(users)], capture_output=True, check=True)
         Path(f"{users}.old").unlink()
         assert "127.0.0.1" not in users.read_text()
@@ -255,12 +258,15 @@ def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
     replaced = _fanout("hosts", "trust", f"127.0.0.1:{server.port}", answer="y\n")
     assert replaced.returncode == 0, replaced.stderr
     assert f"  trusted until now: ssh-ed25519 key {old} ({users}:2)" in replaced.stdout
+    recorded = hosts.fanout_known_hosts(os.environ)
+    assert f"trusted: recorded in {recorded}\n" in replaced.stdout  # nothing removed there
     assert users.read_text() == original
-    assert hosts.fanout_known_hosts(os.environ).read_text() == f"{name} {_key(server)}\n"
+    assert recorded.read_text() == f"{name} {_key(server)}\n"
     advice = replaced.stderr.strip()
+    old_name = "127.0.0.1" if layout == "portless" else name
     assert advice == (
         f"the old key is still trusted by line 2 of {users}, which fanout never edits:"
-        f" remove it with `ssh-keygen -f '{users}' -R '{name}'`"
+        f" remove it with `ssh-keygen -f '{users}' -R '{old_name}'`"
     )
     # The command given works as written.
     command = advice.split("`")[1]

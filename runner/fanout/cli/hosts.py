@@ -138,7 +138,8 @@ def hosts_trust(
         # changed one (that is the one moment a person has to look).
         if yes:
             print(
-                "not trusted: --yes never replaces a changed key; answer the question",
+                "not trusted: --yes never replaces a changed key; check the new"
+                " fingerprint, then run this again without --yes and answer",
                 file=sys.stderr,
             )
             raise typer.Exit(1)
@@ -153,12 +154,13 @@ def hosts_trust(
     path = inventory.record(
         key.line, coordinator_env, {e.line: e.text for e in key.replaced if e.path == own}
     )
-    print(f"trusted: recorded in {path}" + (" (the old key removed)" if key.replaced else ""))
+    removed = any(e.path == own for e in key.replaced)
+    print(f"trusted: recorded in {path}" + (" (the old key removed)" if removed else ""))
     for old in key.replaced:
         if old.path != own:
             # fanout never edits the user's files; until that line goes, both keys pass.
             print(
                 f"the old key is still trusted by line {old.line} of {old.path}, which fanout"
-                f" never edits: remove it with `ssh-keygen -f '{old.path}' -R '{key.name}'`",
+                f" never edits: remove it with `ssh-keygen -f '{old.path}' -R '{old.name}'`",
                 file=sys.stderr,
             )

@@ -127,6 +127,7 @@ class KnownEntry:
     path: Path
     line: int  # 1-based
     text: str
+    name: str  # the name it matched (its pattern may be hashed): what `ssh-keygen -R` takes
     kind: str
     fingerprint: str  # SHA256:...
 
@@ -172,9 +173,12 @@ class KeyWitness:
                 if not line or line.startswith(("#", "@")):
                     continue  # markers (@revoked, @cert-authority) are not host keys
                 try:
-                    keys = asyncssh.import_known_hosts(line).match(host, addr, port)[0]
+                    entry = asyncssh.import_known_hosts(line)
                 except (ValueError, asyncssh.KeyImportError):
                     continue
+                keys = entry.match(host, addr, port)[0]
+                ported = [f"[{host}]:{port}", f"[{addr}]:{port}"] if port else []
+                names = [n for n in (*ported, host, addr) if n and entry.match(n, "", None)[0]]
                 # A line may match twice (by name and by address): one entry per key.
                 for key in dict.fromkeys(keys):
                     # Only keys asyncssh really trusted: a port-less line it skipped
@@ -185,6 +189,7 @@ class KeyWitness:
                                 path=path,
                                 line=number,
                                 text=text,
+                                name=names[0] if names else self.name,
                                 kind=key.get_algorithm(),
                                 fingerprint=key.get_fingerprint("sha256"),
                             )
