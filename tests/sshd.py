@@ -119,6 +119,16 @@ class Sshd:
         self.signal_tree(signal.SIGCONT)
         self.kill()
 
+    def rekey(self) -> str:
+        """The host reinstalled (or an impostor on its address): sshd restarted on the
+        same port with a new host key, which is returned."""
+        self.stop()
+        for old in (self.directory / "hostkey", self.directory / "hostkey.pub"):
+            old.unlink()
+        self.host_public_key = keygen(self.directory / "hostkey")
+        self.start()
+        return self.host_public_key
+
 
 @dataclass
 class Pool:

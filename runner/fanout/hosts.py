@@ -3,12 +3,15 @@ host's key, and finding a host by name.
 
 Host keys are always verified.  fanout reads the user's ``~/.ssh/known_hosts`` and its
 own file (``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``);
-``fanout hosts trust`` shows a key's fingerprint and, once confirmed, appends it to
-fanout's own file, never to the user's.
+``fanout hosts trust`` shows a key's fingerprint and, once confirmed, records it in
+fanout's own file, never in the user's.  A changed key replaces the old line of
+fanout's file (two lines would keep the old key trusted); a line in the user's file is
+theirs to remove.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,13 +44,21 @@ def find(hosts: Sequence[Host], wanted: str) -> Host:
     return Host(name=wanted, address=address, port=int(port) if port else None)
 
 
-def record(line: str, environ: Mapping[str, str]) -> Path:
-    """Append a known_hosts ``line`` to fanout's own file (created 0600)."""
+def record(line: str, environ: Mapping[str, str], replacing: Mapping[int, str] = {}) -> Path:
+    """Add a known_hosts ``line`` to fanout's own file (created 0600), dropping the
+    lines ``replacing`` names (number, 1-based, to its text: a line that changed since
+    it was read stays)."""
     path = fanout_known_hosts(environ)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     existing = path.read_text().splitlines() if path.exists() else []
-    if line not in existing:
-        with path.open("a") as stream:
-            stream.write(line + "\n")
-        path.chmod(0o600)
+    kept = [text for n, text in enumerate(existing, 1) if replacing.get(n) != text]
+    if line not in kept:
+        kept.append(line)
+    if kept != existing:
+        # Written aside and renamed: a run reading the file sees the old or the new one.
+        partial = path.with_name(path.name + ".new")
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as stream:
+            stream.write("".join(text + "\n" for text in kept))
+        partial.replace(path)
     return path

@@ -99,12 +99,16 @@ def hosts_trust(
         Path | None, typer.Option("--job", help="Find HOST in this job's hosts.")
     ] = None,
     hosts: HostsOption = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Trust without asking.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Trust a new key without asking (never a changed one).")
+    ] = False,
 ) -> None:
     """Show HOST's SSH host key fingerprint, and trust it once you confirm.
 
-    The key is recorded in fanout's own known_hosts file (~/.config/fanout/known_hosts),
-    never in yours.
+    HOST is looked up as a run looks it up (~/.ssh/config's HostName, Port and
+    HostKeyAlias apply), and the key is recorded under that name, [host]:port for a port
+    other than 22, in fanout's own known_hosts file (~/.config/fanout/known_hosts),
+    never in yours.  A changed key replaces the old one in fanout's file.
     """
     import asyncio
 
@@ -112,12 +116,51 @@ def hosts_trust(
     from ..ssh import fetch_host_key
 
     coordinator_env = environ()
+    files = inventory.known_hosts_files(coordinator_env)
     target = call(lambda: inventory.find(_inventory(job, hosts), host))
-    line, fingerprint, kind = call(lambda: asyncio.run(fetch_host_key(target)))
-    print(f"{target.name} ({target.address}{':' + str(target.port) if target.port else ''})")
-    print(f"  {kind} key fingerprint {fingerprint}")
-    if not yes and not typer.confirm("Trust this key?", default=False):
+    key = call(lambda: asyncio.run(fetch_host_key(target, files)))
+    print(f"{target.name} (known_hosts name {key.name})")
+    if key.trusted_by:
+        where = ", ".join(f"{e.path}:{e.line}" for e in key.trusted_by)
+        print(f"  {key.kind} key fingerprint {key.fingerprint} is already trusted ({where})")
+        return
+    if key.replaced:
+        print("  WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!")
+        for old in key.replaced:
+            print(f"  trusted until now: {old.kind} key {old.fingerprint} ({old.path}:{old.line})")
+        print(f"  offered now:       {key.kind} key {key.fingerprint}")
+        print(
+            "  Someone could be eavesdropping on you right now (a man-in-the-middle attack),"
+            " or the host was reinstalled.  Replace the old key only once the host's"
+            " administrator has confirmed the new fingerprint."
+        )
+        # Like StrictHostKeyChecking=accept-new: a script may accept new keys, never a
+        # changed one (that is the one moment a person has to look).
+        if yes:
+            print(
+                "not trusted: --yes never replaces a changed key; check the new"
+                " fingerprint, then run this again without --yes and answer",
+                file=sys.stderr,
+            )
+            raise typer.Exit(1)
+        question = "Replace the old key with this one?"
+    else:
+        print(f"  {key.kind} key fingerprint {key.fingerprint}")
+        question = "Trust this key?"
+    if not yes and not typer.confirm(question, default=False):
         print("not trusted", file=sys.stderr)
         raise typer.Exit(1)
-    path = inventory.record(line, coordinator_env)
-    print(f"trusted: recorded in {path}")
+    own = inventory.fanout_known_hosts(coordinator_env)
+    path = inventory.record(
+        key.line, coordinator_env, {e.line: e.text for e in key.replaced if e.path == own}
+    )
+    removed = any(e.path == own for e in key.replaced)
+    print(f"trusted: recorded in {path}" + (" (the old key removed)" if removed else ""))
+    for old in key.replaced:
+        if old.path != own:
+            # fanout never edits the user's files; until that line goes, both keys pass.
+            print(
+                f"the old key is still trusted by line {old.line} of {old.path}, which fanout"
+                f" never edits: remove it with `ssh-keygen -f '{old.path}' -R '{old.name}'`",
+                file=sys.stderr,
+            )

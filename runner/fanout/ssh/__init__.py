@@ -28,7 +28,8 @@ asyncssh's errors become fanout's, ``probe`` what ``fanout hosts check`` and ``f
 hosts trust`` ask a host.
 """
 
-from .probe import Probe, fetch_host_key
+from .connection import KnownEntry
+from .probe import HostKey, Probe, fetch_host_key
 from .transport import SshTransport
 
-__all__ = ["Probe", "SshTransport", "fetch_host_key"]
+__all__ = ["HostKey", "KnownEntry", "Probe", "SshTransport", "fetch_host_key"]

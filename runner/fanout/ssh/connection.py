@@ -1,6 +1,15 @@
 """Connections to SSH hosts, and asyncssh's errors translated into fanout's three:
 ``Refused`` (retrying will not help: host key, authentication, missing tools),
-``Unreachable`` (not this time) and ``Lost`` (a connection under an attempt went away)."""
+``Unreachable`` (not this time) and ``Lost`` (a connection under an attempt went away).
+
+Host keys: asyncssh applies ``~/.ssh/config`` (``HostName``, ``Port``, ``User``,
+``IdentityFile``, ``HostKeyAlias``) and looks the key up under the name OpenSSH uses:
+the ``HostKeyAlias`` if set, else the real ``HostName``, as ``[name]:port`` for a port
+other than 22 (and the peer's IP address the same way).  ``KeyWitness`` sits in that
+lookup, so fanout learns the name asyncssh consulted and the key the host presented,
+and can tell an unknown key from a changed one (and say which file and line holds the
+old key).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
@@ -66,9 +76,6 @@ class Connector:
 
     def options(self, host: Host) -> dict[str, object]:
         options: dict[str, object] = {
-            "known_hosts": asyncssh.read_known_hosts(
-                [str(p) for p in self.known_hosts if p.is_file()]
-            ),
             "keepalive_interval": self.keepalive_interval,
             # asyncssh sends a keepalive at each silent interval's end and drops the
             # connection at the end of the interval after keepalive_count_max of them
@@ -91,20 +98,170 @@ class Connector:
 
     async def connect(self, host: Host, handshakes: asyncio.Semaphore, room: int) -> Connection:
         """A new authenticated connection to ``host`` that may carry ``room`` channels."""
+        witness = KeyWitness(known=read_known_hosts(self.known_hosts))
         async with handshakes:
             try:
-                conn = await asyncssh.connect(host.address, **self.options(host))
+                conn = await asyncssh.connect(
+                    host.address,
+                    known_hosts=witness.lookup,
+                    client_factory=witness.client,
+                    **self.options(host),
+                )
             except asyncssh.HostKeyNotVerifiable as exc:
-                raise Refused(
-                    f"host key of {host.name} ({where(host)}) is not trusted:"
-                    f" {exc.reason}; check it and run `fanout hosts trust {host.name}`"
-                ) from None
+                old = witness.entries(self.known_hosts)
+                if witness.presented is not None and old:
+                    raise Refused(changed_key_warning(host, witness, old)) from None
+                raise Refused(unknown_key_refusal(host, witness, exc.reason)) from None
             except asyncssh.PermissionDenied:
                 user = host.user or "the default user"
                 raise Refused(f"{host.name}: authentication refused for {user}") from None
             except (OSError, asyncssh.Error, TimeoutError) as exc:
                 raise Unreachable(f"{host.name} ({where(host)}): {describe(exc)}") from None
         return Connection(conn=conn, room=room)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnownEntry:
+    """A known_hosts line that trusts a key for the name a host is looked up under."""
+
+    path: Path
+    line: int  # 1-based
+    text: str
+    name: str  # the name it matched (its pattern may be hashed): what `ssh-keygen -R` takes
+    kind: str
+    fingerprint: str  # SHA256:...
+
+
+@dataclass(eq=False)
+class KeyWitness:
+    """Sits in asyncssh's host key check of one connection: records the name, address
+    and port asyncssh looked up (the keys trusted there decide which key types it asks
+    the host for, as OpenSSH does) and the key the host presented."""
+
+    known: asyncssh.SSHKnownHosts
+    looked_up: tuple[str, str, int | None] | None = None
+    trusted: tuple[asyncssh.SSHKey, ...] = ()
+    presented: asyncssh.SSHKey | None = None
+
+    def lookup(self, host: str, addr: str, port: int | None) -> Any:
+        self.looked_up = (host, addr, port)
+        found = self.known.match(host, addr, port)
+        self.trusted = tuple(found[0])
+        return found
+
+    def client(self) -> asyncssh.SSHClient:
+        return _WitnessClient(self)
+
+    @property
+    def name(self) -> str:
+        """The known_hosts name asyncssh looked up, as OpenSSH writes it."""
+        assert self.looked_up is not None
+        host, _, port = self.looked_up
+        return f"[{host}]:{port}" if port else host
+
+    def entries(self, files: Sequence[Path]) -> list[KnownEntry]:
+        """The lines of ``files`` behind the keys this lookup trusted, in file order."""
+        if self.looked_up is None or not self.trusted:
+            return []
+        host, addr, port = self.looked_up
+        found = []
+        for path in files:
+            if not path.is_file():
+                continue
+            for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                line = text.strip()
+                if not line or line.startswith(("#", "@")):
+                    continue  # markers (@revoked, @cert-authority) are not host keys
+                try:
+                    entry = asyncssh.import_known_hosts(line)
+                except (ValueError, asyncssh.KeyImportError):
+                    continue
+                keys = entry.match(host, addr, port)[0]
+                ported = [f"[{host}]:{port}", f"[{addr}]:{port}"] if port else []
+                names = [n for n in (*ported, host, addr) if n and entry.match(n, "", None)[0]]
+                # A line may match twice (by name and by address): one entry per key.
+                for key in dict.fromkeys(keys):
+                    # Only keys asyncssh really trusted: a port-less line it skipped
+                    # because a [host]:port line matched is not the entry in force.
+                    if key in self.trusted:
+                        found.append(
+                            KnownEntry(
+                                path=path,
+                                line=number,
+                                text=text,
+                                name=names[0] if names else self.name,
+                                kind=key.get_algorithm(),
+                                fingerprint=key.get_fingerprint("sha256"),
+                            )
+                        )
+        return found
+
+
+class _WitnessClient(asyncssh.SSHClient):
+    def __init__(self, witness: KeyWitness) -> None:
+        self._witness = witness
+        self._conn: asyncssh.SSHClientConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._conn = conn
+
+    def begin_auth(self, username: str) -> None:
+        # The key exchange is over: the host's key was trusted.
+        if self._conn is not None:
+            self._witness.presented = self._conn.get_server_host_key()
+
+    # asyncssh asks this only about a key no known_hosts line trusts.
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        self._witness.presented = key
+        return False
+
+
+def host_key_alias(host: Host) -> str | None:
+    """The ``HostKeyAlias`` that ``~/.ssh/config`` gives ``host``, if any."""
+    options = asyncssh.SSHClientConnectionOptions(
+        host=host.address,
+        port=host.port if host.port is not None else (),
+        config=(),
+        known_hosts=None,
+        client_keys=None,
+        agent_path=None,
+    )
+    return options.host_key_alias
+
+
+def read_known_hosts(files: Sequence[Path]) -> asyncssh.SSHKnownHosts:
+    return asyncssh.read_known_hosts([str(p) for p in files if p.is_file()])
+
+
+def unknown_key_refusal(host: Host, witness: KeyWitness, reason: str) -> str:
+    """Why a host whose key no known_hosts line names is refused, and what to do."""
+    if witness.presented is not None and witness.looked_up is not None:
+        kind = witness.presented.get_algorithm()
+        fingerprint = witness.presented.get_fingerprint("sha256")
+        reason = f"no known_hosts entry for {witness.name} trusts its {kind} key {fingerprint}"
+    return (
+        f"host key of {host.name} ({where(host)}) is not trusted: {reason};"
+        f" check it and run `fanout hosts trust {host.name}`"
+    )
+
+
+def changed_key_warning(host: Host, witness: KeyWitness, old: Sequence[KnownEntry]) -> str:
+    """OpenSSH's REMOTE HOST IDENTIFICATION HAS CHANGED, in fanout's words, on one line
+    (it is shown in a table cell, a notice and the run's log alike)."""
+    assert witness.presented is not None
+    kind = witness.presented.get_algorithm()
+    new = witness.presented.get_fingerprint("sha256")
+    trusted = " and ".join(f"{e.path}:{e.line} trusts {e.kind} key {e.fingerprint}" for e in old)
+    return (
+        f"host key of {host.name} ({where(host)}) is not trusted: WARNING: REMOTE HOST"
+        f" IDENTIFICATION HAS CHANGED! {host.name} now offers {kind} key {new} for"
+        f" {witness.name}, but {trusted} there.  Someone could be eavesdropping on you"
+        f" right now (a man-in-the-middle attack), or the host was reinstalled with a new"
+        f" key.  Confirm {new} with the host's administrator, then run"
+        f" `fanout hosts trust {host.name}` to replace the old key"
+    )
 
 
 def where(host: Host) -> str:

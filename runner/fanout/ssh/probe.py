@@ -8,12 +8,24 @@ import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncssh
 
 from ..errors import EnvironmentProblem
 from ..spec import Host
-from .connection import Connector, Lost, Refused, Unreachable, describe, where
+from .connection import (
+    Connector,
+    KeyWitness,
+    KnownEntry,
+    Lost,
+    Refused,
+    Unreachable,
+    describe,
+    host_key_alias,
+    read_known_hosts,
+    where,
+)
 
 # The PID namespace each unit step gets where bwrap is not used: the step's whole tree
 # dies with it (the kernel kills a namespace when its first process ends), and fanout's
@@ -151,21 +163,71 @@ async def probe(connector: Connector, host: Host, sandbox: str = "auto") -> Prob
         conn.close()
 
 
-async def fetch_host_key(host: Host, wait: float = 15.0) -> tuple[str, str, str]:
-    """(known_hosts line, SHA256 fingerprint, key type) of ``host``'s server key, for
-    ``fanout hosts trust`` to show before anything is recorded."""
-    options: dict[str, object] = {}
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostKey:
+    """What ``fanout hosts trust`` shows before it records anything: the key a host
+    presented, the known_hosts name it is looked up under, and which lines already
+    trust a key there (this one, or another: a changed key)."""
+
+    name: str  # as OpenSSH writes it: [host]:port, HostKeyAlias or HostName
+    line: str  # the known_hosts line that trusts this key under ``name``
+    kind: str
+    fingerprint: str
+    trusted_by: tuple[KnownEntry, ...]  # lines trusting this very key
+    replaced: tuple[KnownEntry, ...]  # lines trusting another key for ``name``
+
+
+async def fetch_host_key(host: Host, known_hosts: Sequence[Path], wait: float = 15.0) -> HostKey:
+    """The key ``host`` presents, looked up exactly as a run looks it up (through
+    ``~/.ssh/config``), without authenticating: every auth method is off, so the
+    handshake ends once the host has shown its key."""
+    witness = KeyWitness(known=read_known_hosts(known_hosts))
+    options: dict[str, object] = {
+        "known_hosts": witness.lookup,
+        "client_factory": witness.client,
+        "connect_timeout": wait,
+        # Never authenticate: no key, agent, password, keyboard or GSS attempt.
+        "client_keys": None,
+        "agent_path": None,
+        "password_auth": False,
+        "kbdint_auth": False,
+        "gss_auth": False,
+        "host_based_auth": False,
+    }
     if host.port is not None:
         options["port"] = host.port
+    if host.user is not None:
+        options["username"] = host.user
     try:
-        lookup = asyncssh.get_server_host_key(host.address, **options)  # type: ignore[arg-type]
-        key = await asyncio.wait_for(lookup, wait)
+        conn = await asyncio.wait_for(asyncssh.connect(host.address, **options), wait)
+        conn.close()
+        await conn.wait_closed()
+    except asyncssh.HostKeyNotVerifiable as exc:
+        if witness.presented is None:  # a revoked key: never offered for trust
+            raise EnvironmentProblem(f"{host.name} ({where(host)}): {exc.reason}") from None
+    except asyncssh.PermissionDenied:
+        pass  # a trusted key, and no authentication tried
     except (OSError, asyncssh.Error, TimeoutError) as exc:
-        raise EnvironmentProblem(
-            f"cannot reach {host.name} ({where(host)}): {describe(exc)}"
-        ) from None
-    if key is None:
+        if witness.presented is None:
+            raise EnvironmentProblem(
+                f"cannot reach {host.name} ({where(host)}): {describe(exc)}"
+            ) from None
+    key = witness.presented
+    if key is None or witness.looked_up is None:
         raise EnvironmentProblem(f"{host.name} ({where(host)}) offered no host key")
-    pattern = f"[{host.address}]:{host.port}" if host.port and host.port != 22 else host.address
+    # OpenSSH records a HostKeyAlias bare (it never adds the port to it); asyncssh looks
+    # up [alias]:port first and then the bare alias, so both accept the line.
+    name = witness.looked_up[0] if host_key_alias(host) else witness.name
     public = key.export_public_key("openssh").decode().split()
-    return f"{pattern} {public[0]} {public[1]}", key.get_fingerprint("sha256"), key.get_algorithm()
+    entries = witness.entries(known_hosts)
+    fingerprint = key.get_fingerprint("sha256")
+    trusted_by = tuple(e for e in entries if e.fingerprint == fingerprint)
+    return HostKey(
+        name=name,
+        line=f"{name} {public[0]} {public[1]}",
+        kind=key.get_algorithm(),
+        fingerprint=fingerprint,
+        trusted_by=trusted_by,
+        # A trusted key next to keys of other types is not a change (hosts have several).
+        replaced=() if trusted_by else tuple(entries),
+    )

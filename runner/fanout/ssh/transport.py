@@ -189,7 +189,11 @@ class SshTransport:
             )
             try:
                 await self._bring_up(state)
-            except (Unreachable, Lost, Refused):
+            except Refused as exc:
+                # _bring_up quarantined it (a changed host key, say): say why, once.
+                self._notice(f"host {state.name} quarantined: {exc}")
+                break
+            except (Unreachable, Lost):
                 continue
             self._notice(f"host {state.name} is back")
             break

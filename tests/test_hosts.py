@@ -1,0 +1,341 @@
+"""Host keys as users meet them: ``~/.ssh/config`` aliases trusted under the name that is
+looked up, and a changed key warned about, refused, and replaced on trust (real sshd on
+loopback, the real CLI, a real ``~/.ssh/config`` in the test's private HOME)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import hosts
+from fanout.errors import HostsUnavailable
+from fanout.spec import Host
+from fanout.ssh import SshTransport
+
+from helpers import make_attempt, write_job
+
+FANOUT = [sys.executable, "-m", "fanout"]
+
+
+def _home() -> Path:
+    return Path(os.environ["HOME"])  # conftest's private HOME of this test
+
+
+def _fanout(*argv: str, answer: str | None = None, cwd: Path | None = None) -> Any:
+    return subprocess.run(
+        [*FANOUT, *argv],
+        capture_output=True,
+        text=True,
+        input=answer,
+        env=dict(os.environ),
+        cwd=cwd,
+    )
+
+
+def _fingerprint(public_key: str, tmp_path: Path) -> str:
+    """The SHA256 fingerprint as OpenSSH's ssh-keygen prints it."""
+    path = tmp_path / "key.pub"
+    path.write_text(public_key + "\n")
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()[1]
+
+
+def _key(server: Any) -> str:
+    return " ".join(server.host_public_key.split()[:2])
+
+
+def _sandboxes(pool: Any) -> Path:
+    root = Path(pool.base) / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    return root
+
+
+def _job(tmp_path: Path, hosts_toml: str) -> Path:
+    (tmp_path / "hosts.toml").write_text(hosts_toml)
+    return Path(
+        write_job(
+            tmp_path,
+            'version = 1\nname = "h"\n[inputs]\nitems = ["a"]\n[task]\ncommand = ["true"]\n'
+            '[runtime]\nhosts = "hosts.toml"\n',
+        )
+    )
+
+
+def _rows(stdout: str) -> dict[str, str]:
+    return {line.split("│")[1].strip(): line for line in stdout.splitlines() if "│" in line}
+
+
+# An alias of ~/.ssh/config ----------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alias_line", ["", "HostKeyAlias ecobox-key"])
+def test_trusting_an_ssh_config_alias_records_the_name_that_is_looked_up(
+    ssh_pool: Any, tmp_path: Path, alias_line: str
+) -> None:
+    """`address = "ecobox"`, a Host block giving HostName, Port, User and IdentityFile:
+    the key is recorded as OpenSSH records it ([127.0.0.1]:PORT, or the HostKeyAlias
+    bare) and `hosts check` then passes."""
+    server = ssh_pool.add("h1")
+    ssh = _home() / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config").write_text(
+        f"Host ecobox\n  HostName 127.0.0.1\n  Port {server.port}\n  User {ssh_pool.user}\n"
+        f"  IdentityFile {ssh_pool.client_key}\n  {alias_line}\n"
+    )
+    job = _job(
+        tmp_path,
+        f'[[hosts]]\nname = "ecobox"\naddress = "ecobox"\nsandboxRoot = "{_sandboxes(ssh_pool)}"\n',
+    )
+    refused = _fanout("hosts", "check", str(job))
+    assert refused.returncode == 4
+    assert "is not trusted" in refused.stdout
+    assert "run `fanout hosts trust ecobox`" in refused.stdout
+
+    trusted = _fanout("hosts", "trust", "ecobox", "--yes")  # as the advice says, no --job
+    assert trusted.returncode == 0, trusted.stderr
+    name = "ecobox-key" if alias_line else f"[127.0.0.1]:{server.port}"
+    recorded = hosts.fanout_known_hosts(os.environ)
+    assert recorded.read_text() == f"{name} {_key(server)}\n"  # not "ecobox ssh-ed25519 ..."
+    fingerprint = _fingerprint(server.host_public_key, tmp_path)
+    assert trusted.stdout.splitlines()[:2] == [
+        f"ecobox (known_hosts name {name})",
+        f"  ssh-ed25519 key fingerprint {fingerprint}",
+    ]
+
+    checked = _fanout("hosts", "check", str(job))
+    assert checked.returncode == 0, checked.stdout
+    assert "/bin/sh" in _rows(checked.stdout)["ecobox"]
+
+    again = _fanout("hosts", "trust", "ecobox", "--yes")
+    assert again.returncode == 0
+    assert f"is already trusted ({recorded}:1)" in again.stdout
+    assert recorded.read_text() == f"{name} {_key(server)}\n"
+
+
+@pytest.mark.slow
+async def test_an_unknown_key_is_refused_naming_the_name_looked_up_and_the_key(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    ssh = _home() / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config").write_text(
+        f"Host ecobox\n  HostName 127.0.0.1\n  Port {server.port}\n  User {ssh_pool.user}\n"
+        f"  IdentityFile {ssh_pool.client_key}\n"
+    )
+    host = Host(name="ecobox", address="ecobox", sandbox_root=str(_sandboxes(ssh_pool)))
+    transport = SshTransport([host], known_hosts=[hosts.fanout_known_hosts(os.environ)])
+    with pytest.raises(HostsUnavailable) as caught:
+        await transport.start()
+    await transport.close()
+    fingerprint = _fingerprint(server.host_public_key, tmp_path)
+    assert str(caught.value) == (
+        "no SSH host is reachable: host key of ecobox (ecobox) is not trusted: no known_hosts"
+        f" entry for [127.0.0.1]:{server.port} trusts its ssh-ed25519 key {fingerprint};"
+        " check it and run `fanout hosts trust ecobox`"
+    )
+
+
+# A changed key ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_changed_host_key_is_refused_with_both_fingerprints_and_the_old_line(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    old = _fingerprint(server.host_public_key, tmp_path)
+    new = _fingerprint(server.rekey(), tmp_path)
+    host = Host(
+        name="h1",
+        address="127.0.0.1",
+        port=server.port,
+        user=ssh_pool.user,
+        identity=str(ssh_pool.client_key),
+        sandbox_root=str(_sandboxes(ssh_pool)),
+    )
+    transport = SshTransport(
+        [host], known_hosts=[ssh_pool.known_hosts], rng=random.Random(3), connect_timeout=5.0
+    )
+    with pytest.raises(HostsUnavailable) as caught:
+        await transport.start()
+    await transport.close()
+    name = f"[127.0.0.1]:{server.port}"
+    assert str(caught.value) == (
+        f"no SSH host is reachable: host key of h1 (127.0.0.1:{server.port}) is not trusted:"
+        f" WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! h1 now offers ssh-ed25519 key"
+        f" {new} for {name}, but {ssh_pool.known_hosts}:1 trusts ssh-ed25519 key {old}"
+        f" there.  Someone could be eavesdropping on you right now (a man-in-the-middle"
+        f" attack), or the host was reinstalled with a new key.  Confirm {new} with the"
+        f" host's administrator, then run `fanout hosts trust h1` to replace the old key"
+    )
+
+
+@pytest.mark.slow
+def test_trusting_a_changed_key_asks_and_replaces_the_old_entry(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    server = ssh_pool.add("h1")
+    job = _job(
+        tmp_path,
+        f'[[hosts]]\nname = "h1"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{_sandboxes(ssh_pool)}"\n',
+    )
+    first = _fanout("hosts", "trust", "h1", "--job", str(job), answer="y\n")
+    assert first.returncode == 0, first.stderr
+    recorded = hosts.fanout_known_hosts(os.environ)
+    name = f"[127.0.0.1]:{server.port}"
+    assert recorded.read_text() == f"{name} {_key(server)}\n"
+    old_key, old = _key(server), _fingerprint(server.host_public_key, tmp_path)
+    new = _fingerprint(server.rekey(), tmp_path)
+
+    refused = _fanout("run", str(job), cwd=tmp_path)
+    assert refused.returncode == 4
+    assert "host h1 is unavailable: host key of h1" in refused.stderr
+    assert "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!" in refused.stderr
+    assert f"but {recorded}:1 trusts ssh-ed25519 key {old} there" in refused.stderr
+
+    scripted = _fanout("hosts", "trust", "h1", "--job", str(job), "--yes")
+    assert scripted.returncode == 1
+    assert "--yes never replaces a changed key" in scripted.stderr
+    declined = _fanout("hosts", "trust", "h1", "--job", str(job), answer="n\n")
+    assert declined.returncode == 1
+    assert recorded.read_text() == f"{name} {old_key}\n"
+
+    replaced = _fanout("hosts", "trust", "h1", "--job", str(job), answer="y\n")
+    assert replaced.returncode == 0, replaced.stderr
+    assert replaced.stdout.splitlines()[:4] == [
+        f"h1 (known_hosts name {name})",
+        "  WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!",
+        f"  trusted until now: ssh-ed25519 key {old} ({recorded}:1)",
+        f"  offered now:       ssh-ed25519 key {new}",
+    ]
+    assert "Replace the old key with this one? [y/N]" in replaced.stdout
+    assert f"trusted: recorded in {recorded} (the old key removed)" in replaced.stdout
+    assert recorded.read_text() == f"{name} {_key(server)}\n"  # one line: the new key only
+    assert oct(recorded.stat().st_mode & 0o777) == "0o600"
+
+    checked = _fanout("hosts", "check", str(job))
+    assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["plain", "HashKnownHosts", "portless"])
+def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
+    ssh_pool: Any, tmp_path: Path, layout: str
+) -> None:
+    server = ssh_pool.add("h1")
+    ssh = _home() / ".ssh"
+    ssh.mkdir(mode=0o700)
+    users = ssh / "known_hosts"
+    # "portless": a line for 127.0.0.1 without a port, which asyncssh (like OpenSSH)
+    # falls back to for any port when no [127.0.0.1]:PORT line exists.
+    line = f"127.0.0.1 {_key(server)}" if layout == "portless" else server.known_hosts_line
+    users.write_text(f"# mine\n{line}\n")
+    if layout == "HashKnownHosts":  # Debian's and Ubuntu's default: |1|salt|hash names
+        subprocess.run(["ssh-keygen", "-H", "-f", str(users)], capture_output=True, check=True)
+        Path(f"{users}.old").unlink()
+        assert "127.0.0.1" not in users.read_text()
+    original = users.read_text()
+    old = _fingerprint(server.host_public_key, tmp_path)
+    server.rekey()
+    name = f"[127.0.0.1]:{server.port}"
+    replaced = _fanout("hosts", "trust", f"127.0.0.1:{server.port}", answer="y\n")
+    assert replaced.returncode == 0, replaced.stderr
+    assert f"  trusted until now: ssh-ed25519 key {old} ({users}:2)" in replaced.stdout
+    recorded = hosts.fanout_known_hosts(os.environ)
+    assert f"trusted: recorded in {recorded}\n" in replaced.stdout  # nothing removed there
+    assert users.read_text() == original
+    assert recorded.read_text() == f"{name} {_key(server)}\n"
+    advice = replaced.stderr.strip()
+    old_name = "127.0.0.1" if layout == "portless" else name
+    assert advice == (
+        f"the old key is still trusted by line 2 of {users}, which fanout never edits:"
+        f" remove it with `ssh-keygen -f '{users}' -R '{old_name}'`"
+    )
+    # The command given works as written.
+    command = advice.split("`")[1]
+    subprocess.run(shlex.split(command), capture_output=True, check=True)
+    assert users.read_text() == "# mine\n"
+
+
+# fanout's own file ------------------------------------------------------------------
+
+
+def test_recording_replaces_only_the_named_lines_still_as_they_were(tmp_path: Path) -> None:
+    environ = {"HOME": str(tmp_path)}
+    path = hosts.fanout_known_hosts(environ)
+    path.parent.mkdir(parents=True)
+    path.write_text("a ssh-ed25519 A\n[b]:2222 ssh-ed25519 OLD\nc ssh-ed25519 C\n")
+    hosts.record(
+        "[b]:2222 ssh-ed25519 NEW",
+        environ,
+        {2: "[b]:2222 ssh-ed25519 OLD", 3: "c ssh-ed25519 changed since"},
+    )
+    assert path.read_text() == "a ssh-ed25519 A\nc ssh-ed25519 C\n[b]:2222 ssh-ed25519 NEW\n"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    hosts.record("[b]:2222 ssh-ed25519 NEW", environ)
+    assert path.read_text().count("NEW") == 1
+
+
+@pytest.mark.slow
+async def test_a_key_changed_during_a_run_quarantines_the_host_with_the_warning(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """The host is reinstalled (or impersonated) while the run goes on: its connections
+    drop, the reconnect meets the new key, and the host is quarantined saying why."""
+    import asyncio
+
+    servers = [ssh_pool.add("h1"), ssh_pool.add("h2")]
+    pool = [
+        Host(
+            name=s.name,
+            address="127.0.0.1",
+            port=s.port,
+            user=ssh_pool.user,
+            identity=str(ssh_pool.client_key),
+            sandbox_root=str(_sandboxes(ssh_pool)),
+        )
+        for s in servers
+    ]
+    notices: list[str] = []
+    transport = SshTransport(
+        pool,
+        known_hosts=[ssh_pool.known_hosts],
+        rng=random.Random(3),
+        keepalive_interval=1.0,
+        keepalive_count=2,
+        connect_timeout=5.0,
+        notice=notices.append,
+    )
+    await transport.start()
+    try:
+        new = _fingerprint(servers[0].rekey(), tmp_path)
+        for n in range(8):
+            # Units keep running (on h2) while h1 is lost, reconnects and is refused.
+            await transport.run(make_attempt(tmp_path / str(n), ["true"], unit_id=f"u{n}"))
+        for _ in range(200):  # the reconnect backoff is at most 1 s here
+            if any("quarantined" in n for n in notices):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await transport.close()
+    quarantined = [n for n in notices if n.startswith("host h1 quarantined")]
+    assert len(quarantined) == 1, notices
+    assert "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! h1 now offers" in quarantined[0]
+    assert f"ssh-ed25519 key {new} for [127.0.0.1]:{servers[0].port}" in quarantined[0]
