@@ -301,7 +301,7 @@ def _check_inputs(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
             for index, pattern in enumerate(patterns):
                 if isinstance(pattern, str) and pattern:
                     try:
-                        globs.compile_glob(pattern)
+                        globs.compile_glob(pattern, hidden=key == "exclude")
                     except ValueError as exc:
                         problems.append(ctx.at_value(("inputs", key, index), str(exc)))
     if "pointer" in inputs and not ("json" in inputs or inputs.get("format") == "json"):
