@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import threading
 import time
@@ -319,3 +320,48 @@ def test_plan_counts_what_where_dropped_and_refuses_an_absolute_stage_path(
     result = cli("plan", "job.toml")
     assert (result.code, result.err) == (0, "")
     assert "  stage    bad.js\n" in result.out
+
+
+def test_where_failing_mid_backlog_stops_the_run_resumably(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the expression cannot read (the 230th lacks the field) stops the run as
+    any selection error does; with the data fixed the same run continues."""
+    monkeypatch.chdir(tmp_path)
+    records = [{"id": f"u{n}", "errors": n % 2} for n in range(1, 251)]
+    del records[229]["errors"]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "done.txt"
+    write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "filtered"
+        [inputs]
+        jsonl = "data.jsonl"
+        [units]
+        where = "record.errors > 0"
+        [task]
+        command = ["sh", "-c", "echo $FANOUT_UNIT_ID >> {out}"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    first = cli("run", "job.toml")
+    assert first.code == 2
+    with sqlite3.connect(tmp_path / ".fanout" / "journal.sqlite") as conn:
+        ((run_id, state),) = conn.execute("SELECT id, state FROM runs").fetchall()
+    assert state == "stopped"
+    assert first.err.rstrip("\n").split("\n")[-2:] == [
+        "job.toml:7:9: units.where: the value has no attribute 'errors' "
+        "(evaluating for data.jsonl:230)",
+        f"run {run_id} stopped; `fanout run job.toml` continues it",
+    ]
+    records[229]["errors"] = 1
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    fixed = cli("run", "job.toml")
+    assert fixed.code == 0, fixed.err
+    done = out.read_text().split()
+    assert sorted(done) == sorted(r["id"] for r in records if r["errors"] > 0)
+    assert len(done) == 126
