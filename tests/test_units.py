@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -328,7 +329,7 @@ def test_where_failing_mid_backlog_stops_the_run_resumably(
     """A record the expression cannot read (the 230th lacks the field) stops the run as
     any selection error does; with the data fixed the same run continues."""
     monkeypatch.chdir(tmp_path)
-    records = [{"id": f"u{n}", "errors": n % 2} for n in range(1, 251)]
+    records: list[dict[str, Any]] = [{"id": f"u{n}", "errors": n % 2} for n in range(1, 251)]
     del records[229]["errors"]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
