@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from fanout import fanin, protocol, spec
 from fanout.globs import compile_glob, to_find_regex
+from fanout.units import select
 
 
 @pytest.mark.parametrize(
@@ -101,3 +104,156 @@ def test_classes_select_the_same_files_through_find(tmp_path: Path) -> None:
         ).stdout.split()
         expected = sorted(f"./{n}" for n in names if compile_glob(pattern).match(n))
         assert sorted(found) == expected, pattern
+
+
+# Hidden names (issue 10 defect 10): wildcards never match a leading '.', as in bash
+# without dotglob; a pattern component that starts with '.' does.
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("src/**/*.py", "src/.cache/e.py", False),
+        ("src/**/*.py", "src/pkg/.e.py", False),
+        ("src/**/*.py", "src/pkg/e.py", True),
+        ("**/*.py", ".venv/lib/site.py", False),
+        ("**", ".env", False),
+        ("**", "a/.git/config", False),
+        ("**", "a/b/c", True),
+        ("src/**", "src/.cache/e.py", False),
+        ("*.py", ".py", False),
+        ("*.py", ".hidden.py", False),
+        ("*x", "x", True),
+        ("*x", ".x", False),
+        ("?env", ".env", False),
+        ("[!a]env", ".env", False),
+        ("[,-0]x", ".x", False),
+        ("[,-0]x", "-x", True),
+        ("[,-0]x", "0x", True),
+        (".*", ".env", True),
+        ("src/.*/*.py", "src/.cache/e.py", True),
+        (".github/**/*.yml", ".github/workflows/ci.yml", True),
+        ("**/.*", "a/.env", True),
+        ("src/.cache/e.py", "src/.cache/e.py", True),
+    ],
+)
+def test_wildcards_do_not_match_hidden_names(pattern: str, path: str, matches: bool) -> None:
+    assert bool(compile_glob(pattern).match(path)) is matches
+
+
+def test_exclude_patterns_match_hidden_names_too() -> None:
+    assert compile_glob("**/*.min.js", hidden=True).match(".vscode/x.min.js")
+    assert compile_glob("**", hidden=True).match("a/.git/config")
+
+
+def test_a_class_that_only_a_dot_could_match_is_an_error() -> None:
+    with pytest.raises(ValueError) as caught:
+        compile_glob("src/[.]cache/*.py")
+    assert str(caught.value) == (
+        "'src/[.]cache/*.py': '[.]cache' can only match a name starting with '.', and such "
+        "names are matched by a literal '.' (write '.name', not '[.]name')"
+    )
+
+
+HIDDEN_TREE = [
+    "a.py",
+    ".env",
+    ".hidden.py",
+    "-x",
+    ".x",
+    "src/a.py",
+    "src/.cache/e.py",
+    "src/pkg/.e.py",
+    "src/pkg/b.py",
+    ".github/workflows/ci.yml",
+    ".venv/lib/site.py",
+]
+HIDDEN_PATTERNS = [
+    "**",
+    "**/*.py",
+    "src/**",
+    "src/**/*.py",
+    "*.py",
+    "*x",
+    "[,-0]x",
+    "[!a]*",
+    "?*",
+    ".*",
+    "**/.*",
+    "src/.*/*.py",
+    ".github/**/*.yml",
+]
+
+
+def _tree(root: Path) -> None:
+    for name in HIDDEN_TREE:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+
+
+@pytest.mark.parametrize("pattern", HIDDEN_PATTERNS)
+def test_find_on_a_host_selects_the_same_hidden_files(tmp_path: Path, pattern: str) -> None:
+    """SSH hosts collect with ``find -regex``: the same rule, from the same translation."""
+    _tree(tmp_path)
+    found = subprocess.run(
+        [
+            "find",
+            ".",
+            "-regextype",
+            "posix-extended",
+            "-type",
+            "f",
+            "-regex",
+            to_find_regex(pattern),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    expected = sorted(f"./{n}" for n in HIDDEN_TREE if compile_glob(pattern).match(n))
+    assert sorted(found) == expected
+
+
+def test_collect_takes_a_workers_hidden_output_only_when_named(tmp_path: Path) -> None:
+    """``collect = ["**"]`` brings back what the worker wrote, not its tools' caches
+    (.pytest_cache, .mypy_cache); a hidden file is collected when a pattern names it,
+    and a plain directory is taken whole, locally and through the agent's find."""
+    sandbox = tmp_path / "sandbox"
+    _tree(sandbox)
+    cases = {
+        ("**",): ["a.py", "-x", "src/a.py", "src/pkg/b.py"],
+        ("**", ".env"): ["a.py", "-x", "src/a.py", "src/pkg/b.py", ".env"],
+        ("src",): ["src/a.py", "src/.cache/e.py", "src/pkg/.e.py", "src/pkg/b.py"],
+    }
+    for number, (patterns, expected) in enumerate(cases.items()):
+        destination = tmp_path / "out" / str(number)
+        collected = fanin.copy_collected(sandbox, patterns, destination)
+        assert sorted(c.path for c in collected) == sorted(expected), patterns
+        agent = subprocess.run(
+            [
+                "sh",
+                "-c",
+                f"find . -regextype posix-extended \\( {protocol._collect_tests(patterns)} \\) -print",
+            ],
+            cwd=sandbox,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert sorted(agent) == sorted(f"./{n}" for n in expected), patterns
+
+
+def test_input_files_skip_hidden_folders_unless_named(tmp_path: Path) -> None:
+    """The issue's case: git does not ignore src/.cache, and src/**/*.py picked it."""
+    _tree(tmp_path)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "job.toml").write_text(
+        'version = 1\nname = "t"\n[inputs]\nfiles = ["src/**/*.py", ".github/**"]\n'
+        'exclude = ["**/ci.yml"]\n[task]\ncommand = ["true"]\n'
+    )
+    job = spec.load(tmp_path / "job.toml")
+    assert [u.id for u in select(job, environ={"PATH": os.environ["PATH"]})] == [
+        "src/a.py",
+        "src/pkg/b.py",
+    ]

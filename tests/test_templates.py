@@ -260,3 +260,55 @@ async def test_a_template_raising_at_render_time_fails_its_unit_not_the_run(
     assert transport.attempts == []
     reasons = {row.reason for row in runner.journal.units(summary.run_id)}
     assert reasons == {f"template: task.command[1]: {reason}"}
+
+
+# Expressions (units.where): the same sandbox and checks, evaluated to a value.
+
+WHERE = {"record": None, "job": None, "trigger": None}
+
+
+def test_an_expression_evaluates_to_a_value_in_the_sandbox(tmp_path: Path) -> None:
+    templates = Templates(tmp_path)
+    where = templates.compile_expression("record.messages | length > 0 and record.x == 'y'")
+    assert where.evaluate({"record": {"messages": [1], "x": "y"}}) is True
+    assert where.evaluate({"record": {"messages": [], "x": "y"}}) is False
+    escape = templates.compile_expression("record.__class__.__mro__[1].__subclasses__()")
+    with pytest.raises(RenderError, match="unsafe"):
+        escape.evaluate({"record": {}})
+    with pytest.raises(RenderError) as caught:
+        templates.compile_expression("2 ** 10000000 > 1").evaluate({})
+    assert str(caught.value) == "'**' would make a number of more than a million bits"
+
+
+@pytest.mark.parametrize(
+    ("source", "message", "lineno"),
+    [
+        ("record.errorCount >", "the expression ends too early", 1),
+        ("(record.a\n and record.b", "the expression ends too early (expected ')')", 2),
+        (
+            "record.severity = 'error'",
+            "text follows the end of the expression (compare with '==', combine with 'and')",
+            1,
+        ),
+        (
+            "{{ record.errorCount > 0 }}",
+            "an expression, not a template: write it without '{{ }}', "
+            'e.g. where = "record.errorCount > 0"',
+            1,
+        ),
+        ("record.path | basname == 'a'", "unknown filter 'basname' (did you mean 'basename'?)", 1),
+        ("recrd.errorCount > 0", "undefined variable 'recrd' (did you mean 'record'?)", 1),
+        ("job.nme == 'x'", "'job' has no attribute 'nme' (did you mean 'name'?)", 1),
+    ],
+)
+def test_expression_problems_are_found_without_evaluating(
+    tmp_path: Path, source: str, message: str, lineno: int
+) -> None:
+    shapes = {**WHERE, "job": {"name": None, "description": None, "file": None}}
+    found = Templates(tmp_path).check_expression(source, shapes)
+    assert [(p.message, p.lineno) for p in found] == [(message, lineno)]
+
+
+def test_a_string_holding_braces_is_still_an_expression(tmp_path: Path) -> None:
+    where = Templates(tmp_path).compile_expression("'{{' in record.message")
+    assert where.evaluate({"record": {"message": "a {{ b"}}) is True

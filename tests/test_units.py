@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ from fanout import spec
 from fanout.errors import InputFailed, JobError
 from fanout.units import select
 
-from helpers import write_job
+from helpers import cli, write_job
 
 ENV = {"PATH": os.environ["PATH"]}
 
@@ -250,3 +252,163 @@ def test_jsonl_selection_streams_before_the_file_is_complete(tmp_path: Path) -> 
     finally:
         release.set()
         thread.join()
+
+
+# units.where: one filter on records, before grouping (issue 10 defect 7)
+
+ESLINT = Path(__file__).parent / "data" / "eslint"
+
+
+def _eslint_workspace(tmp_path: Path) -> None:
+    """ESLint 9's real ``-f json`` output (tests/data/eslint: captured from bad.js,
+    clean.js, tidy.js and warn.js with eslint.config.mjs, paths rewritten to /project),
+    with its absolute paths pointing into this workspace, as a fresh run would print."""
+    text = (ESLINT / "eslint.json").read_text(encoding="utf-8")
+    (tmp_path / "eslint.json").write_text(text.replace("/project", str(tmp_path)))
+
+
+def test_where_drops_eslint_records_of_clean_files(tmp_path: Path) -> None:
+    _eslint_workspace(tmp_path)
+    job = _job(
+        tmp_path,
+        'json = "eslint.json"',
+        'where = "record.errorCount + record.warningCount > 0"\n'
+        'id = "{{ unit.record.filePath | relpath }}"',
+    )
+    selection = select(job, environ=ENV)
+    assert [(u.id, u.record["errorCount"], u.record["warningCount"]) for u in selection] == [
+        ("bad.js", 2, 0),
+        ("warn.js", 0, 1),
+    ]
+    assert (selection.records, selection.dropped, selection.selected) == (4, 2, 2)
+
+
+def test_where_filters_jsonl_records_before_grouping_and_the_limit(tmp_path: Path) -> None:
+    records = [
+        {"path": "a.py", "severity": "warning", "line": 1},
+        {"path": "b.py", "severity": "error", "line": 2},
+        {"path": "a.py", "severity": "warning", "line": 3},
+        {"path": "c.py", "severity": "error", "line": 4},
+        {"path": "b.py", "severity": "error", "line": 5},
+    ]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    job = _job(
+        tmp_path,
+        'jsonl = "f.jsonl"',
+        'where = "record.severity == \'error\'"\ngroupBy = "path"\nlimit = 1',
+    )
+    selection = select(job, environ=ENV, count_all=True)
+    # a.py holds only warnings: no unit at all, and the limit's one unit is b.py.
+    assert [(u.id, [i["line"] for i in u.items]) for u in selection] == [("b.py", [2, 5])]
+    assert (selection.records, selection.dropped, selection.selected) == (5, 2, 1)
+    assert selection.truncated
+
+
+def test_where_sees_job_and_trigger(tmp_path: Path) -> None:
+    job = _job(
+        tmp_path,
+        'items = ["a", "b"]',
+        "where = \"record != 'a' or trigger.vars.mode | default('') == 'all'\"",
+    )
+    assert [u.id for u in select(job, environ=ENV)] == ["b"]
+    every = select(job, environ=ENV, trigger={"name": "t", "vars": {"mode": "all"}})
+    assert [u.id for u in every] == ["a", "b"]
+
+
+def test_where_giving_a_non_boolean_stops_the_selection_located(tmp_path: Path) -> None:
+    (tmp_path / "f.jsonl").write_text('{"id": 1, "messages": []}\n')
+    job = _job(tmp_path, 'jsonl = "f.jsonl"', 'where = "record.messages"')
+    with pytest.raises(JobError) as caught:
+        list(select(job, environ=ENV))
+    assert str(caught.value) == (
+        f"{tmp_path / 'job.toml'}:6:9: units.where: gave the array [] for f.jsonl:1, not true or "
+        "false; compare the value, e.g. 'record.errorCount > 0' or "
+        "'record.messages | length > 0'"
+    )
+
+
+def test_where_raising_for_one_record_names_the_record(tmp_path: Path) -> None:
+    (tmp_path / "f.jsonl").write_text('{"id": 1, "n": 2}\n{"id": 2}\n')
+    job = _job(tmp_path, 'jsonl = "f.jsonl"', 'where = "record.n > 1"')
+    with pytest.raises(JobError) as caught:
+        list(select(job, environ=ENV))
+    assert str(caught.value) == (
+        f"{tmp_path / 'job.toml'}:6:9: units.where: the value has no attribute 'n' "
+        "(evaluating for f.jsonl:2)"
+    )
+
+
+def test_plan_counts_what_where_dropped_and_refuses_an_absolute_stage_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ESLint prints absolute paths: staging them as they are would fail every attempt
+    of every unit at run time; plan says so once, with the filter that fixes it."""
+    _eslint_workspace(tmp_path)
+    job = _job(
+        tmp_path,
+        'json = "eslint.json"',
+        'where = "record.errorCount + record.warningCount > 0"\n'
+        'id = "{{ unit.record.filePath | relpath }}"\n'
+        'stage = ["{{ unit.record.filePath }}"]\n'
+        'collect = ["{{ unit.id }}"]',
+    )
+    monkeypatch.chdir(tmp_path)
+    result = cli("plan", "job.toml")
+    refused = (
+        "job.toml:8:10: units.stage[0]: "
+        f"'{tmp_path}/bad.js' is absolute; stage paths are relative to the workspace: "
+        "write \"{{ unit.record.filePath | relpath }}\" (rendered for unit 'bad.js')"
+    )
+    assert (result.code, result.err) == (2, refused + "\n")
+    assert "Units     2 unit(s) from 4 record(s), 2 dropped by units.where\n" in result.out
+    assert f"First unit's files would be refused by every attempt:\n  {refused}\n" in result.out
+    fixed = job.file.read_text().replace('filePath }}"]', 'filePath | relpath }}"]')
+    job.file.write_text(fixed)
+    result = cli("plan", "job.toml")
+    assert (result.code, result.err) == (0, "")
+    assert "  stage    bad.js\n" in result.out
+
+
+def test_where_failing_mid_backlog_stops_the_run_resumably(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the expression cannot read (the 230th lacks the field) stops the run as
+    any selection error does; with the data fixed the same run continues."""
+    monkeypatch.chdir(tmp_path)
+    records: list[dict[str, Any]] = [{"id": f"u{n}", "errors": n % 2} for n in range(1, 251)]
+    del records[229]["errors"]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "done.txt"
+    write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "filtered"
+        [inputs]
+        jsonl = "data.jsonl"
+        [units]
+        where = "record.errors > 0"
+        [task]
+        command = ["sh", "-c", "echo $FANOUT_UNIT_ID >> {out}"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    first = cli("run", "job.toml")
+    assert first.code == 2
+    with sqlite3.connect(tmp_path / ".fanout" / "journal.sqlite") as conn:
+        ((run_id, state),) = conn.execute("SELECT id, state FROM runs").fetchall()
+    assert state == "stopped"
+    assert first.err.rstrip("\n").split("\n")[-2:] == [
+        "job.toml:7:9: units.where: the value has no attribute 'errors' "
+        "(evaluating for data.jsonl:230)",
+        f"run {run_id} stopped; `fanout run job.toml` continues it",
+    ]
+    records[229]["errors"] = 1
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    fixed = cli("run", "job.toml")
+    assert fixed.code == 0, fixed.err
+    done = out.read_text().split()
+    assert sorted(done) == sorted(r["id"] for r in records if r["errors"] > 0)
+    assert len(done) == 126

@@ -1,17 +1,47 @@
 """Glob patterns for selecting and staging files: '*', '?', '[...]' and '**' as a whole
-path component, always relative to the workspace and never reaching outside it."""
+path component, always relative to the workspace and never reaching outside it.
+
+Hidden names (a path component starting with '.') are matched only by a pattern
+component that starts with a literal '.', as in bash without ``dotglob``, Python's
+``glob.glob`` and ``fnmatch``'s FNM_PERIOD: ``src/**/*.py`` does not pick
+``src/.cache/e.py`` and ``**`` does not descend into ``.venv`` or ``.git``, while
+``.github/**/*.yml`` and ``src/.*`` say what they mean.  Tools park caches, virtual
+environments and editor state in hidden folders that git usually, but not always,
+ignores; a sweep that edits ``.mypy_cache`` or collects a worker's ``.pytest_cache``
+back into the workspace is never what was meant.  A plain path (not a glob) names a
+file or takes a directory whole, hidden files included (``stage = ["."]``).
+``exclude`` patterns are compiled with ``hidden=True``: leaving out ``**/*.min.js``
+means every one of them, also inside a hidden folder an include named explicitly.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """A regex matching workspace-relative POSIX paths that ``pattern`` selects.
+@dataclass(frozen=True, slots=True)
+class _Dialect:
+    """Python's ``re`` or POSIX extended (for ``find -regex``): how literals are quoted
+    and how a group opens; the translation is otherwise one and the same."""
+
+    escape: Callable[[str], str]
+    group: str
+    ere: bool
+
+
+def compile_glob(pattern: str, *, hidden: bool = False) -> re.Pattern[str]:
+    """A regex matching workspace-relative POSIX paths that ``pattern`` selects; with
+    ``hidden``, wildcards also match names starting with '.'.
 
     Raises ValueError naming what is wrong with the pattern.
     """
+    parts = _parts(pattern)
+    return re.compile(_translate(pattern, parts, _PYTHON, hidden=hidden) + r"\Z")
+
+
+def _parts(pattern: str) -> list[str]:
     if pattern.startswith("/"):
         raise ValueError(f"{pattern!r} is absolute; patterns are relative to the workspace")
     parts = pattern.split("/")
@@ -19,23 +49,26 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"{pattern!r} leaves the workspace ('..' is not allowed)")
     if "" in parts:
         raise ValueError(f"{pattern!r} has an empty path component ('//' or a trailing '/')")
-    return re.compile(_translate(pattern, parts, re.escape, "(?:[^/]+/)*") + r"\Z")
+    return parts
 
 
-def _translate(pattern: str, parts: list[str], escape: Callable[[str], str], any_dirs: str) -> str:
-    """The components of a glob as one regex; ``any_dirs`` is the dialect's spelling of
-    zero or more whole directories (what a '**' that is not last stands for)."""
+def _translate(pattern: str, parts: list[str], dialect: _Dialect, *, hidden: bool) -> str:
+    """The components of a glob as one regex."""
+    # One visible (or, with ``hidden``, any) path component, and a '/' after each one.
+    name = "[^/]+" if hidden else "[^/.][^/]*"
     regex = ""
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         if part == "**":
-            regex += ".*" if last else any_dirs
+            # Last, it is every path below (one component or more); else zero or more
+            # whole directories.
+            regex += f"{name}{dialect.group}/{name})*" if last else f"{dialect.group}{name}/)*"
             continue
         if "**" in part:
             raise ValueError(
                 f"{pattern!r}: '**' must be a whole path component, as in 'src/**/*.py'"
             )
-        regex += _component(part, pattern, escape) + ("" if last else "/")
+        regex += _component(part, pattern, dialect, hidden=hidden) + ("" if last else "/")
     return regex
 
 
@@ -43,25 +76,85 @@ def is_glob(pattern: str) -> bool:
     return any(ch in pattern for ch in "*?[")
 
 
-def _component(part: str, pattern: str, escape: Callable[[str], str] = re.escape) -> str:
-    """One path component of a glob as a regex; ``escape`` quotes literal characters
-    (Python's ``re`` or POSIX extended, for find)."""
-    out = ""
+def _component(part: str, pattern: str, dialect: _Dialect, *, hidden: bool) -> str:
+    """One path component of a glob as a regex.  Unless ``hidden`` or the component
+    starts with a literal '.', its first character may not be a '.'."""
+    pieces = _pieces(part, pattern)
+    if hidden or part.startswith("."):
+        return "".join(_piece_regex(t, dialect) for t in pieces)
+    regex = _visible(pieces, dialect)
+    if regex is None:
+        raise ValueError(
+            f"{pattern!r}: {part!r} can only match a name starting with '.', and such names "
+            "are matched by a literal '.' (write '.name', not '[.]name')"
+        )
+    return regex
+
+
+# A piece of a component: "*", "?", a literal character, or a bracket class as
+# (negated, members).
+_Piece = str | tuple[bool, list[tuple[str, str]]]
+
+
+def _pieces(part: str, pattern: str) -> list[_Piece]:
+    pieces: list[_Piece] = []
     i = 0
     while i < len(part):
-        ch = part[i]
-        if ch == "*":
-            out += "[^/]*"
-        elif ch == "?":
-            out += "[^/]"
-        elif ch == "[":
-            end, negated, members = _bracket(part, i, pattern)
-            out += _class_regex(negated, members, ere=escape is not re.escape)
-            i = end
+        if part[i] == "[":
+            i, negated, members = _bracket(part, i, pattern)
+            pieces.append((negated, members))
         else:
-            out += escape(ch)
+            pieces.append(part[i])
         i += 1
-    return out
+    return pieces
+
+
+def _piece_regex(piece: _Piece, dialect: _Dialect) -> str:
+    if isinstance(piece, tuple):
+        return _class_regex(*piece, ere=dialect.ere)
+    if piece == "*":
+        return "[^/]*"
+    if piece == "?":
+        return "[^/]"
+    return dialect.escape(piece)
+
+
+def _visible(pieces: list[_Piece], dialect: _Dialect) -> str | None:
+    """``pieces`` as a regex whose first character is not '.', or None if none can be.
+
+    Without lookahead (POSIX has none), a leading '*' becomes two branches: it matches
+    something starting with a visible character, or nothing and the rest starts
+    visibly.  Only the second branch recurses, so the regex stays linear in length."""
+    if not pieces:
+        return ""
+    first, rest = pieces[0], pieces[1:]
+    tail = "".join(_piece_regex(t, dialect) for t in rest)
+    if first == "*":
+        some = "[^/.][^/]*" + tail
+        none = _visible(rest, dialect)
+        return some if none is None else f"{dialect.group}{some}|{none})"
+    if first == "?":
+        return "[^/.]" + tail
+    if isinstance(first, tuple):
+        negated, members = first
+        members = [*members, (".", ".")] if negated else _without_dot(members)
+        if not members:
+            return None
+        return _class_regex(negated, members, ere=dialect.ere) + tail
+    return None if first == "." else dialect.escape(first) + tail
+
+
+def _without_dot(members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Class members without '.', a range through it split in two (and without the
+    '/' that follows it, which no class matches)."""
+    kept = []
+    for low, high in members:
+        if low <= "." <= high:
+            kept += [(low, "-")] if low < "." else []
+            kept += [("0", high)] if high >= "0" else []
+        else:
+            kept.append((low, high))
+    return kept
 
 
 def _bracket(part: str, start: int, pattern: str) -> tuple[int, bool, list[tuple[str, str]]]:
@@ -131,16 +224,19 @@ def _class_regex(negated: bool, members: list[tuple[str, str]], *, ere: bool) ->
 _ERE_SPECIAL = set(".^$*+?()[]{}|\\")
 
 
-def to_find_regex(pattern: str) -> str:
-    """A POSIX extended regex for ``find . -regex`` selecting what ``pattern`` selects in
-    ``select_files``: a plain path names a file or a whole directory, a glob matches files.
-    Raises ValueError like ``compile_glob``."""
-    compile_glob(pattern)  # the same checks and messages
-    parts = pattern.split("/")
-    if not is_glob(pattern):
-        return r"\./" + "/".join(_ere_literal(p) for p in parts) + "(/.*)?"
-    return r"\./" + _translate(pattern, parts, _ere_literal, "([^/]+/)*")
-
-
 def _ere_literal(text: str) -> str:
     return "".join("\\" + ch if ch in _ERE_SPECIAL else ch for ch in text)
+
+
+_PYTHON = _Dialect(escape=re.escape, group="(?:", ere=False)
+_ERE = _Dialect(escape=_ere_literal, group="(", ere=True)
+
+
+def to_find_regex(pattern: str) -> str:
+    """A POSIX extended regex for ``find . -regex`` selecting what ``pattern`` selects in
+    ``select_files``: a plain path names a file or a whole directory, a glob matches files
+    (hidden names as ``compile_glob`` does).  Raises ValueError like ``compile_glob``."""
+    parts = _parts(pattern)
+    if not is_glob(pattern):
+        return r"\./" + "/".join(_ere_literal(p) for p in parts) + "(/.*)?"
+    return r"\./" + _translate(pattern, parts, _ERE, hidden=False)

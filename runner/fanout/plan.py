@@ -20,11 +20,12 @@ from typing import Any
 import tomli_w
 
 from . import cron, invocation, limits
+from .checks import paths
 from .errors import Problem
 from .invocation import Invocation
 from .quantities import duration_text, format_duration, size_text
 from .spec import Inputs, Spec, camel_case
-from .templates import RenderError, Template
+from .templates import Expression, RenderError, Template
 from .units import Unit, select
 
 SHOWN_UNITS = 10
@@ -55,6 +56,16 @@ class Plan:
     fires: tuple[TriggerFires, ...]
     # Where each worker command resolves, and what cannot start (``commands``).
     commands: tuple[str, ...] = ()
+    # Records ``units.where`` dropped.
+    dropped: int = 0
+    # The first unit's stage and collect paths that every unit's attempt would refuse.
+    path_problems: tuple[Problem, ...] = ()
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """What makes ``fanout plan`` exit 2 after showing the plan."""
+        first = (self.first_task_problem,) if self.first_task_problem else ()
+        return first + self.path_problems
 
 
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
@@ -76,8 +87,11 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
             if problem is not None:
                 reason = f"{problem.message} (rendering for unit {shown[0].id!r})"
                 problem = replace(problem, message=reason)
+    path_problems = _path_problems(spec, first_task) if first_task else ()
     return Plan(
         spec=spec,
+        dropped=selection.dropped,
+        path_problems=path_problems,
         records=selection.records,
         units=selection.selected,
         truncated=selection.truncated,
@@ -90,6 +104,26 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         fires=next_fires(spec, now, fires),
         commands=tuple(plan_lines(spec, environ)),
     )
+
+
+def _path_problems(spec: Spec, task: Invocation) -> tuple[Problem, ...]:
+    """The first unit's stage and collect paths that ``fanin`` would refuse for every
+    attempt (an absolute path from a linter, above all), located with the way out."""
+    problems = []
+    for kind, templates, rendered in (
+        ("stage", spec.units.stage, task.stage),
+        ("collect", spec.units.collect, task.collect),
+    ):
+        for template, path in zip(templates, rendered, strict=True):
+            refused = paths.refusal(kind, path, template.source, spec.runtime.workspace)
+            if refused is None or template.at is None:
+                continue  # a literal path was checked when the job was loaded
+            file, line, col = template.at
+            message = f"{refused} (rendered for unit {task.unit_id!r})"
+            problems.append(
+                Problem(file=file, line=line, col=col, key=template.key, message=message)
+            )
+    return tuple(problems)
 
 
 def next_fires(spec: Spec, now: datetime, count: int) -> tuple[TriggerFires, ...]:
@@ -132,6 +166,8 @@ def render_text(plan: Plan) -> str:
     detail = shlex.join(t.source for t in spec.inputs.command) if source == "command" else ""
     lines.append(f"Inputs    {source}" + (f": {detail} ({spec.inputs.format})" if detail else ""))
     count = f"{plan.units:,} unit(s) from {plan.records:,} record(s)"
+    if spec.units.where is not None:
+        count += f", {plan.dropped:,} dropped by units.where"
     if spec.units.group_by:
         count += f", grouped by {spec.units.group_by}"
     if plan.truncated:
@@ -163,6 +199,9 @@ def render_text(plan: Plan) -> str:
             lines.append(f"        ... and {plan.units - len(plan.first_units):,} more")
     if plan.first_task_error:
         lines += ["", f"First unit's task does not render: {plan.first_task_error}"]
+    if plan.path_problems:
+        lines += ["", "First unit's files would be refused by every attempt:"]
+        lines += [f"  {problem}" for problem in plan.path_problems]
     if plan.first_task:
         lines += ["", *_task_lines(plan.first_task)]
     resolved = tomli_w.dumps(to_document(spec), multiline_strings=True)
@@ -236,7 +275,7 @@ _HIDDEN = frozenset({"file", "templates", "hosts_file"})
 
 def to_document(value: Any, name: str = "") -> Any:
     """The job file ``value`` stands for, with every default filled in."""
-    if isinstance(value, Template):
+    if isinstance(value, Template | Expression):
         return value.source
     if isinstance(value, cron.CronExpr):
         return value.text

@@ -147,7 +147,8 @@ def _files(spec: Spec, skipped: Callable[[str, str], None]) -> Iterator[Record]:
     inputs = spec.inputs
     workspace = spec.runtime.workspace
     include = [globs.compile_glob(p) for p in inputs.files]
-    exclude = [globs.compile_glob(p) for p in inputs.exclude]
+    # Leaving out '**/*.min.js' means all of them, in hidden folders too (see globs).
+    exclude = [globs.compile_glob(p, hidden=True) for p in inputs.exclude]
     state = _relative(spec.runtime.state_dir, workspace)
     for path in sorted(_candidates(workspace, inputs.gitignore)):
         if state and (path == state or path.startswith(state + "/")):

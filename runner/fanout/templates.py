@@ -4,6 +4,8 @@ Templates run in Jinja2's sandbox with StrictUndefined, so a template cannot rea
 Python internals and a missing value is an error, never an empty string.  Because a
 typo should fail validation rather than the 400th unit at 3 a.m., ``check`` walks each
 template's syntax tree and reports every variable and attribute it cannot resolve.
+Job files also hold Jinja *expressions* (``units.where``): the same sandbox, the same
+filters and the same static check, evaluated to a value instead of rendered to text.
 This is the only module that imports jinja2.
 """
 
@@ -158,6 +160,37 @@ class Template:
 
 
 @dataclass(frozen=True, slots=True)
+class Expression:
+    """A compiled Jinja expression (``record.errorCount > 0``), for values, not text."""
+
+    source: str
+    compiled: jinja2.environment.TemplateExpression = field(compare=False)
+    key: str = field(default="", compare=False)
+    at: tuple[str, int, int] | None = field(default=None, compare=False)
+
+    def located(self, key: str, at: tuple[str, int, int]) -> Expression:
+        """This expression, remembering that it is ``key`` at ``at`` (file, line, column)."""
+        return replace(self, key=key, at=at)
+
+    def evaluate(self, context: Mapping[str, Any]) -> Any:
+        """The expression's value.  Whatever goes wrong inside it is a RenderError, as
+        for templates: the expression is data from the job file."""
+        try:
+            return self.compiled(**context)
+        except jinja2.TemplateError as exc:
+            raise RenderError(_describe(exc), key=self.key, at=self.at) from None
+        except RecursionError:
+            message = "the expression recurses too deeply"
+            raise RenderError(message, key=self.key, at=self.at) from None
+        except MemoryError:
+            message = "the expression ran out of memory"
+            raise RenderError(message, key=self.key, at=self.at) from None
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            raise RenderError(message, key=self.key, at=self.at) from None
+
+
+@dataclass(frozen=True, slots=True)
 class _Analysis:
     undeclared: frozenset[str]
     lines: dict[str, int]
@@ -188,6 +221,7 @@ class Templates:
         env.filters.update(filters)
         self.env = env
         self._compiled: dict[str, Template] = {}
+        self._expressions: dict[str, Expression] = {}
         self._analyses: dict[str, _Analysis] = {}
 
     def _relpath(self, path: str) -> str:
@@ -218,17 +252,57 @@ class Templates:
         try:
             return Template(source=source, compiled=self.env.from_string(source))
         except jinja2.TemplateSyntaxError as exc:
-            message = _describe(exc)
-            unknown = re.fullmatch(r"No (filter|test) named '(.+)'\.", exc.message or "")
-            if unknown:
-                kind, name = unknown.groups()
-                known = self.env.filters if kind == "filter" else self.env.tests
-                guess = did_you_mean(name, known)
-                hint = f" (did you mean {guess!r}?)" if guess else ""
-                message = f"unknown {kind} {name!r}{hint}"
-            raise TemplateProblem(message, exc.lineno or 1) from None
+            raise TemplateProblem(self._syntax_message(exc), exc.lineno or 1) from None
         except RecursionError:
             raise TemplateProblem(_TOO_DEEP) from None
+
+    def _syntax_message(self, exc: jinja2.TemplateSyntaxError) -> str:
+        message = _describe(exc)
+        unknown = re.fullmatch(r"No (filter|test) named '(.+)'\.", exc.message or "")
+        if unknown:
+            kind, name = unknown.groups()
+            known = self.env.filters if kind == "filter" else self.env.tests
+            guess = did_you_mean(name, known)
+            hint = f" (did you mean {guess!r}?)" if guess else ""
+            message = f"unknown {kind} {name!r}{hint}"
+        return message
+
+    def compile_expression(self, source: str) -> Expression:
+        """The compiled expression (cached).  Raises TemplateProblem if it does not parse
+        as one expression (``record.a >``, or template syntax such as ``{{ x }}``)."""
+        if source not in self._expressions:
+            self._expressions[source] = self._compile_expression(source)
+        return self._expressions[source]
+
+    def _compile_expression(self, source: str) -> Expression:
+        if source.lstrip().startswith(("{{", "{%")):
+            # '{{ x }}' would parse as a set inside a dict: say what was meant instead.
+            raise TemplateProblem(
+                "an expression, not a template: write it without '{{ }}', "
+                'e.g. where = "record.errorCount > 0"'
+            )
+        try:
+            compiled = self.env.compile_expression(source, undefined_to_none=False)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateProblem(
+                _expression_syntax(self._syntax_message(exc)), exc.lineno or 1
+            ) from None
+        except RecursionError:
+            raise TemplateProblem("the expression is nested too deeply to check") from None
+        return Expression(source=source, compiled=compiled)
+
+    def check_expression(self, source: str, shapes: Mapping[str, Shape]) -> list[TemplateProblem]:
+        """What ``check`` reports for templates, for the expression ``source``."""
+        try:
+            self.compile_expression(source)
+        except TemplateProblem as exc:
+            return [exc]
+        try:
+            # An expression that parses is the body of a one-output template, so the
+            # template checks (undefined variables and attributes) apply as they are.
+            return self._check("{{ " + source + " }}", shapes)
+        except RecursionError:
+            return [TemplateProblem("the expression is nested too deeply to check")]
 
     def check(self, source: str, shapes: Mapping[str, Shape]) -> list[TemplateProblem]:
         """Every variable or attribute ``source`` uses that ``shapes`` does not provide."""
@@ -361,6 +435,18 @@ def _line_of(tree: nodes.Node, name: str) -> int:
         if node.name == name:
             return int(node.lineno)
     return 1
+
+
+def _expression_syntax(message: str) -> str:
+    """Jinja's parser speaks of templates; an expression's syntax error should not."""
+    if message == "chunk after expression":
+        return "text follows the end of the expression (compare with '==', combine with 'and')"
+    ended = re.fullmatch(
+        r"unexpected (?:'end of template'|end of template)(?:, expected (.+)\.)?", message
+    )
+    if ended:
+        return "the expression ends too early" + (f" (expected {ended[1]})" if ended[1] else "")
+    return message
 
 
 def _describe(exc: jinja2.TemplateError) -> str:

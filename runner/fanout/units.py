@@ -3,11 +3,20 @@
 ``select`` streams: without ``groupBy`` each record becomes a unit as soon as it is
 read.  With ``groupBy`` every record must be read first (a group is complete only at
 the end), but only record data is kept, never file contents.
+
+``units.where`` is one filter on records, applied to each record as it is read, before
+grouping, ids and ``units.limit``: a dropped record never becomes part of a unit, so a
+group whose every record is dropped does not exist, and the limit counts kept units.
+It sees ``record`` (plus ``job`` and ``trigger``), not ``unit``: there is no unit yet.
+Its value must be a boolean; anything else (``record.messages``, a list) is an error
+rather than Python's truthiness, because ``record.severity == 'error' or 'warning'``
+is always truthy and would keep every record without a word.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +26,7 @@ from . import sources
 from .errors import JobError, Problem
 from .schema import key_name
 from .spec import Spec
-from .templates import RenderError
+from .templates import Expression, RenderError
 from .tomlpos import KeyPath, scan
 
 
@@ -52,6 +61,8 @@ class Selection:
 
     units: Iterator[Unit]
     records: int = 0
+    # Records ``units.where`` dropped (counted in ``records`` too).
+    dropped: int = 0
     selected: int = 0
     # With a limit: whether records remained beyond it (known once the stream ends).
     truncated: bool = False
@@ -106,7 +117,8 @@ def _select(
 
     stream = sources.records(spec, environ=environ, context=context, skipped=skipped)
     seen: dict[str, str] = {}
-    for draft in _drafts(spec, stream, selection):
+    kept = _kept(spec, stream, selection, context)
+    for draft in _drafts(spec, kept, selection):
         if limit is not None and selection.selected >= limit:
             selection.truncated = True
             if not count_all:
@@ -127,16 +139,70 @@ class _Draft:
     group: Any = None
 
 
+def _kept(
+    spec: Spec,
+    stream: Iterator[sources.Record],
+    selection: Selection,
+    context: dict[str, Any],
+) -> Iterator[sources.Record]:
+    """The records ``units.where`` keeps (all of them without it), counting each read."""
+    where = spec.units.where
+    for record in stream:
+        selection.records += 1
+        if where is None:
+            yield record
+            continue
+        try:
+            value = where.evaluate({**context, "record": record.data})
+        except RenderError as exc:
+            raise _where_error(where, f"{exc.message} (evaluating for {record.origin})") from None
+        if value is True:
+            yield record
+        elif value is False:
+            selection.dropped += 1
+        else:
+            raise _where_error(where, _not_boolean(value, record.origin))
+
+
+def _where_error(where: Expression, message: str) -> JobError:
+    """A ``units.where`` failure, located at the expression (loaded specs know where)."""
+    file, line, col = where.at or ("", 0, 0)
+    return JobError([Problem(file=file, line=line, col=col, key="units.where", message=message)])
+
+
+def _not_boolean(value: Any, origin: str) -> str:
+    # Records are JSON (or TOML, CSV) data: say what came back in JSON's words.
+    shown = json.dumps(value, ensure_ascii=False, default=str)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    if value is None:
+        kind = "null"
+    elif isinstance(value, list | tuple | dict | str | int | float):
+        noun = (
+            "array"
+            if isinstance(value, list | tuple)
+            else "object"
+            if isinstance(value, dict)
+            else "string"
+            if isinstance(value, str)
+            else "number"
+        )
+        kind = f"the {noun} {shown}"
+    else:
+        kind = f"a {type(value).__name__}"
+    return (
+        f"gave {kind} for {origin}, not true or false; compare the value, "
+        "e.g. 'record.errorCount > 0' or 'record.messages | length > 0'"
+    )
+
+
 def _drafts(spec: Spec, stream: Iterator[sources.Record], selection: Selection) -> Iterator[_Draft]:
     group_by = spec.units.group_by
     if group_by is None:
         for record in stream:
-            selection.records += 1
             yield _Draft([record.data], record.origin)
         return
     groups: dict[str, _Draft] = {}
     for record in stream:
-        selection.records += 1
         value = _field(record.data, group_by)
         if value is _MISSING:
             raise _job_error(

@@ -1,7 +1,8 @@
 """What a job file must satisfy beyond its schema.
 
 Templates compile and refer only to variables that will exist (down to which rung sets
-which ``rung.vars``), referenced limits exist, durations read sensibly, cron schedules
+which ``rung.vars``), so does the ``units.where`` expression, literal stage and collect
+paths can be staged and collected, referenced limits exist, durations read sensibly, cron schedules
 and time zones are valid, globs and regular expressions are well formed, and no secret
 value is written into the file.  Every check reads the raw document defensively: a
 value of the wrong type was already reported by the schema and is skipped here.
@@ -22,9 +23,10 @@ from ..templates import (
     TRIGGER_SHAPE,
     UNIT_SHAPE,
     Shape,
+    is_template,
 )
 from ..tomlpos import KeyPath
-from . import leaks
+from . import leaks, paths
 from .context import Context, list_of, strings, table_of
 
 __all__ = ["Context", "check_job", "schema_values"]
@@ -42,6 +44,7 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems: list[Problem] = []
     problems += _check_durations(doc, ctx)
     problems += _check_templates(doc, ctx)
+    problems += _check_units(doc, ctx)
     problems += _check_limits(doc, ctx)
     problems += _check_inputs(doc, ctx)
     problems += _check_runtime(doc, ctx)
@@ -218,6 +221,34 @@ def _rung_var_uses(source: str, ctx: Context) -> list[tuple[str, int]]:
     ]
 
 
+# What ``units.where`` sees: each record, before it belongs to a unit.
+WHERE_SHAPE: dict[str, Shape] = {"record": None, "job": JOB_SHAPE, "trigger": TRIGGER_SHAPE}
+
+
+def _check_units(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    problems: list[Problem] = []
+    units = table_of(doc, "units")
+    where = units.get("where")
+    if isinstance(where, str) and where:
+        for found in ctx.templates.check_expression(where, WHERE_SHAPE):
+            message = found.message
+            if message.startswith("undefined variable 'unit'"):
+                message = (
+                    "'unit' does not exist yet: units.where keeps or drops each record "
+                    "before records become units; use 'record'"
+                )
+            problems.append(ctx.in_template(("units", "where"), found.lineno, message))
+    workspace = ctx.templates.workspace
+    for kind in ("stage", "collect"):
+        for index, source in enumerate(list_of(units, kind)):
+            # A template is checked by ``fanout plan`` once it renders for the first unit.
+            if isinstance(source, str) and source and not is_template(source):
+                refused = paths.refusal(kind, source, source, workspace)
+                if refused is not None and "\0" not in source:
+                    problems.append(ctx.at_value(("units", kind, index), refused))
+    return problems
+
+
 def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
     names: dict[str, int] = {}
@@ -270,7 +301,7 @@ def _check_inputs(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
             for index, pattern in enumerate(patterns):
                 if isinstance(pattern, str) and pattern:
                     try:
-                        globs.compile_glob(pattern)
+                        globs.compile_glob(pattern, hidden=key == "exclude")
                     except ValueError as exc:
                         problems.append(ctx.at_value(("inputs", key, index), str(exc)))
     if "pointer" in inputs and not ("json" in inputs or inputs.get("format") == "json"):

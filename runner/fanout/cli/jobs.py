@@ -117,11 +117,12 @@ def plan(
         if result.units == 0:
             print(text)
             raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
-        if result.first_task_problem is not None:
-            # A template that fails for the first unit will fail for the others: plan is
-            # the check before a run, so it fails too, after showing the plan.
+        if result.problems:
+            # A template that fails for the first unit (or a stage path every attempt
+            # refuses) will fail the others: plan is the check before a run, so it fails
+            # too, after showing the plan.
             print(text, end="")
-            raise JobError([result.first_task_problem])
+            raise JobError(list(result.problems))
         return text
 
     print(call(make), end="")

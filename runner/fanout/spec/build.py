@@ -13,7 +13,7 @@ from typing import Any
 from .. import cron
 from ..quantities import parse_duration, parse_size
 from ..schema import key_name
-from ..templates import Template, Templates
+from ..templates import Expression, Template, Templates
 from ..tomlpos import KeyPath, Positions
 from .model import (
     DEFAULT_LADDER,
@@ -52,6 +52,13 @@ def build(
         line, col = positions.value(key)
         return compiled.located(key_name(key), (str(path), line, col))
 
+    def expression(source: str, key: KeyPath) -> Expression:
+        compiled = templates.compile_expression(source)
+        if positions is None:
+            return compiled
+        line, col = positions.value(key)
+        return compiled.located(key_name(key), (str(path), line, col))
+
     def argv(values: list[str] | None, key: KeyPath) -> tuple[Template, ...]:
         return tuple(tpl(v, (*key, n)) for n, v in enumerate(values or ()))
 
@@ -78,6 +85,7 @@ def build(
     )
     raw_units = doc.get("units", {})
     units = Units(
+        where=expression(raw_units["where"], ("units", "where")) if "where" in raw_units else None,
         group_by=raw_units.get("groupBy"),
         id=tpl(raw_units["id"]) if "id" in raw_units else None,
         limit=raw_units.get("limit"),

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .. import cron
-from ..templates import Template, Templates
+from ..templates import Expression, Template, Templates
 
 JobValue = str | int | float | bool
 SourceKind = Literal["files", "jsonl", "csv", "json", "items", "command"]
@@ -44,6 +44,8 @@ class Inputs:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Units:
+    # Keeps a record when true; evaluated on each record before grouping (see units).
+    where: Expression | None = None
     group_by: str | None = None
     id: Template | None = None
     limit: int | None = None

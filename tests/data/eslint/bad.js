@@ -1,0 +1,2 @@
+var unused = 1;
+if (unused == 2) { console.log("x"); }

@@ -1,0 +1,1 @@
+export default [{ rules: { "no-var": "error", "no-unused-vars": "warn", eqeqeq: "error" } }];

@@ -1,0 +1,1 @@
+export const alsoClean = 2;

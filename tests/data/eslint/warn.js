@@ -1,0 +1,1 @@
+let warnOnly = 1;
