@@ -24,7 +24,10 @@ Action = Callable[[Runner], Awaitable[Summary]]
 
 
 def transport_for(
-    job: Spec, environ: Mapping[str, str], notice: Callable[[str], None]
+    job: Spec,
+    environ: Mapping[str, str],
+    notice: Callable[[str], None],
+    emit: Callable[..., None] | None = None,
 ) -> Transport:
     """SSH hosts when the job has any, else sandboxes on this machine.  Either way the
     run's state directory joins the registry that every local sandbox hides."""
@@ -46,6 +49,7 @@ def transport_for(
             known_hosts=hosts.known_hosts_files(environ),
             sandbox_kind=job.runtime.sandbox,
             notice=notice,
+            emit=emit,
         )
     from .local import LocalTransport
 
@@ -71,7 +75,7 @@ def runner_for(
 
     return Runner(
         spec=job,
-        transport=transport_for(job, environ, notice),
+        transport=transport_for(job, environ, notice, events.emit),
         journal=journal,
         environ=environ,
         events=events,

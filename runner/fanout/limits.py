@@ -84,6 +84,14 @@ def tightest(spec: Spec) -> Pace | None:
     return found[0] if found else None
 
 
+def pace_fields(spec: Spec) -> dict[str, Any] | None:
+    """The tightest limit as event fields (the display names what sets the pace)."""
+    pace = tightest(spec)
+    if pace is None:
+        return None
+    return {"limit": pace.limit.name, "perMinute": round(pace.tasks_per_second * 60, 3)}
+
+
 def minimum_wall_time(spec: Spec, units: int) -> float | None:
     """Seconds ``units`` task starts need at the tightest limit's pace (None: unlimited)."""
     pace = tightest(spec)

@@ -320,6 +320,14 @@ class Journal:
         )
         return {r["state"]: r["n"] for r in rows}
 
+    def round_counts(self, run_id: str, round_number: int) -> dict[str, int]:
+        """The units of one round, counted by state."""
+        rows = self.db.execute(
+            "SELECT state, COUNT(*) AS n FROM units WHERE run = ? AND round = ? GROUP BY state",
+            (run_id, round_number),
+        )
+        return {r["state"]: r["n"] for r in rows}
+
     def selection_done(self, run_id: str, round_number: int) -> None:
         self._write(
             "UPDATE rounds SET selection_done = 1 WHERE run = ? AND round = ?",
