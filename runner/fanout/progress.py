@@ -85,6 +85,7 @@ class Display:
         self.succeeded = 0
         self.failed = 0
         self.interrupted = 0
+        self.last_settled = now
         # Unit id -> the host its running attempt was placed on ("" until placed).
         self.running: dict[str, str] = {}
 
@@ -210,6 +211,7 @@ class Display:
 
     def _on_unit_settled(self, event: dict[str, Any]) -> None:
         self._free(event["unit"])
+        self.last_settled = self.clock()
         if event["state"] == "succeeded":
             self.succeeded += 1
         else:
@@ -247,8 +249,9 @@ class Display:
 
     def _on_host_lost(self, event: dict[str, Any]) -> None:
         host = self._host(event)
-        if host.state != "quarantined":
-            host.state = "lost"
+        if host.state == "quarantined":  # said already; it stays out of the run
+            return
+        host.state = "lost"
         if event.get("start"):
             self._line(
                 f"host {event['host']} is unavailable: {event['reason']} (retrying)", "yellow"
@@ -301,10 +304,17 @@ class Display:
         """The live display: the counts line, and a hosts line when hosts are used."""
         now = self.clock()
         done = self._done()
-        running = len(self.running)
+        # With hosts, an attempt runs once placed on one; until then it waits for a host
+        # slot (the dispatcher's slots outnumber the hosts' when hosts are down): queued.
+        running = (
+            sum(1 for host in self.running.values() if host) if self.hosts else len(self.running)
+        )
         queued = max(0, self.selected - done - running - self.interrupted)
         settled_now = self.succeeded + self.failed
-        spent = now - self.round_started
+        # Over this stretch of the round (a resumed run's earlier units took no time of
+        # it), up to now while units remain, else up to the last unit's end.
+        remain = queued + running
+        spent = (now if remain else self.last_settled) - self.round_started
         rate = settled_now / spent if settled_now and spent > 0 else 0.0
         if self.total is None:
             counts = f"{done} done, {self.selected} selected so far"
@@ -317,9 +327,9 @@ class Display:
         if rate:
             parts.append(f"{rate:.1f}/s" if rate >= 1 else f"{rate * 60:.1f}/min")
         parts.append(format_duration(now - self.started))
-        if rate and queued + running:
+        if rate and remain:
             least = "at least " if self.total is None else ""
-            parts.append(f"eta {least}{format_duration((queued + running) / rate)}")
+            parts.append(f"eta {least}{format_duration(remain / rate)}")
         pacer = self._pacer()
         if pacer:
             parts.append(pacer)
