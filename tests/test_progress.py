@@ -19,6 +19,8 @@ from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.progress import Display
 from fanout.run import Options, Runner
+from fanout.spec import Host
+from fanout.ssh import SshTransport
 from fanout.transport import Attempt
 
 from fakes import FakeTransport
@@ -452,3 +454,110 @@ async def test_a_run_on_hosts_shows_each_host_busy_lost_and_quarantined(tmp_path
     await runner.execute(Options())
     assert _run_lines(_live_transcript(recorded, [0, 3.5, 4, 9])) == FLEET_LIVE
     assert _run_lines(_not_successes(_plain_transcript(recorded))) == FLEET_PLAIN
+
+
+async def test_ssh_hosts_emit_their_states_and_placements(ssh_pool: Any, tmp_path: Path) -> None:
+    """The real SSH pool emits what the display reads: ``host.up`` for each host at
+    start, ``attempt.placed`` for every attempt, ``host.quarantined`` (and no separate
+    line for its loss) for a host that cannot run units, ``host.lost`` for a dead one."""
+    servers = {name: ssh_pool.add(name) for name in ("good", "refuses", "dies")}
+    open_root = ssh_pool.base / "sandboxes"
+    open_root.mkdir(mode=0o777)
+    open_root.chmod(0o777)
+    closed_root = ssh_pool.base / "closed"  # fanout's 0755 directory: not the host user's
+    closed_root.mkdir(mode=0o755)
+    hosts = [
+        Host(
+            name=name,
+            address="127.0.0.1",
+            port=server.port,
+            user=ssh_pool.user,
+            identity=str(ssh_pool.client_key),
+            slots=2,
+            sandbox_root=str(closed_root if name == "refuses" else open_root),
+        )
+        for name, server in servers.items()
+    ]
+    items = ", ".join(f'"u{n:02d}"' for n in range(16))
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "fleet"
+            [inputs]
+            items = [{items}]
+            [task]
+            command = ["sh", "-c", "sleep 0.3"]
+            timeout = "30s"
+            [runtime]
+            maxConcurrentTasks = 6
+            sandbox = "none"
+            """,
+        )
+    )
+    recorded: list[dict[str, Any]] = []
+    four_settled = asyncio.Event()
+
+    def count(event: dict[str, Any]) -> None:
+        if sum(1 for e in recorded if e["event"] == "unit.settled") >= 4:
+            four_settled.set()
+
+    events = Events(recorded.append, count)
+    transport = SshTransport(
+        hosts,
+        known_hosts=[ssh_pool.known_hosts],
+        sandbox_kind="none",
+        keepalive_interval=1.0,
+        keepalive_count=2,
+        connect_timeout=3.0,
+        emit=events.emit,
+        rng=random.Random(3),
+    )
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=events,
+    )
+
+    async def kill_after_four() -> None:
+        await four_settled.wait()
+        servers["dies"].kill()
+
+    killer = asyncio.create_task(kill_after_four())
+    summary = await asyncio.wait_for(runner.execute(Options()), 90)
+    await killer
+    assert summary.counts == {"succeeded": 16}
+    ups = [
+        (e["host"], e["slots"], e["sandbox"], e["back"])
+        for e in recorded
+        if e["event"] == "host.up"
+    ]
+    assert sorted(ups) == [
+        ("dies", 2, "none", False),
+        ("good", 2, "none", False),
+        ("refuses", 2, "none", False),
+    ]
+    quarantined = [e for e in recorded if e["event"] == "host.quarantined"]
+    # "dies" may be quarantined too, after its reconnects failed, if the run lasts.
+    assert quarantined[0]["host"] == "refuses"
+    assert {e["host"] for e in quarantined} <= {"refuses", "dies"}
+    assert quarantined[0]["reason"].startswith(f"refuses: cannot create a sandbox in {closed_root}")
+    assert "dies" in {e["host"] for e in recorded if e["event"] == "host.lost"}
+    started = sorted((e["unit"], e["attempt"]) for e in recorded if e["event"] == "attempt.started")
+    placed = [e for e in recorded if e["event"] == "attempt.placed"]
+    assert sorted((e["unit"], e["attempt"]) for e in placed) == started
+    assert {e["host"] for e in placed} == {"good", "refuses", "dies"}
+    assert not [e for e in recorded if e["event"] == "notice" and "host" in e["message"]]
+    out = StringIO()
+    display = Display(Console(file=out), live=False)
+    for event in recorded:
+        display(event)
+    lines = _lines(out.getvalue())
+    shown = [line for line in lines if line.startswith("host ")]
+    assert shown[:3] == [f"host {name} up: 2 slot(s), sandbox none" for name in [e[0] for e in ups]]
+    assert f"host refuses quarantined: {quarantined[0]['reason']}" in shown
+    assert not [line for line in shown if line.startswith("host refuses lost")]
+    assert [line for line in shown if line.startswith("host dies lost: ")]
