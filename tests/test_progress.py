@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 from io import StringIO
@@ -561,3 +562,39 @@ async def test_ssh_hosts_emit_their_states_and_placements(ssh_pool: Any, tmp_pat
     assert f"host refuses quarantined: {quarantined[0]['reason']}" in shown
     assert not [line for line in shown if line.startswith("host refuses lost")]
     assert [line for line in shown if line.startswith("host dies lost: ")]
+
+
+@pytest.mark.looptime
+async def test_the_report_of_a_run_on_hosts_has_a_hosts_table(tmp_path: Path) -> None:
+    recorded: Recorded = []
+    job = _job(tmp_path / "fleet", 24, 8)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    runner = _runner(job, FakeTransport(), recorded, journal)
+    runner.transport = _Fleet(runner.events)
+    summary = await runner.execute(Options())
+    lines = (summary.report_dir / "report.md").read_text().splitlines()
+    header = lines.index("| host | slots | attempts | lost attempts | times lost | quarantined |")
+    assert lines[header + 1 : header + 6] == [
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| <code>h1</code> | 2 | 18 | 0 | 0 | no |",
+        "| <code>h2</code> | 2 | 8 | 2 | 1 | no |",
+        "| <code>h3</code> | 1 | 1 | 1 | 0 | yes: h3: cannot create a sandbox in /srv/sandboxes: "
+        "Permission denied |",
+        "",
+    ]
+    data = json.loads((summary.report_dir / "report.json").read_text())
+    assert data["hosts"][2] == {
+        "host": "h3",
+        "slots": 1,
+        "attempts": 1,
+        "lostAttempts": 1,
+        "timesLost": 0,
+        "quarantined": True,
+        "reason": "h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    }
+    # A run on this machine has no hosts.
+    job = _job(tmp_path / "local", 3, 2)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    summary = await _runner(job, FakeTransport(), [], journal).execute(Options())
+    assert "| host |" not in (summary.report_dir / "report.md").read_text()
+    assert json.loads((summary.report_dir / "report.json").read_text())["hosts"] == []

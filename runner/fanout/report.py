@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import safetext
+from . import fleet, safetext
 from .journal import Journal, UnitRow
 from .quantities import format_duration
 
@@ -89,6 +89,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
 def write(journal: Journal, run_id: str, directory: Path) -> Path:
     """Write report.json and report.md into ``directory``; returns the markdown path."""
     data = build(journal, run_id)
+    data["hosts"] = fleet.hosts(journal.host_attempts(run_id), directory / "events.jsonl")
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     markdown = directory / "report.md"
@@ -143,6 +144,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
             )
         lines.append("")
+    lines += fleet.markdown(data.get("hosts", []))
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
     if changed:
         lines += [

@@ -86,6 +86,8 @@ class Runner:
     gate: Gate = field(default_factory=OpenGate)
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
+    # The event log of the run going on (the report reads its host states).
+    _log: EventLog | None = field(default=None, init=False, repr=False)
 
     def secrets(self) -> dict[str, str]:
         missing = [name for name in self.spec.task.secrets if name not in self.environ]
@@ -139,9 +141,11 @@ class Runner:
     def _event_log(self, run_id: str) -> Iterator[None]:
         log = EventLog(self.run_dir(run_id) / "events.jsonl")
         self.events.add(log)
+        self._log = log
         try:
             yield
         finally:
+            self._log = None
             self.events.sinks.remove(log)
             log.close()
 
@@ -242,6 +246,8 @@ class Runner:
             self.journal.finish_run(
                 run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
             )
+            if self._log is not None:
+                self._log.flush()
             written = report.write(self.journal, run_id, self.run_dir(run_id))
         except FanoutError as exc:
             problem = exc

@@ -471,6 +471,17 @@ class Journal:
         )
         return {str(r["status"]): r["n"] for r in rows}
 
+    def host_attempts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per host, the run's attempts counted by status."""
+        rows = self.db.execute(
+            "SELECT host, status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY host, status",
+            (run_id,),
+        )
+        found: dict[str, dict[str, int]] = {}
+        for r in rows:
+            found.setdefault(str(r["host"]), {})[str(r["status"])] = r["n"]
+        return found
+
     # Changes ------------------------------------------------------------------
 
     def record_changes(self, run_id: str, round_number: int, changes: Iterable[Any]) -> None:
