@@ -598,3 +598,22 @@ async def test_the_report_of_a_run_on_hosts_has_a_hosts_table(tmp_path: Path) ->
     summary = await _runner(job, FakeTransport(), [], journal).execute(Options())
     assert "| host |" not in (summary.report_dir / "report.md").read_text()
     assert json.loads((summary.report_dir / "report.json").read_text())["hosts"] == []
+
+
+def test_the_live_display_moves_on_while_no_event_comes() -> None:
+    # An agent's unit can take minutes: the clock and a pause's countdown still move.
+    out = StringIO()
+    clock = _Clock()
+    console = Console(file=out, force_terminal=True, width=200)
+    with Display(console, live=True, clock=clock) as display:
+        display({"event": "round.started", "round": 1, "concurrency": 4})
+        display({"event": "round.selected", "round": 1, "units": 10, "records": 10})
+        display({"event": "attempt.started", "round": 1, "unit": "u0", "attempt": 1, "rung": "a"})
+        display({"event": "limit.paused", "limit": "api", "seconds": 200.0, "reason": "429"})
+        clock.now = 125.0
+        assert display._live is not None
+        display._live.refresh()  # what rich's refresh thread does four times a second
+    assert (
+        "round 1  0/10 done  1 running  9 queued  0 failed  2m 5s  paced by 4 slot(s)"
+        "  [api paused 1m 15s]" in re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    )

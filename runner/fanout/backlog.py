@@ -46,7 +46,7 @@ def _started(ctx: Round, *, resumed: bool, streaming: bool) -> None:
         resumed=resumed,
         streaming=streaming,
         concurrency=ctx.concurrency,
-        pace=limits.pace_fields(ctx.spec),
+        **limits.pace_fields(ctx.spec),
     )
 
 

@@ -84,12 +84,14 @@ def tightest(spec: Spec) -> Pace | None:
     return found[0] if found else None
 
 
-def pace_fields(spec: Spec) -> dict[str, Any] | None:
-    """The tightest limit as event fields (the display names what sets the pace)."""
+def pace_fields(spec: Spec) -> dict[str, Any]:
+    """The tightest limit as event fields (the display names what sets the pace): its
+    name and task starts per minute, both None without limits."""
     pace = tightest(spec)
-    if pace is None:
-        return None
-    return {"limit": pace.limit.name, "perMinute": round(pace.tasks_per_second * 60, 3)}
+    return {
+        "tightestLimit": None if pace is None else pace.limit.name,
+        "tightestPerMinute": None if pace is None else round(pace.tasks_per_second * 60, 3),
+    }
 
 
 def minimum_wall_time(spec: Spec, units: int) -> float | None:

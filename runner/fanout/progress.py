@@ -24,6 +24,7 @@ a newline forge a line of its own, and lines are rich ``Text``, never markup, so
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,12 +71,13 @@ class Display:
         self.round = 1
         self._new_round(self.started)
         self.concurrency: int | None = None
-        self.pace: dict[str, Any] | None = None
+        self.pace: tuple[str, float] | None = None  # the tightest limit, starts a minute
         self.hosts: dict[str, _Host] = {}
         self.paused: dict[str, float] = {}
         self._durations = 0.0
         self._finished = 0
         self._live: Live | None = None
+        self._last = Text("")
 
     def _new_round(self, now: float) -> None:
         self.round_started = now
@@ -91,11 +93,23 @@ class Display:
 
     def __enter__(self) -> Display:
         if self.live_mode:
+            # Rendered afresh at each refresh, so the clock, the ETA and a pause's
+            # countdown move while no event comes (an agent's unit can take minutes).
             self._live = Live(
-                self.renderable(), console=self.console, refresh_per_second=8, transient=True
+                get_renderable=self._refreshed,
+                console=self.console,
+                refresh_per_second=4,
+                transient=True,
             )
             self._live.__enter__()
         return self
+
+    def _refreshed(self) -> Text:
+        """The live display, for rich's refresh thread: the event loop's thread may change
+        the counts meanwhile; a rendering caught mid-change is simply skipped."""
+        with contextlib.suppress(RuntimeError):  # a dict changed size while it was read
+            self._last = self.renderable()
+        return self._last
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
@@ -107,9 +121,8 @@ class Display:
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
         if handler is not None:
             handler(event)
-        if self._live is not None:
-            self._live.update(self.renderable())
-        elif not self.live_mode and self.clock() >= self._progress_at:
+        # A live display redraws itself (see __enter__); a log gets a progress line a minute.
+        if self._live is None and not self.live_mode and self.clock() >= self._progress_at:
             self._progress_at = self.clock() + PROGRESS_EVERY
             self._line("progress: " + self.renderable().plain.replace("\n", "  "))
 
@@ -141,7 +154,8 @@ class Display:
         self.round = event["round"]
         self._new_round(self.clock())
         self.concurrency = event.get("concurrency", self.concurrency)
-        self.pace = event.get("pace", self.pace)
+        if event.get("tightestLimit"):
+            self.pace = (event["tightestLimit"], event["tightestPerMinute"])
         if event["round"] > 1 or not self.live_mode:
             doing = "resuming" if event.get("resumed") else "selecting units"
             self._line(f"round {event['round']}: {doing}{self._pace_note()}")
@@ -151,7 +165,7 @@ class Display:
         if self.concurrency:
             parts.append(f"up to {self.concurrency} at once")
         if self.pace:
-            parts.append(f"tightest limit {self.pace['limit']} {self.pace['perMinute']:g}/min")
+            parts.append(f"tightest limit {self.pace[0]} {self.pace[1]:g}/min")
         return f" ({', '.join(parts)})" if parts else ""
 
     def _on_round_selecting(self, event: dict[str, Any]) -> None:
@@ -291,13 +305,13 @@ class Display:
         any attempt has finished, a declared limit is assumed to), else the slots."""
         slots = self.concurrency or 0
         if self.hosts:
-            up = sum(h.slots for h in self.hosts.values() if h.state == "up")
+            up = sum(h.slots for h in list(self.hosts.values()) if h.state == "up")
             slots = min(slots, up) if slots else up
         if self.pace:
-            per_second = self.pace["perMinute"] / 60
+            name, per_minute = self.pace
             mean = self._durations / self._finished if self._finished else 0.0
-            if mean <= 0 or per_second < slots / mean:
-                return f"paced by limit {self.pace['limit']} {self.pace['perMinute']:g}/min"
+            if mean <= 0 or per_minute / 60 < slots / mean:
+                return f"paced by limit {name} {per_minute:g}/min"
         return f"paced by {slots} slot(s)" if slots else ""
 
     def renderable(self) -> Text:
@@ -307,7 +321,9 @@ class Display:
         # With hosts, an attempt runs once placed on one; until then it waits for a host
         # slot (the dispatcher's slots outnumber the hosts' when hosts are down): queued.
         running = (
-            sum(1 for host in self.running.values() if host) if self.hosts else len(self.running)
+            sum(1 for host in list(self.running.values()) if host)
+            if self.hosts
+            else len(self.running)
         )
         queued = max(0, self.selected - done - running - self.interrupted)
         settled_now = self.succeeded + self.failed
@@ -334,7 +350,7 @@ class Display:
         if pacer:
             parts.append(pacer)
         text = Text(safetext.for_terminal("  ".join(parts)))
-        for name, until in self.paused.items():
+        for name, until in list(self.paused.items()):
             if until > now:
                 text.append(
                     f"  [{safetext.for_terminal(name)} paused {format_duration(until - now)}]",
@@ -342,7 +358,7 @@ class Display:
                 )
         if self.hosts:
             text.append("\nhosts")
-            for name, host in self.hosts.items():
+            for name, host in list(self.hosts.items()):
                 style = {"up": "", "lost": "yellow", "quarantined": "red"}.get(host.state, "")
                 text.append(
                     f"  {safetext.for_terminal(name)} {host.busy}/{host.slots} {host.state}",
