@@ -271,7 +271,7 @@ class Display:
                 f"host {event['host']} is unavailable: {event['reason']} (retrying)", "yellow"
             )
         else:
-            running = f" ({host.busy} attempt(s) on it are requeued)" if host.busy else ""
+            running = f" ({host.busy} attempt(s) were running on it)" if host.busy else ""
             self._line(f"host {event['host']} lost: {event['reason']}{running}", "yellow")
 
     def _on_host_quarantined(self, event: dict[str, Any]) -> None:
@@ -332,7 +332,9 @@ class Display:
         remain = queued + running
         spent = (now if remain else self.last_settled) - self.round_started
         rate = settled_now / spent if settled_now and spent > 0 else 0.0
-        if self.total is None:
+        if self.total is None and not self.selected and not running:
+            counts = "selecting units"
+        elif self.total is None:
             counts = f"{done} done, {self.selected} selected so far"
         else:
             counts = f"{done}/{self.total} done"
