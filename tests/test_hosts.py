@@ -144,7 +144,7 @@ async def test_an_unknown_key_is_refused_naming_the_name_looked_up_and_the_key(
     await transport.close()
     fingerprint = _fingerprint(server.host_public_key, tmp_path)
     assert str(caught.value) == (
-        "no SSH host is reachable: host key of ecobox (ecobox) is not trusted: no known_hosts"
+        "no SSH host can run units: host key of ecobox (ecobox) is not trusted: no known_hosts"
         f" entry for [127.0.0.1]:{server.port} trusts its ssh-ed25519 key {fingerprint};"
         " check it and run `fanout hosts trust ecobox`"
     )
@@ -176,7 +176,7 @@ async def test_a_changed_host_key_is_refused_with_both_fingerprints_and_the_old_
     await transport.close()
     name = f"[127.0.0.1]:{server.port}"
     assert str(caught.value) == (
-        f"no SSH host is reachable: host key of h1 (127.0.0.1:{server.port}) is not trusted:"
+        f"no SSH host can run units: host key of h1 (127.0.0.1:{server.port}) is not trusted:"
         f" WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! h1 now offers ssh-ed25519 key"
         f" {new} for {name}, but {ssh_pool.known_hosts}:1 trusts ssh-ed25519 key {old}"
         f" there.  Someone could be eavesdropping on you right now (a man-in-the-middle"

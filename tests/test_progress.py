@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import random
 import re
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
+from rich.text import Text
 
+from fanout import limits, spec
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.outcome import AttemptResult, Status
 from fanout.progress import Display
+from fanout.run import Options, Runner
+from fanout.spec import Host
+from fanout.ssh import SshTransport
+from fanout.transport import Attempt
+
+from fakes import FakeTransport
+from helpers import write_job
 
 ESC = "\x1b"
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07[bold red]x[/] :smile:\u202egnp.exe"
@@ -90,3 +107,513 @@ def test_the_live_display_gets_no_escape_sequence_from_a_unit() -> None:
     rich_own = r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r\x1b\[2K|\r\x1b\[1A\x1b\[2K$"
     assert ESC not in re.sub(rich_own, "", out.getvalue())
     assert EXPECTED[3] in out.getvalue()
+
+
+# Golden renderings of runs: the events come from real runs on a fake transport and
+# virtual time (each recorded with the loop's clock), replayed into a display whose clock
+# reads the recorded time, so a dispatcher that stops emitting what the display needs
+# changes what users read here.
+
+Recorded = list[tuple[float, dict[str, Any]]]
+
+
+def _job(tmp_path: Path, items: int, concurrency: int, extra: str = "") -> spec.Spec:
+    names = ", ".join(f'"u{n:03d}"' for n in range(items))
+    return spec.load(
+        write_job(
+            tmp_path,
+            f"""
+version = 1
+name = "sweep"
+[inputs]
+items = [{names}]
+[task]
+command = ["agent"]
+[runtime]
+maxConcurrentTasks = {concurrency}
+[retry]
+backoff = {{ initial = "10s", max = "1m", jitter = "none" }}
+[[retry.ladder]]
+name = "default"
+attempts = 2
+{extra}
+""",
+        )
+    )
+
+
+LIMIT = """
+[[limits]]
+name = "api"
+requests = 120
+per = "1m"
+"""
+
+
+def _fails_u003(attempt: Attempt) -> AttemptResult:
+    if attempt.unit_id == "u003":
+        return AttemptResult(status=Status.FAILED, reason="exit 1", exit_code=1, duration=1.0)
+    return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0, duration=1.0)
+
+
+def _runner(job: spec.Spec, transport: Any, recorded: Recorded, journal: Journal) -> Runner:
+    loop = asyncio.get_running_loop()
+    events = Events(lambda event: recorded.append((loop.time(), event)))
+    return Runner(
+        spec=job,
+        transport=transport,
+        journal=journal,
+        environ={},
+        events=events,
+        gate=limits.gate_for(job, events, random.Random(7)),
+        rng=random.Random(7),
+    )
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _live_transcript(recorded: Recorded, moments: list[float], width: int = 160) -> list[str]:
+    """What a terminal shows: the lines printed above the live display, and the live
+    display itself (marked ``|``) as it stands after the last event at each moment."""
+    console = Console(file=StringIO(), record=True, force_terminal=True, width=width)
+    clock = _Clock()
+    start = recorded[0][0]
+    display = Display(console, live=True, clock=clock)
+    pending = sorted(moments)
+    for n, (at, event) in enumerate(recorded):
+        clock.now = at - start
+        display(event)
+        following = recorded[n + 1][0] - start if n + 1 < len(recorded) else float("inf")
+        while pending and clock.now <= pending[0] < following:
+            clock.now = pending.pop(0)
+            for line in display.renderable().plain.splitlines():
+                console.print(Text("| " + line), highlight=False, soft_wrap=True)
+    return _lines(console.export_text())
+
+
+def _plain_transcript(recorded: Recorded) -> list[str]:
+    out = StringIO()
+    clock = _Clock()
+    start = recorded[0][0]
+    display = Display(Console(file=out), live=False, clock=clock)
+    for at, event in recorded:
+        clock.now = at - start
+        display(event)
+    return _lines(out.getvalue())
+
+
+async def _interrupted_then_resumed(tmp_path: Path, items: int, settled: int) -> Recorded:
+    """The events of a run resumed after the first stretch was interrupted (as by Ctrl-C)
+    once ``settled`` units had settled."""
+    job = _job(tmp_path, items, 4)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    first: Recorded = []
+    runner = _runner(job, FakeTransport(script=_fails_u003), first, journal)
+    task = asyncio.create_task(runner.execute(Options()))
+
+    def interrupt(event: dict[str, Any]) -> None:
+        if event["event"] == "unit.settled":
+            count = sum(1 for _, e in first if e["event"] == "unit.settled")
+            if count == settled:
+                task.cancel()
+
+    runner.events.add(interrupt)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    resumed: Recorded = []
+    transport = FakeTransport(script=_fails_u003)
+    await _runner(job, transport, resumed, journal).execute(Options(resume=True))
+    return resumed
+
+
+class _Fleet(FakeTransport):
+    """A fake pool of SSH hosts that emits what ``SshTransport`` emits (``host.up`` at
+    start and when a host is back, ``attempt.placed``, ``host.quarantined`` then
+    ``host.lost`` for a host that refuses units, ``host.lost``), placing each attempt on
+    the least loaded host that is up.  h3 refuses its first unit; h2 is lost at 3.5 s
+    (its attempts end lost at once) and back at 9 s."""
+
+    def __init__(self, events: Events) -> None:
+        super().__init__(delay=1.0)
+        self.events = events
+        self.slots_of = {"h1": 2, "h2": 2, "h3": 1}
+        self.busy = dict.fromkeys(self.slots_of, 0)
+        self.up = dict.fromkeys(self.slots_of, True)
+        self.gone: dict[str, asyncio.Event] = {h: asyncio.Event() for h in self.slots_of}
+        self.changed = asyncio.Condition()
+        self.saboteur: asyncio.Task[None] | None = None
+
+    @property
+    def capacity(self) -> int:
+        return sum(self.slots_of.values())
+
+    async def start(self) -> None:
+        for host, slots in self.slots_of.items():
+            self.events.emit("host.up", host=host, slots=slots, sandbox="bwrap", back=False)
+        self.saboteur = asyncio.create_task(self._sabotage())
+
+    async def close(self) -> None:
+        if self.saboteur is not None:
+            self.saboteur.cancel()
+
+    async def _sabotage(self) -> None:
+        await asyncio.sleep(3.5)
+        await self._down("h2", "lost", "connection lost: keepalive timeout")
+        await asyncio.sleep(5.5)
+        self.up["h2"] = True
+        self.gone["h2"] = asyncio.Event()
+        self.events.emit("host.up", host="h2", slots=2, sandbox="bwrap", back=True)
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def _down(self, host: str, state: str, reason: str) -> None:
+        self.up[host] = False
+        self.gone[host].set()
+        self.events.emit(f"host.{state}", host=host, slots=self.slots_of[host], reason=reason)
+
+    async def run(self, attempt: Attempt) -> AttemptResult:
+        async with self.changed:
+            while True:
+                free = [h for h in self.slots_of if self.up[h] and self.busy[h] < self.slots_of[h]]
+                if free:
+                    host = min(free, key=lambda h: (self.busy[h] / self.slots_of[h], h))
+                    break
+                await self.changed.wait()
+            self.busy[host] += 1
+        self.events.emit(
+            "attempt.placed",
+            round=attempt.round,
+            unit=attempt.unit_id,
+            attempt=attempt.number,
+            host=host,
+        )
+        try:
+            if host == "h3":
+                reason = "h3: cannot create a sandbox in /srv/sandboxes: Permission denied"
+                await self._down(host, "quarantined", reason)
+                await self._down(host, "lost", reason)
+                return AttemptResult(status=Status.LOST, reason=reason, host=host)
+            gone = asyncio.create_task(self.gone[host].wait())
+            done, _ = await asyncio.wait({gone}, timeout=self.delay)
+            gone.cancel()
+            if done:
+                return AttemptResult(
+                    status=Status.LOST, reason=f"lost {host}: connection lost", host=host
+                )
+            return AttemptResult(status=Status.SUCCEEDED, reason="ok", duration=1.0, host=host)
+        finally:
+            async with self.changed:
+                self.busy[host] -= 1
+                self.changed.notify_all()
+
+
+# What users read, per run (the live display's lines start with ``|``).
+STREAMED_LIVE = [
+    "run R of sweep started",
+    "| round 1  0 done, 200 selected so far  1 running  199 queued  0 failed  0.0s  paced by limit api 120/min",
+    "| round 1  1 done, 200 selected so far  1 running  198 queued  0 failed  1.0/s  1.0s  eta at least 3m 19s  paced by limit api 120/min",
+    "u003: attempt 1 (default) failed in 1.0s: exit 1",
+    "| round 1  22 done, 200 selected so far  2 running  176 queued  0 failed  1.8/s  12s  eta at least 1m 41s  paced by limit api 120/min",
+    "u003: attempt 2 (default) failed in 1.0s: exit 1",
+    "FAILED u003 after 2 attempt(s), rung default: exit 1",
+    "| round 1  117 done, 200 selected so far  2 running  81 queued  1 failed  1.9/s  1m  eta at least 43s  paced by limit api 120/min",
+    "round 1: 450 unit(s) from 450 record(s)",
+    "| round 1  397/450 done  2 running  51 queued  1 failed  2.0/s  3m 20s  eta 27s  paced by limit api 120/min",
+    "| round 1  399/450 done  2 running  49 queued  1 failed  2.0/s  3m 21s  eta 26s  paced by limit api 120/min",
+    "| round 1  449/450 done  1 running  0 queued  1 failed  2.0/s  3m 46s  eta 0.5s  paced by limit api 120/min",
+]
+
+STREAMED_PLAIN = [
+    "run R of sweep started",
+    "round 1: selecting units (up to 4 at once, tightest limit api 120/min)",
+    "u003: attempt 1 (default) failed in 1.0s: exit 1",
+    "u003: attempt 2 (default) failed in 1.0s: exit 1",
+    "FAILED u003 after 2 attempt(s), rung default: exit 1",
+    "progress: round 1  117 done, 200 selected so far  1 running  82 queued  1 failed  1.9/s  1m  eta at least 43s  paced by limit api 120/min",
+    "progress: round 1  237 done, 400 selected so far  1 running  162 queued  1 failed  2.0/s  2m  eta at least 1m 23s  paced by limit api 120/min",
+    "progress: round 1  357 done, 400 selected so far  1 running  42 queued  1 failed  2.0/s  3m  eta at least 22s  paced by limit api 120/min",
+    "round 1: 450 unit(s) from 450 record(s)",
+]
+
+RESUMED_LIVE = [
+    "run R resumed at round 1",
+    "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
+    "| round 1  31/450 done  4 running  415 queued  0 failed  0.0s  paced by 4 slot(s)",
+    "u003: attempt 2 (default) failed in 1.0s: exit 1",
+    "FAILED u003 after 2 attempt(s), rung default: exit 1",
+    "| round 1  35/450 done  4 running  411 queued  1 failed  4.0/s  1.0s  eta 1m 44s  paced by 4 slot(s)",
+    "| round 1  151/450 done  4 running  295 queued  1 failed  4.0/s  30s  eta 1m 15s  paced by 4 slot(s)",
+]
+
+RESUMED_PLAIN = [
+    "run R resumed at round 1",
+    "round 1: resuming (up to 4 at once)",
+    "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
+    "u003: attempt 2 (default) failed in 1.0s: exit 1",
+    "FAILED u003 after 2 attempt(s), rung default: exit 1",
+    "progress: round 1  267/450 done  3 running  180 queued  1 failed  3.9/s  1m  eta 47s  paced by 4 slot(s)",
+]
+
+RESUMED_SELECTED_LIVE = [
+    "run R resumed at round 1",
+    "round 1: 20 unit(s) from 20 record(s), 11 settled before (11 succeeded, 0 failed), 9 remain",
+    "| round 1  11/20 done  4 running  5 queued  0 failed  0.0s  paced by 4 slot(s)",
+    "u003: attempt 2 (default) failed in 1.0s: exit 1",
+    "FAILED u003 after 2 attempt(s), rung default: exit 1",
+    "| round 1  15/20 done  4 running  1 queued  1 failed  4.0/s  1.0s  eta 1.2s  paced by 4 slot(s)",
+]
+
+FLEET_LIVE = [
+    "run R of sweep started",
+    "round 1: 24 unit(s) from 24 record(s)",
+    "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "| round 1  0/24 done  4 running  20 queued  0 failed  0.0s  paced by 4 slot(s)",
+    "| hosts  h1 2/2 up  h2 2/2 up  h3 0/1 quarantined",
+    "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
+    "u013: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "u015: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "| round 1  12/24 done  2 running  10 queued  0 failed  3.4/s  3.5s  eta 3.5s  paced by 2 slot(s)",
+    "| hosts  h1 2/2 up  h2 0/2 lost  h3 0/1 quarantined",
+    "| round 1  14/24 done  2 running  8 queued  0 failed  3.5/s  4.0s  eta 2.9s  paced by 2 slot(s)",
+    "| hosts  h1 2/2 up  h2 0/2 lost  h3 0/1 quarantined",
+    "host h2 is back: 2 slot(s)",
+    "| round 1  24/24 done  0 running  0 queued  0 failed  2.7/s  9.0s  paced by 4 slot(s)",
+    "| hosts  h1 0/2 up  h2 0/2 up  h3 0/1 quarantined",
+]
+
+FLEET_PLAIN = [
+    "run R of sweep started",
+    "host h1 up: 2 slot(s), sandbox bwrap",
+    "host h2 up: 2 slot(s), sandbox bwrap",
+    "host h3 up: 1 slot(s), sandbox bwrap",
+    "round 1: selecting units (up to 5 at once)",
+    "round 1: 24 unit(s) from 24 record(s)",
+    "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "u002: attempt 2 (default) succeeded in 1.0s",
+    "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
+    "u013: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "u015: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "u013: attempt 2 (default) succeeded in 1.0s",
+    "u015: attempt 2 (default) succeeded in 1.0s",
+    "host h2 is back: 2 slot(s)",
+]
+
+
+def _not_successes(lines: list[str]) -> list[str]:
+    """Plain lines but one per successful attempt (hundreds of them)."""
+    return [
+        line
+        for line in lines
+        if not re.fullmatch(r"u\d+: attempt 1 \(default\) succeeded in 1\.0s", line)
+    ]
+
+
+def _run_lines(lines: list[str]) -> list[str]:
+    """Lines without the run id (a new one each time)."""
+    return [re.sub(r"run \d{8}T\d{6}-[0-9a-f]{4}", "run R", line) for line in lines]
+
+
+@pytest.mark.looptime
+async def test_a_streaming_run_counts_what_is_selected_so_far_and_names_the_pace(
+    tmp_path: Path,
+) -> None:
+    recorded: Recorded = []
+    job = _job(tmp_path, 450, 4, LIMIT)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    await _runner(job, FakeTransport(script=_fails_u003), recorded, journal).execute(Options())
+    assert _run_lines(_live_transcript(recorded, [0, 1, 12.5, 60, 200, 201, 226])) == STREAMED_LIVE
+    assert _run_lines(_not_successes(_plain_transcript(recorded))) == STREAMED_PLAIN
+
+
+@pytest.mark.looptime
+async def test_a_resumed_run_counts_the_units_settled_before(tmp_path: Path) -> None:
+    # Interrupted while the selection streamed (200 of 450 units selected): the resumed
+    # run selects again, and its counts start from what the journal says had settled.
+    recorded = await _interrupted_then_resumed(tmp_path / "streamed", 450, 30)
+    assert _run_lines(_live_transcript(recorded, [0, 1, 30])) == RESUMED_LIVE
+    assert _run_lines(_not_successes(_plain_transcript(recorded))) == RESUMED_PLAIN
+    # Interrupted after the selection ended: the resumed round is read from the journal.
+    recorded = await _interrupted_then_resumed(tmp_path / "selected", 20, 10)
+    assert _run_lines(_live_transcript(recorded, [0, 1])) == RESUMED_SELECTED_LIVE
+
+
+@pytest.mark.looptime
+async def test_a_run_on_hosts_shows_each_host_busy_lost_and_quarantined(tmp_path: Path) -> None:
+    recorded: Recorded = []
+    job = _job(tmp_path, 24, 8)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    runner = _runner(job, FakeTransport(), recorded, journal)
+    runner.transport = _Fleet(runner.events)
+    await runner.execute(Options())
+    assert _run_lines(_live_transcript(recorded, [0, 3.5, 4, 9])) == FLEET_LIVE
+    assert _run_lines(_not_successes(_plain_transcript(recorded))) == FLEET_PLAIN
+
+
+async def test_ssh_hosts_emit_their_states_and_placements(ssh_pool: Any, tmp_path: Path) -> None:
+    """The real SSH pool emits what the display reads: ``host.up`` for each host at
+    start, ``attempt.placed`` for every attempt, ``host.quarantined`` (and no separate
+    line for its loss) for a host that cannot run units, ``host.lost`` for a dead one."""
+    servers = {name: ssh_pool.add(name) for name in ("good", "refuses", "dies")}
+    open_root = ssh_pool.base / "sandboxes"
+    open_root.mkdir(mode=0o777)
+    open_root.chmod(0o777)
+    closed_root = ssh_pool.base / "closed"  # fanout's 0755 directory: not the host user's
+    closed_root.mkdir(mode=0o755)
+    hosts = [
+        Host(
+            name=name,
+            address="127.0.0.1",
+            port=server.port,
+            user=ssh_pool.user,
+            identity=str(ssh_pool.client_key),
+            slots=2,
+            sandbox_root=str(closed_root if name == "refuses" else open_root),
+        )
+        for name, server in servers.items()
+    ]
+    items = ", ".join(f'"u{n:02d}"' for n in range(16))
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "fleet"
+            [inputs]
+            items = [{items}]
+            [task]
+            command = ["sh", "-c", "sleep 0.3"]
+            timeout = "30s"
+            [runtime]
+            maxConcurrentTasks = 6
+            sandbox = "none"
+            """,
+        )
+    )
+    recorded: list[dict[str, Any]] = []
+    four_settled = asyncio.Event()
+
+    def count(event: dict[str, Any]) -> None:
+        if sum(1 for e in recorded if e["event"] == "unit.settled") >= 4:
+            four_settled.set()
+
+    events = Events(recorded.append, count)
+    transport = SshTransport(
+        hosts,
+        known_hosts=[ssh_pool.known_hosts],
+        sandbox_kind="none",
+        keepalive_interval=1.0,
+        keepalive_count=2,
+        connect_timeout=3.0,
+        emit=events.emit,
+        rng=random.Random(3),
+    )
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=events,
+    )
+
+    async def kill_after_four() -> None:
+        await four_settled.wait()
+        servers["dies"].kill()
+
+    killer = asyncio.create_task(kill_after_four())
+    summary = await asyncio.wait_for(runner.execute(Options()), 90)
+    await killer
+    assert summary.counts == {"succeeded": 16}
+    ups = [
+        (e["host"], e["slots"], e["sandbox"], e["back"])
+        for e in recorded
+        if e["event"] == "host.up"
+    ]
+    assert sorted(ups) == [
+        ("dies", 2, "none", False),
+        ("good", 2, "none", False),
+        ("refuses", 2, "none", False),
+    ]
+    quarantined = [e for e in recorded if e["event"] == "host.quarantined"]
+    # "dies" may be quarantined too, after its reconnects failed, if the run lasts.
+    assert quarantined[0]["host"] == "refuses"
+    assert {e["host"] for e in quarantined} <= {"refuses", "dies"}
+    assert quarantined[0]["reason"].startswith(f"refuses: cannot create a sandbox in {closed_root}")
+    assert "dies" in {e["host"] for e in recorded if e["event"] == "host.lost"}
+    started = sorted((e["unit"], e["attempt"]) for e in recorded if e["event"] == "attempt.started")
+    placed = [e for e in recorded if e["event"] == "attempt.placed"]
+    assert sorted((e["unit"], e["attempt"]) for e in placed) == started
+    assert {e["host"] for e in placed} == {"good", "refuses", "dies"}
+    assert not [e for e in recorded if e["event"] == "notice" and "host" in e["message"]]
+    out = StringIO()
+    display = Display(Console(file=out), live=False)
+    for event in recorded:
+        display(event)
+    lines = _lines(out.getvalue())
+    shown = [line for line in lines if line.startswith("host ")]
+    assert shown[:3] == [f"host {name} up: 2 slot(s), sandbox none" for name in [e[0] for e in ups]]
+    assert f"host refuses quarantined: {quarantined[0]['reason']}" in shown
+    assert not [line for line in shown if line.startswith("host refuses lost")]
+    assert [line for line in shown if line.startswith("host dies lost: ")]
+
+
+@pytest.mark.looptime
+async def test_the_report_of_a_run_on_hosts_has_a_hosts_table(tmp_path: Path) -> None:
+    recorded: Recorded = []
+    job = _job(tmp_path / "fleet", 24, 8)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    runner = _runner(job, FakeTransport(), recorded, journal)
+    runner.transport = _Fleet(runner.events)
+    summary = await runner.execute(Options())
+    lines = (summary.report_dir / "report.md").read_text().splitlines()
+    header = lines.index("| host | slots | attempts | lost attempts | times lost | quarantined |")
+    assert lines[header + 1 : header + 6] == [
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| <code>h1</code> | 2 | 18 | 0 | 0 | no |",
+        "| <code>h2</code> | 2 | 8 | 2 | 1 | no |",
+        "| <code>h3</code> | 1 | 1 | 1 | 0 | yes: h3: cannot create a sandbox in /srv/sandboxes: "
+        "Permission denied |",
+        "",
+    ]
+    data = json.loads((summary.report_dir / "report.json").read_text())
+    assert data["hosts"][2] == {
+        "host": "h3",
+        "slots": 1,
+        "attempts": 1,
+        "lostAttempts": 1,
+        "timesLost": 0,
+        "quarantined": True,
+        "reason": "h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    }
+    # A run on this machine has no hosts.
+    job = _job(tmp_path / "local", 3, 2)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    summary = await _runner(job, FakeTransport(), [], journal).execute(Options())
+    assert "| host |" not in (summary.report_dir / "report.md").read_text()
+    assert json.loads((summary.report_dir / "report.json").read_text())["hosts"] == []
+
+
+def test_the_live_display_moves_on_while_no_event_comes() -> None:
+    # An agent's unit can take minutes: the clock and a pause's countdown still move.
+    out = StringIO()
+    clock = _Clock()
+    console = Console(file=out, force_terminal=True, width=200)
+    with Display(console, live=True, clock=clock) as display:
+        display({"event": "round.started", "round": 1, "concurrency": 4})
+        display({"event": "round.selected", "round": 1, "units": 10, "records": 10})
+        display({"event": "attempt.started", "round": 1, "unit": "u0", "attempt": 1, "rung": "a"})
+        display({"event": "limit.paused", "limit": "api", "seconds": 200.0, "reason": "429"})
+        clock.now = 125.0
+        assert display._live is not None
+        display._live.refresh()  # what rich's refresh thread does four times a second
+    assert (
+        "round 1  0/10 done  1 running  9 queued  0 failed  2m 5s  paced by 4 slot(s)"
+        "  [api paused 1m 15s]" in re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    )

@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator, Generator, Mapping
 from typing import Any
 
+from . import limits
 from .dispatch import Round
 from .ladder import Progress
 from .units import Unit, select
@@ -27,27 +28,60 @@ async def units_of(
     progress) is known before anything runs; a resumed round reads the journal."""
     existing = ctx.journal.round_row(ctx.run_id, ctx.number)
     if resuming and existing is not None and existing["selection_done"]:
+        _started(ctx, resumed=True, streaming=False)
+        _selected(ctx, existing["records"], tally.count, resumed=True)
         return _from_journal(ctx)
     if stream and not resuming:
         return _streamed(ctx, tally, environ)
-    async for _ in _select_into_journal(ctx, tally, environ):
+    async for _ in _select_into_journal(ctx, tally, environ, resumed=resuming, streaming=False):
         pass
     return _from_journal(ctx)
+
+
+def _started(ctx: Round, *, resumed: bool, streaming: bool) -> None:
+    # What the display needs to say what sets the pace: the slots and the tightest limit.
+    ctx.events.emit(
+        "round.started",
+        round=ctx.number,
+        resumed=resumed,
+        streaming=streaming,
+        concurrency=ctx.concurrency,
+        **limits.pace_fields(ctx.spec),
+    )
+
+
+def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
+    """The round's selection is complete: its units, and for a resumed round those an
+    earlier stretch settled (read from the journal), so counts start where it stopped."""
+    succeeded = failed = 0
+    if resumed:
+        counts = ctx.journal.round_counts(ctx.run_id, ctx.number)
+        units = sum(counts.values())
+        succeeded, failed = counts.get("succeeded", 0), counts.get("failed", 0)
+    ctx.events.emit(
+        "round.selected",
+        round=ctx.number,
+        units=units,
+        records=records,
+        succeeded=succeeded,
+        failed=failed,
+        remaining=units - succeeded - failed,
+    )
 
 
 async def _streamed(
     ctx: Round, tally: Tally, environ: Mapping[str, str]
 ) -> AsyncIterator[tuple[Unit, Progress]]:
-    async for unit in _select_into_journal(ctx, tally, environ):
+    async for unit in _select_into_journal(ctx, tally, environ, resumed=False, streaming=True):
         yield unit, Progress()
 
 
 async def _select_into_journal(
-    ctx: Round, tally: Tally, environ: Mapping[str, str]
+    ctx: Round, tally: Tally, environ: Mapping[str, str], *, resumed: bool, streaming: bool
 ) -> AsyncIterator[Unit]:
     selection = select(ctx.spec, environ=environ, trigger=ctx.trigger)
     stream = iter(selection)
-    ctx.events.emit("round.started", round=ctx.number)
+    _started(ctx, resumed=resumed, streaming=streaming)
     warned = 0
     try:
         while True:
@@ -55,26 +89,32 @@ async def _select_into_journal(
             for warning in selection.warnings[warned:]:
                 ctx.events.emit("notice", message=warning)
             warned = len(selection.warnings)
-            if not batch:
-                break
-            ctx.journal.add_units(ctx.run_id, ctx.number, batch)
+            ended = len(batch) < _BATCH  # _take stops short only at the stream's end
+            if batch:
+                ctx.journal.add_units(ctx.run_id, ctx.number, batch)
+                # Units selected so far (in the journal, so queued for real): the
+                # display's count while the total is not known yet.
+                ctx.events.emit("round.selecting", round=ctx.number, units=tally.count + len(batch))
+            if ended:
+                # Every unit is in the journal: the total is known now, before the last
+                # batch is dispatched (a stop from here on resumes from the journal).
+                ctx.journal.set_round(
+                    ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
+                )
+                ctx.journal.selection_done(ctx.run_id, ctx.number)
+                tally.done = True
+                _selected(ctx, selection.records, tally.count + len(batch), resumed=resumed)
             for unit in batch:
                 tally.add(unit)
                 yield unit
+            if ended:
+                break
     finally:
         # A round that stopped early ends its input command now, not at garbage collection.
         if isinstance(stream, Generator):
             # Still running in its thread if a cancel came mid-batch: it ends with it.
             with contextlib.suppress(ValueError):
                 stream.close()
-    ctx.journal.set_round(
-        ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
-    )
-    ctx.journal.selection_done(ctx.run_id, ctx.number)
-    tally.done = True
-    ctx.events.emit(
-        "round.selected", round=ctx.number, units=tally.count, records=selection.records
-    )
 
 
 async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:

@@ -77,6 +77,14 @@ class EventLog:
             except OSError:  # a full disk: the log stops here; the journal decides the run
                 self.close()
 
+    def flush(self) -> None:
+        """Write out what is buffered (the report reads the log's host states)."""
+        if self._stream is not None:
+            try:
+                self._stream.flush()
+            except OSError:
+                self.close()
+
     def close(self) -> None:
         if self._stream is not None:
             with contextlib.suppress(OSError):

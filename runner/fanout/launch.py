@@ -27,7 +27,10 @@ Action = Callable[[Runner], Awaitable[Summary]]
 
 
 def transport_for(
-    job: Spec, environ: Mapping[str, str], notice: Callable[[str], None]
+    job: Spec,
+    environ: Mapping[str, str],
+    notice: Callable[[str], None],
+    emit: Callable[..., None] | None = None,
 ) -> Transport:
     """SSH hosts when the job has any, else sandboxes on this machine.  Either way the
     run's state directory joins the registry that every local sandbox hides."""
@@ -50,6 +53,7 @@ def transport_for(
             sandbox_kind=job.runtime.sandbox,
             notice=notice,
             commands=commands.names(job),
+            emit=emit,
         )
     from .local import LocalTransport
 
@@ -75,7 +79,7 @@ def runner_for(
 
     return Runner(
         spec=job,
-        transport=transport_for(job, environ, notice),
+        transport=transport_for(job, environ, notice, events.emit),
         journal=journal,
         environ=environ,
         events=events,

@@ -84,6 +84,16 @@ def tightest(spec: Spec) -> Pace | None:
     return found[0] if found else None
 
 
+def pace_fields(spec: Spec) -> dict[str, Any]:
+    """The tightest limit as event fields (the display names what sets the pace): its
+    name and task starts per minute, both None without limits."""
+    pace = tightest(spec)
+    return {
+        "tightestLimit": None if pace is None else pace.limit.name,
+        "tightestPerMinute": None if pace is None else round(pace.tasks_per_second * 60, 3),
+    }
+
+
 def minimum_wall_time(spec: Spec, units: int) -> float | None:
     """Seconds ``units`` task starts need at the tightest limit's pace (None: unlimited)."""
     pace = tightest(spec)

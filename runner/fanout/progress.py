@@ -1,8 +1,20 @@
 """Showing a run as it goes: a live display on a terminal, one line per event otherwise.
 
-The live display counts done, running, failed and queued units with the rate and an
-ETA, and prints a line above itself for every failure.  Without a terminal (cron, CI,
-a pipe) each finished attempt and settled unit is one plain, greppable line.
+The live display counts the round's units done (of the total once the selection has
+ended, of those selected so far while it streams), running, queued and failed, with the
+rate, an ETA as soon as one unit has settled (``at least`` while the selection streams:
+only the units known so far are counted), what sets the pace (the tightest rate limit
+or the worker slots), and with SSH hosts a line of hosts (busy/slots, up, lost or
+quarantined).  It prints a line above itself for every failure and host change.
+Without a terminal (cron, CI, a pipe) each finished attempt, settled unit and host
+change is one plain, greppable line, and the live line's text is printed as a
+``progress:`` line once a minute.
+
+The counts come from events only (see ``backlog``, ``dispatch`` and the SSH transport
+for who emits what): ``round.selecting`` (units selected so far), ``round.selected``
+(the total, and for a resumed round the units an earlier stretch settled),
+``attempt.started``/``attempt.placed``/``attempt.finished`` (running, per host),
+``unit.settled``/``unit.interrupted`` and ``host.up``/``host.lost``/``host.quarantined``.
 
 Unit ids, reasons and paths come from the backlog and the workers: every line goes
 through ``safetext.for_terminal``, so an id with ``ESC[2J`` cannot clear the screen nor
@@ -12,7 +24,10 @@ a newline forge a line of its own, and lines are rich ``Text``, never markup, so
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +38,16 @@ from rich.text import Text
 from . import safetext
 from .quantities import format_duration
 
+# Without a terminal, how often the live line's text is printed as a progress line.
+PROGRESS_EVERY = 60.0
+
+
+@dataclass(slots=True)
+class _Host:
+    slots: int
+    state: str = "up"  # up, lost or quarantined
+    busy: int = 0
+
 
 class Display:
     def __init__(
@@ -32,6 +57,7 @@ class Display:
         live: bool | None = None,
         verbose: bool = False,
         prefix: str = "",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.console = console
         terminal = console.is_terminal  # an isatty call: asked once, not per line
@@ -39,23 +65,51 @@ class Display:
         self._plain_lines = not terminal
         self.verbose = verbose
         self.prefix = f"{prefix}: " if prefix else ""
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
+        self._progress_at = self.started + PROGRESS_EVERY
+        self.round = 1
+        self._new_round(self.started)
+        self.concurrency: int | None = None
+        self.pace: tuple[str, float] | None = None  # the tightest limit, starts a minute
+        self.hosts: dict[str, _Host] = {}
+        self.paused: dict[str, float] = {}
+        self._durations = 0.0
+        self._finished = 0
+        self._live: Live | None = None
+        self._last = Text("")
+
+    def _new_round(self, now: float) -> None:
+        self.round_started = now
+        self.total: int | None = None  # known once the round's selection has ended
         self.selected = 0
-        self.selection_done = False
-        self.running = 0
+        self.before = 0  # units an earlier stretch of a resumed run settled
         self.succeeded = 0
         self.failed = 0
-        self.round = 1
-        self.paused: dict[str, float] = {}
-        self._live: Live | None = None
+        self.interrupted = 0
+        self.last_settled = now
+        # Unit id -> the host its running attempt was placed on ("" until placed).
+        self.running: dict[str, str] = {}
 
     def __enter__(self) -> Display:
         if self.live_mode:
+            # Rendered afresh at each refresh, so the clock, the ETA and a pause's
+            # countdown move while no event comes (an agent's unit can take minutes).
             self._live = Live(
-                self._render(), console=self.console, refresh_per_second=8, transient=True
+                get_renderable=self._refreshed,
+                console=self.console,
+                refresh_per_second=4,
+                transient=True,
             )
             self._live.__enter__()
         return self
+
+    def _refreshed(self) -> Text:
+        """The live display, for rich's refresh thread: the event loop's thread may change
+        the counts meanwhile; a rendering caught mid-change is simply skipped."""
+        with contextlib.suppress(RuntimeError):  # a dict changed size while it was read
+            self._last = self.renderable()
+        return self._last
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
@@ -67,8 +121,10 @@ class Display:
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
         if handler is not None:
             handler(event)
-        if self._live is not None:
-            self._live.update(self._render())
+        # A live display redraws itself (see __enter__); a log gets a progress line a minute.
+        if self._live is None and not self.live_mode and self.clock() >= self._progress_at:
+            self._progress_at = self.clock() + PROGRESS_EVERY
+            self._line("progress: " + self.renderable().plain.replace("\n", "  "))
 
     def _line(self, text: str, style: str = "") -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -79,6 +135,8 @@ class Display:
             self.console.file.write(line + "\n")
             return
         self.console.print(Text(line, style=style), highlight=False, soft_wrap=True)
+
+    # Runs and rounds -------------------------------------------------------------
 
     def _on_run_started(self, event: dict[str, Any]) -> None:
         self._line(f"run {event['run']} of {event['job']} started")
@@ -94,28 +152,67 @@ class Display:
 
     def _on_round_started(self, event: dict[str, Any]) -> None:
         self.round = event["round"]
-        self.selected = 0
-        self.selection_done = False
-        self.succeeded = self.failed = 0
+        self._new_round(self.clock())
+        self.concurrency = event.get("concurrency", self.concurrency)
+        if event.get("tightestLimit"):
+            self.pace = (event["tightestLimit"], event["tightestPerMinute"])
         if event["round"] > 1 or not self.live_mode:
-            self._line(f"round {event['round']}: selecting units")
+            doing = "resuming" if event.get("resumed") else "selecting units"
+            self._line(f"round {event['round']}: {doing}{self._pace_note()}")
+
+    def _pace_note(self) -> str:
+        parts = []
+        if self.concurrency:
+            parts.append(f"up to {self.concurrency} at once")
+        if self.pace:
+            parts.append(f"tightest limit {self.pace[0]} {self.pace[1]:g}/min")
+        return f" ({', '.join(parts)})" if parts else ""
+
+    def _on_round_selecting(self, event: dict[str, Any]) -> None:
+        self.selected = max(self.selected, event["units"])
 
     def _on_round_selected(self, event: dict[str, Any]) -> None:
-        self.selected = event["units"]
-        self.selection_done = True
-        self._line(
-            f"round {event['round']}: {event['units']} unit(s) from {event['records']} record(s)"
-        )
+        self.total = self.selected = event["units"]
+        succeeded, failed = event.get("succeeded", 0), event.get("failed", 0)
+        self.before = succeeded + failed
+        text = f"round {event['round']}: {event['units']} unit(s) from {event['records']} record(s)"
+        if self.before:
+            text += (
+                f", {self.before} settled before ({succeeded} succeeded, {failed} failed),"
+                f" {event['units'] - self.before} remain"
+            )
+        self._line(text)
+
+    def _on_run_finished(self, event: dict[str, Any]) -> None:
+        if event.get("note"):
+            self._line(event["note"])
+
+    # Attempts and units ----------------------------------------------------------
 
     def _on_attempt_started(self, event: dict[str, Any]) -> None:
-        self.running += 1
-        if not self.selection_done:
-            self.selected = max(self.selected, self.succeeded + self.failed + self.running)
+        self.running[event["unit"]] = ""
+        if self.total is None:
+            # Without a round.selecting (an older emitter), a started unit was selected.
+            self.selected = max(self.selected, self._done() + len(self.running))
         if self.verbose:
             self._line(f"{event['unit']}: attempt {event['attempt']} ({event['rung']}) started")
 
+    def _on_attempt_placed(self, event: dict[str, Any]) -> None:
+        host = self.hosts.get(event["host"])
+        if host is not None and event["unit"] in self.running:
+            self.running[event["unit"]] = event["host"]
+            host.busy += 1
+
+    def _free(self, unit: str) -> None:
+        placed = self.running.pop(unit, "")
+        host = self.hosts.get(placed)
+        if host is not None:
+            host.busy = max(0, host.busy - 1)
+
     def _on_attempt_finished(self, event: dict[str, Any]) -> None:
-        self.running = max(0, self.running - 1)
+        self._free(event["unit"])
+        self._durations += event.get("duration", 0.0)
+        self._finished += 1
         if event["status"] == "succeeded" and not self.verbose and self.live_mode:
             return
         style = "" if event["status"] == "succeeded" else "yellow"
@@ -127,6 +224,8 @@ class Display:
         )
 
     def _on_unit_settled(self, event: dict[str, Any]) -> None:
+        self._free(event["unit"])
+        self.last_settled = self.clock()
         if event["state"] == "succeeded":
             self.succeeded += 1
         else:
@@ -137,14 +236,55 @@ class Display:
                 "bold red",
             )
 
+    def _on_unit_interrupted(self, event: dict[str, Any]) -> None:
+        self._free(event["unit"])
+        self.interrupted += 1
+
     def _on_file_conflict(self, event: dict[str, Any]) -> None:
         self._line(
             f"conflict: {event['path']} changed in the workspace since {event['unit']} staged it",
             "red",
         )
 
+    # Hosts and limits ------------------------------------------------------------
+
+    def _host(self, event: dict[str, Any]) -> _Host:
+        host = self.hosts.setdefault(event["host"], _Host(slots=event.get("slots", 0)))
+        host.slots = event.get("slots", host.slots)
+        return host
+
+    def _on_host_up(self, event: dict[str, Any]) -> None:
+        self._host(event).state = "up"
+        slots = f"{event.get('slots', 0)} slot(s)"
+        if event.get("back"):
+            self._line(f"host {event['host']} is back: {slots}")
+        elif not self.live_mode:  # the live display's hosts line shows the hosts that start
+            self._line(f"host {event['host']} up: {slots}, sandbox {event.get('sandbox', '?')}")
+
+    def _on_host_lost(self, event: dict[str, Any]) -> None:
+        host = self._host(event)
+        if host.state == "quarantined":  # said already; it stays out of the run
+            return
+        host.state = "lost"
+        if event.get("start"):
+            self._line(
+                f"host {event['host']} is unavailable: {event['reason']} (retrying)", "yellow"
+            )
+        else:
+            running = f" ({host.busy} attempt(s) were running on it)" if host.busy else ""
+            self._line(f"host {event['host']} lost: {event['reason']}{running}", "yellow")
+
+    def _on_host_quarantined(self, event: dict[str, Any]) -> None:
+        self._host(event).state = "quarantined"
+        if event.get("start"):
+            self._line(
+                f"host {event['host']} is unavailable: {event['reason']} (quarantined)", "yellow"
+            )
+        else:
+            self._line(f"host {event['host']} quarantined: {event['reason']}", "yellow")
+
     def _on_limit_paused(self, event: dict[str, Any]) -> None:
-        self.paused[event["limit"]] = time.monotonic() + event["seconds"]
+        self.paused[event["limit"]] = self.clock() + event["seconds"]
         self._line(
             f"limit {event['limit']} paused for {format_duration(event['seconds'])}"
             f" ({event['reason']})",
@@ -154,28 +294,76 @@ class Display:
     def _on_notice(self, event: dict[str, Any]) -> None:
         self._line(event["message"], "yellow")
 
-    def _on_run_finished(self, event: dict[str, Any]) -> None:
-        if event.get("note"):
-            self._line(event["note"])
+    # The live display ------------------------------------------------------------
 
-    def _render(self) -> Text:
-        elapsed = time.monotonic() - self.started
-        done = self.succeeded + self.failed
-        queued = max(0, self.selected - done - self.running)
-        rate = done / elapsed if elapsed > 0 else 0.0
-        total = f"{self.selected}" if self.selection_done else f"{self.selected}+"
-        eta = ""
-        if self.selection_done and rate > 0 and queued + self.running:
-            eta = f"  eta {format_duration((queued + self.running) / rate)}"
-        text = Text(
-            f"round {self.round}  {done}/{total} done  {self.running} running  {queued} queued  "
-            f"{self.failed} failed  {rate:.1f}/s  {format_duration(elapsed)}{eta}"
+    def _done(self) -> int:
+        return self.before + self.succeeded + self.failed
+
+    def _pacer(self) -> str:
+        """What bounds the pace now: the tightest rate limit, when its starts per second
+        are fewer than the slots can take at the attempts' mean duration so far (before
+        any attempt has finished, a declared limit is assumed to), else the slots."""
+        slots = self.concurrency or 0
+        if self.hosts:
+            up = sum(h.slots for h in list(self.hosts.values()) if h.state == "up")
+            slots = min(slots, up) if slots else up
+        if self.pace:
+            name, per_minute = self.pace
+            mean = self._durations / self._finished if self._finished else 0.0
+            if mean <= 0 or per_minute / 60 < slots / mean:
+                return f"paced by limit {name} {per_minute:g}/min"
+        return f"paced by {slots} slot(s)" if slots else ""
+
+    def renderable(self) -> Text:
+        """The live display: the counts line, and a hosts line when hosts are used."""
+        now = self.clock()
+        done = self._done()
+        # With hosts, an attempt runs once placed on one; until then it waits for a host
+        # slot (the dispatcher's slots outnumber the hosts' when hosts are down): queued.
+        running = (
+            sum(1 for host in list(self.running.values()) if host)
+            if self.hosts
+            else len(self.running)
         )
-        now = time.monotonic()
-        for name, until in self.paused.items():
+        queued = max(0, self.selected - done - running - self.interrupted)
+        settled_now = self.succeeded + self.failed
+        # Over this stretch of the round (a resumed run's earlier units took no time of
+        # it), up to now while units remain, else up to the last unit's end.
+        remain = queued + running
+        spent = (now if remain else self.last_settled) - self.round_started
+        rate = settled_now / spent if settled_now and spent > 0 else 0.0
+        if self.total is None and not self.selected and not running:
+            counts = "selecting units"
+        elif self.total is None:
+            counts = f"{done} done, {self.selected} selected so far"
+        else:
+            counts = f"{done}/{self.total} done"
+        parts = [f"round {self.round}", counts, f"{running} running", f"{queued} queued"]
+        parts.append(f"{self.failed} failed")
+        if self.interrupted:
+            parts.append(f"{self.interrupted} interrupted")
+        if rate:
+            parts.append(f"{rate:.1f}/s" if rate >= 1 else f"{rate * 60:.1f}/min")
+        parts.append(format_duration(now - self.started))
+        if rate and remain:
+            least = "at least " if self.total is None else ""
+            parts.append(f"eta {least}{format_duration(remain / rate)}")
+        pacer = self._pacer()
+        if pacer:
+            parts.append(pacer)
+        text = Text(safetext.for_terminal("  ".join(parts)))
+        for name, until in list(self.paused.items()):
             if until > now:
                 text.append(
                     f"  [{safetext.for_terminal(name)} paused {format_duration(until - now)}]",
                     style="yellow",
+                )
+        if self.hosts:
+            text.append("\nhosts")
+            for name, host in list(self.hosts.items()):
+                style = {"up": "", "lost": "yellow", "quarantined": "red"}.get(host.state, "")
+                text.append(
+                    f"  {safetext.for_terminal(name)} {host.busy}/{host.slots} {host.state}",
+                    style=style,
                 )
         return text

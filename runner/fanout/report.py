@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import safetext
+from . import fleet, safetext
 from .journal import Journal, UnitRow
 from .quantities import format_duration
 
@@ -60,6 +60,11 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         "limits": run.limits,
         "totals": dict(sorted(journal.unit_counts(run_id).items())),
         "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
+        # Host states (lost, quarantined) are events, not journal rows: the run's event
+        # log, in its folder beside the journal, says them.
+        "hosts": fleet.hosts(
+            journal.host_attempts(run_id), journal.path.parent / "runs" / run_id / "events.jsonl"
+        ),
     }
 
 
@@ -208,6 +213,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
             )
         lines.append("")
+    lines += fleet.markdown(data.get("hosts", []))
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
     if changed:
         lines += [

@@ -89,6 +89,8 @@ class Runner:
     # Where local workers start their commands, checked before anything is dispatched
     # (None: the transport checks its hosts itself, or a test's fake runs nothing real).
     workers: commands.Workers | None = None
+    # The event log of the run going on (the report reads its host states).
+    _log: EventLog | None = field(default=None, init=False, repr=False)
 
     def secrets(self) -> dict[str, str]:
         missing = [name for name in self.spec.task.secrets if name not in self.environ]
@@ -149,9 +151,11 @@ class Runner:
     def _event_log(self, run_id: str) -> Iterator[None]:
         log = EventLog(self.run_dir(run_id) / "events.jsonl")
         self.events.add(log)
+        self._log = log
         try:
             yield
         finally:
+            self._log = None
             self.events.sinks.remove(log)
             log.close()
 
@@ -252,6 +256,8 @@ class Runner:
             self.journal.finish_run(
                 run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
             )
+            if self._log is not None:
+                self._log.flush()
             written = report.write(self.journal, run_id, self.run_dir(run_id))
         except FanoutError as exc:
             problem = exc

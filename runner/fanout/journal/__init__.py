@@ -379,6 +379,14 @@ class Journal:
         )
         return int(count), [unit_row(r) for r in rows]
 
+    def round_counts(self, run_id: str, round_number: int) -> dict[str, int]:
+        """The units of one round, counted by state."""
+        rows = self.db.execute(
+            "SELECT state, COUNT(*) AS n FROM units WHERE run = ? AND round = ? GROUP BY state",
+            (run_id, round_number),
+        )
+        return {r["state"]: r["n"] for r in rows}
+
     def selection_done(self, run_id: str, round_number: int) -> None:
         self._write(
             "UPDATE rounds SET selection_done = 1 WHERE run = ? AND round = ?",
@@ -521,6 +529,17 @@ class Journal:
             "SELECT status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY status", (run_id,)
         )
         return {str(r["status"]): r["n"] for r in rows}
+
+    def host_attempts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per host, the run's attempts counted by status."""
+        rows = self.db.execute(
+            "SELECT host, status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY host, status",
+            (run_id,),
+        )
+        found: dict[str, dict[str, int]] = {}
+        for r in rows:
+            found.setdefault(str(r["host"]), {})[str(r["status"])] = r["n"]
+        return found
 
     # Changes ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
@@ -78,6 +79,7 @@ class SshTransport:
         keepalive_count: int = Connector.keepalive_count,
         connect_timeout: float = Connector.connect_timeout,
         notice: Callable[[str], None] = lambda message: None,
+        emit: Callable[..., None] | None = None,
         rng: random.Random | None = None,
         commands: Sequence[str] = (),
     ) -> None:
@@ -99,6 +101,10 @@ class SshTransport:
         # The job's argv[0]s: a host that cannot start one is refused (``commands``).
         self._commands = tuple(commands)
         self._notice = notice
+        # ``Events.emit`` of the run: host states and placements as structured events
+        # (``host.up``, ``host.lost``, ``host.quarantined``, ``attempt.placed``), which the
+        # display and the event log read.  Without it host states are notices (text).
+        self._emit = emit
         self._rng = rng or random.Random()
         self._changed = asyncio.Condition()
         self._wrapper = protocol.wrapper_script()
@@ -127,7 +133,17 @@ class SshTransport:
         )
         for state, result in zip(self._hosts, results, strict=True):
             if isinstance(result, BaseException):
-                self._notice(f"host {state.name} is unavailable: {result}")
+                self._changed_state(
+                    state,
+                    "quarantined" if state.quarantined else "lost",
+                    f"host {state.name} is unavailable: {result}",
+                    reason=str(result),
+                    start=True,
+                )
+            else:
+                self._changed_state(
+                    state, "up", f"host {state.name} is up", sandbox=state.sandbox, back=False
+                )
         if not any(h.healthy for h in self._hosts):
             raise HostsUnavailable(
                 "no SSH host can run units: " + "; ".join(f"{h.reason}" for h in self._hosts)
@@ -179,9 +195,12 @@ class SshTransport:
             state.failures += 1
             if state.failures > QUARANTINE_AFTER:
                 state.quarantined = True
-                self._notice(
+                self._changed_state(
+                    state,
+                    "quarantined",
                     f"host {state.name} quarantined after {QUARANTINE_AFTER} failed"
-                    f" reconnects: {state.reason}"
+                    f" reconnects: {state.reason}",
+                    reason=f"{QUARANTINE_AFTER} failed reconnects: {state.reason}",
                 )
                 break
             await asyncio.sleep(
@@ -195,7 +214,9 @@ class SshTransport:
                 break
             except (Unreachable, Lost):
                 continue
-            self._notice(f"host {state.name} is back")
+            self._changed_state(
+                state, "up", f"host {state.name} is back", sandbox=state.sandbox, back=True
+            )
             break
         async with self._changed:
             self._changed.notify_all()
@@ -203,7 +224,7 @@ class SshTransport:
     async def _host_failed(self, state: _Host, reason: str) -> None:
         if state.healthy:
             state.healthy, state.reason = False, reason
-            self._notice(f"host {state.name} lost: {reason}")
+            self._changed_state(state, "lost", f"host {state.name} lost: {reason}", reason=reason)
             for connection in state.connections:
                 connection.closed = True
                 connection.conn.abort()
@@ -217,8 +238,16 @@ class SshTransport:
         """Take a host out of this run for good (a problem retrying will not fix)."""
         if not state.quarantined:
             state.quarantined = True
-            self._notice(f"host {state.name} quarantined: {reason}")
+            self._changed_state(
+                state, "quarantined", f"host {state.name} quarantined: {reason}", reason=reason
+            )
         await self._host_failed(state, reason)
+
+    def _changed_state(self, state: _Host, event: str, line: str, **fields: Any) -> None:
+        if self._emit is None:
+            self._notice(line)
+        else:
+            self._emit(f"host.{event}", host=state.name, slots=state.host.slots, **fields)
 
     async def close(self) -> None:
         for state in self._hosts:
@@ -300,6 +329,14 @@ class SshTransport:
 
     async def run(self, attempt: Attempt) -> AttemptResult:
         state = await self._place()
+        if self._emit is not None:
+            self._emit(
+                "attempt.placed",
+                round=attempt.round,
+                unit=attempt.unit_id,
+                attempt=attempt.number,
+                host=state.name,
+            )
         try:
             return await self._run_on(state, attempt)
         finally:
