@@ -129,8 +129,9 @@ def test_a_closed_terminal_drains_the_live_display_s_run(tmp_path: Path) -> None
     )
     os.close(terminal)
     seen = b""
-    # Wait until the live line counts some units done (it is drawn before any started).
-    while not re.search(rb"[1-9][0-9]*/[0-9]+\+? done", seen):
+    # Wait until the live line counts some units done (it is drawn before any started;
+    # while the selection streams it reads "N done, M selected so far").
+    while not re.search(rb"\b[1-9][0-9]*(/[0-9]+)? done", seen):
         seen += os.read(controller, 4096)
     os.close(controller)
     assert process.wait(timeout=120) == 130
