@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fanout import spec
-from fanout.errors import StateError
+from fanout.errors import Interrupted, StateError
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.local import LocalTransport
@@ -639,3 +639,77 @@ async def test_a_full_disk_where_a_worker_starts_blames_no_unit(tmp_path: Path) 
         f"run {run.id} stopped; `fanout run {job.file}` continues it"
     )
     assert runner.journal.unit_counts(run.id) == {"interrupted": 2}
+
+
+class _Slow:
+    """A transport whose every attempt takes 5 virtual seconds and succeeds."""
+
+    capacity = 10
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, float]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def run(self, attempt: Any) -> AttemptResult:
+        loop = asyncio.get_running_loop()
+        self.started.append((attempt.unit_id, loop.time()))
+        await asyncio.sleep(5)
+        return AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0)
+
+
+@pytest.mark.looptime
+async def test_a_stop_from_outside_starts_nothing_new_and_lets_running_attempts_settle(
+    tmp_path: Path,
+) -> None:
+    """What a closed console asks for: unlike Ctrl-C, no running work is thrown away."""
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "closed"
+            [inputs]
+            items = ["u0", "u1", "u2", "u3"]
+            [task]
+            command = ["agent"]
+            [runtime]
+            maxConcurrentTasks = 2
+            """,
+        )
+    )
+    transport = _Slow()
+    runner = Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+    )
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    loop.call_later(1, runner.stop, Interrupted("the console closed"))
+    with pytest.raises(Interrupted) as caught:
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert caught.value.exit_code == 130
+    assert str(caught.value) == (
+        f"the console closed\nrun {run.id} stopped; `fanout run {job.file}` continues it"
+    )
+    assert [(unit, t - begun) for unit, t in transport.started] == [("u0", 0.0), ("u1", 0.0)]
+    assert loop.time() - begun == 5.0
+    states = {row.unit.id: row.state for row in runner.journal.units(run.id)}
+    assert states == {
+        "u0": UnitState.SUCCEEDED,
+        "u1": UnitState.SUCCEEDED,
+        "u2": UnitState.PENDING,
+        "u3": UnitState.PENDING,
+    }
+    assert (run.state, run.note) == ("stopped", "the console closed")
+    # The next run continues with the two units that never started.
+    transport.started.clear()
+    await runner.execute(Options(resume=True))
+    assert sorted(unit for unit, _ in transport.started) == ["u2", "u3"]

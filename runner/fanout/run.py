@@ -91,6 +91,19 @@ class Runner:
     workers: commands.Workers | None = None
     # The event log of the run going on (the report reads its host states).
     _log: EventLog | None = field(default=None, init=False, repr=False)
+    # The round dispatching now, and a stop asked for from outside the run (``stop``).
+    _current: Round | None = field(default=None, init=False, repr=False)
+    _stop: FanoutError | None = field(default=None, init=False, repr=False)
+
+    def stop(self, error: FanoutError) -> None:
+        """Stop the run from outside the way a FanoutError from inside stops it (see
+        ``dispatch``): nothing new starts, running attempts finish and settle, and the run
+        ends stopped, resumable, raising ``error``.  What a closed console asks for: unlike
+        Ctrl-C it throws no running work away (a unit whose worker had done its side
+        effect would be run again), and nobody is there to be kept waiting."""
+        self._stop = self._stop or error
+        if self._current is not None:
+            self._current.stop(error)
 
     def secrets(self) -> dict[str, str]:
         missing = [name for name in self.spec.task.secrets if name not in self.environ]
@@ -184,6 +197,7 @@ class Runner:
                 state, note = "stopped", f"fanout internal error: {type(exc).__name__}"
                 error = exc
         closing = await self._close(run_id, state, note, self.monotonic() - started)
+        self._current = self._stop = None  # a stop asked for stops one run
         if isinstance(error, FanoutError):
             error.hint = f"run {run_id} stopped; `fanout run {self.spec.file}` continues it"
         if error is not None:
@@ -273,7 +287,7 @@ class Runner:
 
     def _round(self, run_id: str, number: int, secrets: dict[str, str], options: Options) -> Round:
         concurrency = options.concurrency or limits.concurrency(self.spec)
-        return Round(
+        ctx = Round(
             spec=self.spec,
             run_id=run_id,
             number=number,
@@ -287,6 +301,10 @@ class Runner:
             trigger=options.trigger,
             rng=self.rng,
         )
+        self._current = ctx
+        if self._stop is not None:  # asked for between rounds: this one starts nothing
+            ctx.stop(self._stop)
+        return ctx
 
     def _fan_in(self, run_id: str, number: int, apply: bool) -> int:
         """Compare (and apply) the round's collected files; how many were written."""
