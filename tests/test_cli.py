@@ -12,6 +12,7 @@ import pytest
 
 from fanout import __version__, spec
 from fanout.errors import JobError, Problem
+from fanout.journal import Journal
 
 from helpers import MINIMAL, cli, write_job
 
@@ -124,6 +125,8 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
+    # A state directory with a journal but no runs (a run was refused before it began).
+    Journal(chdir_tmp / ".fanout" / "journal.sqlite").close()
     result = cli("status")
     assert (result.code, result.out) == (0, "no runs yet\n")
     missing = cli("report", "20260101T000000-abcd")
