@@ -290,3 +290,34 @@ def test_ctrl_c_and_usage_errors_keep_their_exits(
     assert usage.code == 2
     assert "Invalid value for '--format'" in usage.err
     assert not (chdir_tmp / "cache").exists()
+
+
+def test_a_stopped_run_says_its_reason_once(chdir_tmp: Path) -> None:
+    ids = [f"u{n}" for n in range(1, 301)]
+    ids[250] = "u12"  # record 251 repeats record 12: the selection stops the run there
+    (chdir_tmp / "data.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "stream"
+        [inputs]
+        jsonl = "data.jsonl"
+        [task]
+        command = ["true"]
+        [runtime]
+        maxConcurrentTasks = 4
+        sandbox = "none"
+        """,
+    )
+    result = cli("run", "job.toml")
+    assert result.code == 2
+    reason = "data.jsonl:251: duplicate unit id 'u12' (first at data.jsonl:12)"
+    assert result.err.count(reason) == 1
+    lines = result.err.splitlines()
+    (notice,) = [line for line in lines if "stopping" in line]
+    # The live notice says the run stops and what it waits for; the last lines say why.
+    assert notice.split(" ", 1)[1].startswith("stopping on a job error: no new unit starts; ")
+    assert notice.endswith(" running attempt(s) finish first, then the reason and how to continue")
+    assert lines[-2] == reason
+    assert lines[-1].endswith("stopped; `fanout run job.toml` continues it")
