@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -321,3 +322,28 @@ def test_a_stopped_run_says_its_reason_once(chdir_tmp: Path) -> None:
     assert notice.endswith(" running attempt(s) finish first, then the reason and how to continue")
     assert lines[-2] == reason
     assert lines[-1].endswith("stopped; `fanout run job.toml` continues it")
+
+
+def test_logs_are_where_the_readme_says(chdir_tmp: Path, repo: Path) -> None:
+    readme = (repo / "README.md").read_text()
+    assert "`.fanout/runs/<run>/logs/<unit>-<hash>/r<round>-a<attempt>.log`" in readme
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "logs"
+        [inputs]
+        items = ["src/a.py", "src_a.py"]
+        [task]
+        command = ["sh", "-c", "echo hello $FANOUT_UNIT_ID"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    assert cli("run", "job.toml").code == 0
+    (run_dir,) = (chdir_tmp / ".fanout" / "runs").iterdir()
+    # Made safe for a file name both ids read src_a.py: the hash keeps them apart.
+    for unit in ("src/a.py", "src_a.py"):
+        digest = hashlib.sha256(unit.encode()).hexdigest()[:8]
+        log = run_dir / "logs" / f"src_a.py-{digest}" / "r1-a1.log"
+        assert f"hello {unit}\n" in log.read_text()
