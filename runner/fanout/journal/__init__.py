@@ -629,7 +629,9 @@ def no_state(state_dir: Path) -> StateError:
 def _open_read_only(path: Path) -> sqlite3.Connection:
     """Open the journal for reading only (status, report, retry's look-up): nothing is
     created, neither the state directory, nor the journal, its tables, its indexes or
-    the reserve, and no migration runs.  A journal an older fanout wrote is read as it
+    the reserve, and no migration runs.  (Beside an existing journal, SQLite's WAL
+    mode may leave its ``-wal`` and ``-shm`` files, as any reader does: they hold no
+    data of fanout's and a run has them anyway.)  A journal an older fanout wrote is read as it
     is: the reads select columns by name and none of them needs a migrated column (a
     missing index only makes them slower); the next ``fanout run`` upgrades it."""
     if not path.is_file():
