@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import pytest
 
 from fanout import __version__, spec
 from fanout.errors import JobError, Problem
+from fanout.journal import Journal
 
 from helpers import MINIMAL, cli, write_job
 
@@ -124,6 +126,8 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
+    # A state directory with a journal but no runs (a run was refused before it began).
+    Journal(chdir_tmp / ".fanout" / "journal.sqlite").close()
     result = cli("status")
     assert (result.code, result.out) == (0, "no runs yet\n")
     missing = cli("report", "20260101T000000-abcd")
@@ -287,3 +291,59 @@ def test_ctrl_c_and_usage_errors_keep_their_exits(
     assert usage.code == 2
     assert "Invalid value for '--format'" in usage.err
     assert not (chdir_tmp / "cache").exists()
+
+
+def test_a_stopped_run_says_its_reason_once(chdir_tmp: Path) -> None:
+    ids = [f"u{n}" for n in range(1, 301)]
+    ids[250] = "u12"  # record 251 repeats record 12: the selection stops the run there
+    (chdir_tmp / "data.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "stream"
+        [inputs]
+        jsonl = "data.jsonl"
+        [task]
+        command = ["true"]
+        [runtime]
+        maxConcurrentTasks = 4
+        sandbox = "none"
+        """,
+    )
+    result = cli("run", "job.toml")
+    assert result.code == 2
+    reason = "data.jsonl:251: duplicate unit id 'u12' (first at data.jsonl:12)"
+    assert result.err.count(reason) == 1
+    lines = result.err.splitlines()
+    (notice,) = [line for line in lines if "stopping" in line]
+    # The live notice says the run stops and what it waits for; the last lines say why.
+    assert notice.split(" ", 1)[1].startswith("stopping on a job error: no new unit starts; ")
+    assert notice.endswith(" running attempt(s) finish first, then the reason and how to continue")
+    assert lines[-2] == reason
+    assert lines[-1].endswith("stopped; `fanout run job.toml` continues it")
+
+
+def test_logs_are_where_the_readme_says(chdir_tmp: Path, repo: Path) -> None:
+    readme = (repo / "README.md").read_text()
+    assert "`.fanout/runs/<run>/logs/<unit>-<hash>/r<round>-a<attempt>.log`" in readme
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "logs"
+        [inputs]
+        items = ["src/a.py", "src_a.py"]
+        [task]
+        command = ["sh", "-c", "echo hello $FANOUT_UNIT_ID"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    assert cli("run", "job.toml").code == 0
+    (run_dir,) = (chdir_tmp / ".fanout" / "runs").iterdir()
+    # Made safe for a file name both ids read src_a.py: the hash keeps them apart.
+    for unit in ("src/a.py", "src_a.py"):
+        digest = hashlib.sha256(unit.encode()).hexdigest()[:8]
+        log = run_dir / "logs" / f"src_a.py-{digest}" / "r1-a1.log"
+        assert f"hello {unit}\n" in log.read_text()

@@ -109,8 +109,16 @@ def test_counts_and_failures_are_of_each_unit_s_latest_round(tmp_path: Path) -> 
     run = _settled_run(journal, 1500, failed_every=3)
     # 500 units went to round 2; the 250 odd ones of them failed there too.
     assert journal.unit_counts(run) == {"failed": 250, "succeeded": 1250}
-    assert report.status_text(journal, run) == (
-        f"run {run} of big: finished, round 1\n  succeeded    1250\n  failed       250\n"
+    assert report.status_text(journal, run, shown=2) == (
+        f"run {run} of big: finished, round 1\n"
+        "  failed       250\n"
+        "    u00003  rung -  0 attempt(s)  failed\n"
+        "    u00009  rung -  0 attempt(s)  failed\n"
+        f"    and 248 more: fanout report {run}\n"
+        "  succeeded    1250\n"
+        "    u00001  rung -  1 attempt(s)  ok\n"
+        "    u00002  rung -  1 attempt(s)  ok\n"
+        f"    and 1248 more: fanout report {run}\n"
     )
     failed = list(journal.failed_ids(run))
     assert failed == [f"u{n:05d}" for n in range(0, 1500, 3) if n % 2]

@@ -338,7 +338,17 @@ def test_ctrl_c_drains_then_resume_completes(tmp_path: Path) -> None:
     coordinator.send_signal(signal.SIGINT)
     _, stderr = coordinator.communicate(timeout=20)
     assert coordinator.returncode == 130, stderr
-    assert "interrupted: running units were stopped and their sandboxes removed" in stderr
+    db = sqlite3.connect(tmp_path / ".fanout" / "journal.sqlite")
+    ((run_id,),) = db.execute("SELECT id FROM runs")
+    db.close()
+    report_md = tmp_path / ".fanout" / "runs" / run_id / "report.md"
+    # One line: what happened, where the report is, how to continue.
+    assert [line for line in stderr.splitlines() if "interrupt" in line] == [
+        "interrupted: running units were stopped and their sandboxes removed;"
+        f" report: {report_md}; `fanout run {job} --resume` continues run {run_id}"
+    ]
+    assert stderr.endswith(f"continues run {run_id}\n")
+    assert "interrupted" in report_md.read_text()
     assert list(sandboxes.iterdir()) == []
     assert wait_until_gone(str(gates)) == []
     status = subprocess.run(

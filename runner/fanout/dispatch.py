@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from . import fanin, invocation, ladder
-from .errors import FanoutError, storage_error, storage_problem
+from .errors import (
+    EnvironmentProblem,
+    FanoutError,
+    HostsUnavailable,
+    InputFailed,
+    JobError,
+    StateError,
+    storage_error,
+    storage_problem,
+)
 from .events import Events
 from .journal import Journal
 from .ladder import Progress
@@ -76,11 +85,32 @@ class Round:
         if self.stopped is not None:
             return
         self.stopped = error
+        # Decision: this live line says that the run stops and what it waits for, but not
+        # the error's text, which is the run's last line once the attempts have finished
+        # (one place for it, in logs and CI output too; printed twice it read as two
+        # failures).  Its kind is here, so a long drain is not a mystery; the event log
+        # keeps the whole reason with the notice.
+        running = len(self.in_worker)
         self.events.emit(
-            "notice", message=f"stopping: {error}\nno new unit starts; running attempts finish"
+            "notice",
+            message=f"stopping on {_kind(error)}: no new unit starts; {running} running"
+            " attempt(s) finish first, then the reason and how to continue",
+            reason=str(error),
         )
         for task in self.tasks - self.in_worker:
             task.cancel()
+
+
+def _kind(error: Exception) -> str:
+    """What sort of error stops the round, in a few words."""
+    kinds: tuple[tuple[type[Exception], str], ...] = (
+        (JobError, "a job error"),
+        (InputFailed, "an input failure"),
+        (HostsUnavailable, "no usable host"),
+        (EnvironmentProblem, "an environment problem"),
+        (StateError, "a state error"),
+    )
+    return next((name for kind, name in kinds if isinstance(error, kind)), "an error")
 
 
 class _Stopped(Exception):

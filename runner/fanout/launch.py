@@ -151,7 +151,10 @@ def run_blocking(
     drain: Drain | None = None,
 ) -> Summary:
     """Run to the end on a fresh event loop; Ctrl-C, SIGTERM or ``drain.request()``
-    raise Interrupted once the run has drained."""
+    raise Interrupted once the run has drained, with one line saying what happened,
+    where the report is and how to continue."""
+    seen = _RunSeen()
+    sinks = [*sinks, seen]
 
     async def main() -> Summary:
         task = asyncio.current_task()
@@ -170,10 +173,31 @@ def run_blocking(
     try:
         return asyncio.run(main())
     except asyncio.CancelledError:
-        raise Interrupted(
-            "interrupted: running units were stopped and their sandboxes removed; "
-            f"`fanout run {job.file} --resume` continues"
-        ) from None
+        raise Interrupted(seen.interrupted(job)) from None
+
+
+class _RunSeen:
+    """A sink that remembers which run the events were about and where its report went,
+    for the line an interrupt ends with (the run is gone by then, its events are not)."""
+
+    def __init__(self) -> None:
+        self.run: str | None = None
+        self.report: str | None = None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event["event"] in ("run.started", "run.resumed"):
+            self.run = event.get("run")
+        elif event["event"] == "run.finished":
+            self.run, self.report = event.get("run"), event.get("report")
+
+    def interrupted(self, job: Spec) -> str:
+        if self.run is None:
+            return "interrupted before the run started: nothing ran"
+        report = f"; report: {self.report}" if self.report else ""
+        return (
+            f"interrupted: running units were stopped and their sandboxes removed{report};"
+            f" `fanout run {job.file} --resume` continues run {self.run}"
+        )
 
 
 async def run_fire(fire: Fire, environ: Mapping[str, str], sinks: list[Sink]) -> Summary:

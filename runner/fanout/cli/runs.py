@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -102,7 +103,7 @@ def retry(
     from ..journal import Journal
 
     def job_file() -> Path:
-        journal = Journal(state_dir / "journal.sqlite")
+        journal = Journal(state_dir / "journal.sqlite", read_only=True)
         try:
             return Path(journal.run(run_id).job_file)
         finally:
@@ -162,15 +163,29 @@ def status(
         str | None, typer.Argument(metavar="[RUN]", help="One run to detail.")
     ] = None,
     state_dir: StateDir = Path(".fanout"),
+    units: Annotated[
+        int,
+        typer.Option("--units", "-n", min=0, help="With RUN: list at most N units per state."),
+    ] = 10,
 ) -> None:
-    """Show recent runs and their units by state, or one run in detail."""
+    """Show recent runs and their units by state, or one run in detail.
+
+    With RUN: its units by state, the failed ones first, each with its rung, attempts
+    and reason, and the run it retries.  Nothing is written: without a journal in the
+    state directory this says so and exits 5.
+    """
     from .. import report
     from ..journal import Journal
 
+    # The same journal for the rest of the units: the report command names it too.
+    command = "fanout report"
+    if state_dir != Path(".fanout"):
+        command += f" --state-dir {shlex.quote(str(state_dir))}"
+
     def action() -> str:
-        journal = Journal(state_dir / "journal.sqlite")
+        journal = Journal(state_dir / "journal.sqlite", read_only=True)
         try:
-            return report.status_text(journal, run_id)
+            return report.status_text(journal, run_id, shown=units, report_command=command)
         finally:
             journal.close()
 
@@ -190,7 +205,7 @@ def show_report(
     from ..journal import Journal
 
     def action() -> str:
-        journal = Journal(state_dir / "journal.sqlite")
+        journal = Journal(state_dir / "journal.sqlite", read_only=True)
         try:
             if output is OutputFormat.json:
                 # Streamed: a 100k-unit run is never one string in memory.

@@ -54,12 +54,18 @@ _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL = 8, 10, 13
 class Journal:
     """One SQLite file per state directory, shared by every job that uses it."""
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: Path, *, clock: Callable[[], float] = time.time, read_only: bool = False
+    ) -> None:
         self.path = path
         self.clock = clock
         self.reserve = path.parent / "journal.reserve"
         # Set once a write found the disk full (and used the reserve): the run must stop.
         self.storage_error: StateError | None = None
+        if read_only:
+            self.db = _open_read_only(path)
+            self.db.row_factory = sqlite3.Row
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
@@ -365,6 +371,23 @@ class Journal:
         rows = self.db.execute(f"SELECT * {where} ORDER BY round, idx LIMIT ?", (run_id, limit))
         return int(count), [unit_row(r) for r in rows]
 
+    def units_in_state(self, run_id: str, state: str, limit: int) -> list[UnitRow]:
+        """The first ``limit`` units whose latest round is in ``state``, in round and
+        selection order (units_by_state finds them; a superseded row costs one seek)."""
+        rows = self.db.execute(
+            f"SELECT * FROM units WHERE run = ? AND state = ? AND {self._LATEST}"  # noqa: S608 - constant SQL
+            " ORDER BY round, idx LIMIT ?",
+            (run_id, state, limit),
+        )
+        return [unit_row(r) for r in rows]
+
+    def retries_of(self, run_id: str) -> list[str]:
+        """The runs started as retries of ``run_id`` (``fanout retry``), oldest first."""
+        rows = self.db.execute(
+            "SELECT id FROM runs WHERE parent = ? ORDER BY started, rowid", (run_id,)
+        )
+        return [r["id"] for r in rows]
+
     def changed_units(self, run_id: str, limit: int) -> tuple[int, list[UnitRow]]:
         """How many units (per round) recorded file changes, and the first ``limit``."""
         count = self.db.execute(
@@ -585,7 +608,41 @@ class Journal:
         )
 
 
-__all__ = ["FINAL_RUN_STATES", "Journal", "RunRow", "Status", "UnitRow", "new_run_id"]
+__all__ = [
+    "FINAL_RUN_STATES",
+    "Journal",
+    "RunRow",
+    "Status",
+    "UnitRow",
+    "new_run_id",
+    "no_state",
+]
+
+
+def no_state(state_dir: Path) -> StateError:
+    """What a read-only command says where no run ever wrote a journal."""
+    return StateError(
+        f"no fanout state in {state_dir} (no runs yet here; --state-dir names another)"
+    )
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """Open the journal for reading only (status, report, retry's look-up): nothing is
+    created, neither the state directory, nor the journal, its tables, its indexes or
+    the reserve, and no migration runs.  (Beside an existing journal, SQLite's WAL
+    mode may leave its ``-wal`` and ``-shm`` files, as any reader does: they hold no
+    data of fanout's and a run has them anyway.)  A journal an older fanout wrote is read as it
+    is: the reads select columns by name and none of them needs a migrated column (a
+    missing index only makes them slower); the next ``fanout run`` upgrades it."""
+    if not path.is_file():
+        raise no_state(path.parent)
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)
+        # The journal is a database with runs in it, not any file of that name.
+        db.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
+    except sqlite3.Error as exc:
+        raise StateError(f"cannot read the journal {path}: {exc}") from None
+    return db
 
 
 def _code(exc: sqlite3.Error) -> int:
