@@ -109,14 +109,21 @@ async def run_async(
 
 
 class Drain:
-    """A request to drain the run, from any thread and at any time: what SIGINT does,
-    for causes that are not signals (the console the run reports to was closed, as by
-    ``| head``).  A request before the run started drains it as soon as it starts; one
-    after it ended does nothing."""
+    """A request to stop the run, from any thread and at any time, for a cause that is not
+    a signal: the console the run reports to was closed (``| head``, a dropped terminal).
+
+    Unlike Ctrl-C it stops the run gently (``Runner.stop``): nothing new starts, the
+    attempts running finish and settle, and the run ends stopped, resumable, with exit
+    130.  Nobody is watching to be kept waiting, and killing the running workers would
+    throw their work away (and run again a unit whose side effect was already done).  A
+    request before the run started stops it as soon as it starts; one after it ended
+    does nothing."""
+
+    REASON = "the console fanout reported to was closed"
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._target: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self._target: tuple[asyncio.AbstractEventLoop, Runner] | None = None
         self.requested = False
 
     def request(self) -> None:
@@ -124,17 +131,17 @@ class Drain:
             self.requested = True
             target = self._target
         if target is not None:
-            loop, task = target
+            loop, runner = target
             # RuntimeError: the loop closed meanwhile, the run is over.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(task.cancel)
+                loop.call_soon_threadsafe(runner.stop, Interrupted(self.REASON))
 
-    def _bind(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    def _bind(self, loop: asyncio.AbstractEventLoop, runner: Runner) -> None:
         with self._lock:
-            self._target = (loop, task)
+            self._target = (loop, runner)
             requested = self.requested
         if requested:
-            task.cancel()
+            runner.stop(Interrupted(self.REASON))
 
     def _unbind(self) -> None:
         with self._lock:
@@ -150,9 +157,9 @@ def run_blocking(
     overlap: Overlap = "skip",
     drain: Drain | None = None,
 ) -> Summary:
-    """Run to the end on a fresh event loop; Ctrl-C, SIGTERM or ``drain.request()``
-    raise Interrupted once the run has drained, with one line saying what happened,
-    where the report is and how to continue."""
+    """Run to the end on a fresh event loop; Ctrl-C or SIGTERM raise Interrupted once the
+    run has drained, with one line saying what happened, where the report is and how to
+    continue; ``drain.request()`` stops the run gently (see ``Drain``)."""
     seen = _RunSeen()
     sinks = [*sinks, seen]
 
@@ -162,10 +169,14 @@ def run_blocking(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)
-        if drain is not None:
-            drain._bind(loop, task)
+
+        def bound(runner: Runner) -> Awaitable[Summary]:
+            if drain is not None:
+                drain._bind(loop, runner)
+            return action(runner)
+
         try:
-            return await run_async(job, environ, sinks, action, overlap=overlap)
+            return await run_async(job, environ, sinks, bound, overlap=overlap)
         finally:
             if drain is not None:
                 drain._unbind()

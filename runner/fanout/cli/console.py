@@ -7,10 +7,10 @@ calls while it settles units), not through rich's refresh thread, not through th
 summary lines or the error message at the end, and not through Python's own flush of
 stdout and stderr at exit ("Exception ignored ... BrokenPipeError", exit status 120).
 
-Decision: a closed console is an interrupt, as SIGPIPE would be for a shell tool: the
-run drains like Ctrl-C (running units stopped, the run stays resumable, exit 130),
-because a run nobody can watch any more should not go on starting units for an hour
-unseen, and resuming it costs nothing.  From the first failed write on, nothing more is
+Decision: a closed console stops the run, as SIGPIPE would stop a shell tool, because a
+run nobody can watch any more should not go on starting units for an hour unseen, and
+resuming it costs nothing.  It stops gently (``launch.Drain``): nothing new starts, the
+attempts running finish and settle, the run stays resumable, exit 130.  From the first failed write on, nothing more is
 written: the console's file descriptor (and stdout, if it is the same pipe) is pointed
 at /dev/null, as the Python documentation's note on SIGPIPE recommends.
 """

@@ -134,8 +134,8 @@ def _execute(
     from .console import ConsoleStream
 
     job = spec.load(file, hosts_file=hosts)
-    # A closed console (``| head``, a dropped terminal) drains the run like Ctrl-C and
-    # silences everything after it: see cli/console.py.
+    # A closed console (``| head``, a dropped terminal) stops the run (running attempts
+    # finish) and silences everything after it: see cli/console.py and launch.Drain.
     drain = launch.Drain()
     stream = ConsoleStream(sys.stderr, drain.request)
     console = Console(file=cast("IO[str]", stream), highlight=False)
