@@ -11,12 +11,13 @@ This is the only module that imports jinja2.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -144,19 +145,8 @@ class Template:
         of fanout."""
         if self.compiled is None:
             return self.source
-        try:
+        with _failures_as_render_errors("template", self.key, self.at):
             return self.compiled.render(context)
-        except jinja2.TemplateError as exc:
-            raise RenderError(_describe(exc), key=self.key, at=self.at) from None
-        except RecursionError:
-            message = "the template recurses too deeply (a macro that calls itself?)"
-            raise RenderError(message, key=self.key, at=self.at) from None
-        except MemoryError:
-            message = "the template ran out of memory"
-            raise RenderError(message, key=self.key, at=self.at) from None
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            raise RenderError(message, key=self.key, at=self.at) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,19 +165,26 @@ class Expression:
     def evaluate(self, context: Mapping[str, Any]) -> Any:
         """The expression's value.  Whatever goes wrong inside it is a RenderError, as
         for templates: the expression is data from the job file."""
-        try:
+        with _failures_as_render_errors("expression", self.key, self.at):
             return self.compiled(**context)
-        except jinja2.TemplateError as exc:
-            raise RenderError(_describe(exc), key=self.key, at=self.at) from None
-        except RecursionError:
-            message = "the expression recurses too deeply"
-            raise RenderError(message, key=self.key, at=self.at) from None
-        except MemoryError:
-            message = "the expression ran out of memory"
-            raise RenderError(message, key=self.key, at=self.at) from None
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            raise RenderError(message, key=self.key, at=self.at) from None
+
+
+@contextlib.contextmanager
+def _failures_as_render_errors(
+    what: str, key: str, at: tuple[str, int, int] | None
+) -> Iterator[None]:
+    """Whatever goes wrong while a template or an expression runs, as a RenderError."""
+    try:
+        yield
+    except jinja2.TemplateError as exc:
+        raise RenderError(_describe(exc), key=key, at=at) from None
+    except RecursionError:
+        hint = " (a macro that calls itself?)" if what == "template" else ""
+        raise RenderError(f"the {what} recurses too deeply{hint}", key=key, at=at) from None
+    except MemoryError:
+        raise RenderError(f"the {what} ran out of memory", key=key, at=at) from None
+    except Exception as exc:
+        raise RenderError(f"{type(exc).__name__}: {exc}", key=key, at=at) from None
 
 
 @dataclass(frozen=True, slots=True)
