@@ -10,9 +10,10 @@ stdout and stderr at exit ("Exception ignored ... BrokenPipeError", exit status 
 Decision: a closed console stops the run, as SIGPIPE would stop a shell tool, because a
 run nobody can watch any more should not go on starting units for an hour unseen, and
 resuming it costs nothing.  It stops gently (``launch.Drain``): nothing new starts, the
-attempts running finish and settle, the run stays resumable, exit 130.  From the first failed write on, nothing more is
-written: the console's file descriptor (and stdout, if it is the same pipe) is pointed
-at /dev/null, as the Python documentation's note on SIGPIPE recommends.
+attempts running finish and settle, the run stays resumable, exit 130.  From the first
+failed write on, nothing more is written: the console's file descriptor (and stdout, if
+it is the same pipe) is pointed at /dev/null, as the Python documentation's note on
+SIGPIPE recommends.
 """
 
 from __future__ import annotations
