@@ -124,18 +124,7 @@ def frozen_detection(pool: Pool, scratch: Path) -> list[float]:
     root.mkdir(mode=0o777, exist_ok=True)
     root.chmod(0o777)
     servers: list[Sshd] = [pool.add(f"frozen{n}") for n in range(3)]
-    hosts = [
-        Host(
-            name=server.name,
-            address="127.0.0.1",
-            port=server.port,
-            user=pool.user,
-            identity=str(pool.client_key),
-            slots=1,
-            sandbox_root=str(root),
-        )
-        for server in servers
-    ]
+    hosts = [pool.host(server, slots=1, sandbox_root=str(root)) for server in servers]
 
     async def measure() -> list[float]:
         transport = SshTransport(hosts, known_hosts=[pool.known_hosts], sandbox_kind="none")

@@ -20,6 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from fanout.spec import Host
 
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "fanouttest"
@@ -169,6 +172,24 @@ class Pool:
         self.hosts.append(server)
         self.trust(server)
         return server
+
+    def host(self, server: Sshd, **more: Any) -> Host:
+        """The inventory entry that logs in to ``server`` as the pool's user, with the
+        pool's shared sandbox root (world-writable: a non-root user's units go there)."""
+        root = self.base / "sandboxes"
+        root.mkdir(mode=0o777, exist_ok=True)
+        root.chmod(0o777)
+        values: dict[str, Any] = {
+            "name": server.name,
+            "address": "127.0.0.1",
+            "port": server.port,
+            "user": self.user,
+            "identity": str(self.client_key),
+            "slots": 4,
+            "sandbox_root": str(root),
+            **more,
+        }
+        return Host(**values)
 
     def trust(self, server: Sshd) -> None:
         with self.known_hosts.open("a") as stream:

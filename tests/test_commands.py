@@ -234,18 +234,7 @@ def test_a_failed_attempt_shows_the_workers_last_line(chdir_tmp: Path) -> None:
 
 
 def _host(pool: Any, server: Any) -> Host:
-    root = pool.base / "sandboxes"
-    root.mkdir(mode=0o777, exist_ok=True)
-    root.chmod(0o777)
-    return Host(
-        name=server.name,
-        address="127.0.0.1",
-        port=server.port,
-        user=pool.user,
-        identity=str(pool.client_key),
-        slots=2,
-        sandbox_root=str(root),
-    )
+    return pool.host(server, slots=2)  # type: ignore[no-any-return]
 
 
 def _ssh_runner(pool: Any, job: spec.Spec, events: list[dict[str, Any]]) -> Runner:

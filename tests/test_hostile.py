@@ -100,25 +100,13 @@ async def test_hostile_values_are_refused_locally(tmp_path: Path) -> None:
 async def test_hostile_values_are_refused_over_ssh_the_same_way(
     ssh_pool: Any, tmp_path: Path
 ) -> None:
-    from fanout.spec import Host
     from fanout.ssh import SshTransport
 
     server = ssh_pool.add("h1")
-    root = ssh_pool.base / "sandboxes"
-    root.mkdir(mode=0o777, exist_ok=True)
-    root.chmod(0o777)
     shared = ssh_pool.base / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
-    host = Host(
-        name=server.name,
-        address="127.0.0.1",
-        port=server.port,
-        user=ssh_pool.user,
-        identity=str(ssh_pool.client_key),
-        slots=4,
-        sandbox_root=str(root),
-    )
+    host = ssh_pool.host(server)
     job, token = _hostile_job(tmp_path, shared)
     transport = SshTransport(
         [host], known_hosts=[ssh_pool.known_hosts], sandbox_kind="none", rng=random.Random(3)

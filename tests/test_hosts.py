@@ -160,14 +160,7 @@ async def test_a_changed_host_key_is_refused_with_both_fingerprints_and_the_old_
     server = ssh_pool.add("h1")
     old = _fingerprint(server.host_public_key, tmp_path)
     new = _fingerprint(server.rekey(), tmp_path)
-    host = Host(
-        name="h1",
-        address="127.0.0.1",
-        port=server.port,
-        user=ssh_pool.user,
-        identity=str(ssh_pool.client_key),
-        sandbox_root=str(_sandboxes(ssh_pool)),
-    )
+    host = ssh_pool.host(server)
     transport = SshTransport(
         [host], known_hosts=[ssh_pool.known_hosts], rng=random.Random(3), connect_timeout=5.0
     )
@@ -302,17 +295,7 @@ async def test_a_key_changed_during_a_run_quarantines_the_host_with_the_warning(
     import asyncio
 
     servers = [ssh_pool.add("h1"), ssh_pool.add("h2")]
-    pool = [
-        Host(
-            name=s.name,
-            address="127.0.0.1",
-            port=s.port,
-            user=ssh_pool.user,
-            identity=str(ssh_pool.client_key),
-            sandbox_root=str(_sandboxes(ssh_pool)),
-        )
-        for s in servers
-    ]
+    pool = [ssh_pool.host(s) for s in servers]
     notices: list[str] = []
     transport = SshTransport(
         pool,

@@ -20,7 +20,6 @@ from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.progress import Display
 from fanout.run import Options, Runner
-from fanout.spec import Host
 from fanout.ssh import SshTransport
 from fanout.transport import Attempt
 
@@ -462,23 +461,10 @@ async def test_ssh_hosts_emit_their_states_and_placements(ssh_pool: Any, tmp_pat
     start, ``attempt.placed`` for every attempt, ``host.quarantined`` (and no separate
     line for its loss) for a host that cannot run units, ``host.lost`` for a dead one."""
     servers = {name: ssh_pool.add(name) for name in ("good", "refuses", "dies")}
-    open_root = ssh_pool.base / "sandboxes"
-    open_root.mkdir(mode=0o777)
-    open_root.chmod(0o777)
     closed_root = ssh_pool.base / "closed"  # fanout's 0755 directory: not the host user's
     closed_root.mkdir(mode=0o755)
-    hosts = [
-        Host(
-            name=name,
-            address="127.0.0.1",
-            port=server.port,
-            user=ssh_pool.user,
-            identity=str(ssh_pool.client_key),
-            slots=2,
-            sandbox_root=str(closed_root if name == "refuses" else open_root),
-        )
-        for name, server in servers.items()
-    ]
+    hosts = [ssh_pool.host(server, slots=2) for server in servers.values()]
+    hosts[1] = ssh_pool.host(servers["refuses"], slots=2, sandbox_root=str(closed_root))
     items = ", ".join(f'"u{n:02d}"' for n in range(16))
     job = spec.load(
         write_job(

@@ -30,20 +30,7 @@ pytestmark = pytest.mark.slow
 
 
 def _host(pool: Any, server: Any, **more: Any) -> Host:
-    root = pool.base / "sandboxes"
-    root.mkdir(mode=0o777, exist_ok=True)
-    root.chmod(0o777)
-    values = {
-        "name": server.name,
-        "address": "127.0.0.1",
-        "port": server.port,
-        "user": pool.user,
-        "identity": str(pool.client_key),
-        "slots": 4,
-        "sandbox_root": str(root),
-        **more,
-    }
-    return Host(**values)
+    return pool.host(server, **more)  # type: ignore[no-any-return]
 
 
 def _transport(pool: Any, hosts: list[Host], **more: Any) -> SshTransport:
