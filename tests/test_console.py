@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fanout import spec
 from fanout.events import Events
 from fanout.journal import Journal
@@ -202,3 +204,26 @@ async def test_a_display_that_breaks_fails_no_unit(tmp_path: Path) -> None:
     assert summary.counts == {"succeeded": 3}
     assert summary.state == "finished"
     assert len(runner.events.failures) == 1
+
+
+@pytest.mark.parametrize("command", [["schema"], ["validate", "job.toml"], ["plan", "job.toml"]])
+def test_a_command_whose_console_closed_exits_141_quietly(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`fanout plan job.toml | head -1`, with the reader gone before the first write: no
+    internal error, no traceback, no crash log, exit 128 + SIGPIPE."""
+    _job(tmp_path)
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [*FANOUT, *command],
+            cwd=tmp_path,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            env=_env(XDG_CACHE_HOME=str(tmp_path / "cache")),
+        )
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, b"")
+    assert not (tmp_path / "cache").exists()

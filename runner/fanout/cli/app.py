@@ -20,6 +20,11 @@ from typer.models import CommandFunctionType
 
 from .. import __version__
 from ..errors import INTERNAL_ERROR_EXIT, FanoutError
+from .console import closed_console
+
+# A command whose console closed under it (`fanout status | head`): 128 + SIGPIPE, what a
+# shell tool killed by SIGPIPE reports.  (`fanout run` stops its run instead: 130.)
+CONSOLE_CLOSED_EXIT = 141
 
 # Exits, --help and usage errors: typer prints and exits with them as it always has.
 _TYPER_EXITS = (typer.Exit, typer.Abort, typer.TyperException)
@@ -92,13 +97,25 @@ def _exit_for(exc: BaseException) -> typer.Exit:
     """The exit for an exception escaping a command: a FanoutError's message and code,
     anything else reported as an internal error."""
     exc = unwrap(exc)
+    if isinstance(exc, BrokenPipeError) and closed_console():
+        # `fanout status | head`: the reader has what it wanted.  Say nothing more (there
+        # is nobody to say it to) and exit as a tool killed by SIGPIPE reports.
+        return typer.Exit(CONSOLE_CLOSED_EXIT)
     if isinstance(exc, FanoutError):
-        print(str(exc) if str(exc) else type(exc).__name__, file=sys.stderr)
+        _say(str(exc) if str(exc) else type(exc).__name__)
         return typer.Exit(exc.exit_code)
     if isinstance(exc, KeyboardInterrupt):
-        print("interrupted", file=sys.stderr)
+        _say("interrupted")
         return typer.Exit(130)
     return typer.Exit(report_internal_error(exc))
+
+
+def _say(message: str) -> None:
+    """The last word on stderr, which may be a closed pipe itself (`2>&1 | head`)."""
+    try:
+        print(message, file=sys.stderr)
+    except OSError:
+        closed_console()
 
 
 class _Commands(TyperGroup):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import sys
 import threading
 from collections.abc import Callable
@@ -106,3 +107,22 @@ def silence(stream: TextIO) -> None:
             os.dup2(devnull, target)
     finally:
         os.close(devnull)
+
+
+def closed_console() -> bool:
+    """Whether stdout or stderr writes into a pipe nobody reads any more (``| head``
+    exited) or a terminal that hung up; if so, both are silenced (see ``silence``).
+    poll() tells without writing: a pipe whose reader is gone reports POLLERR, a
+    hung-up terminal POLLHUP."""
+    gone = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            continue
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+            silence(stream)
+            gone = True
+    return gone
