@@ -150,7 +150,7 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
                         break
                     group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
             except Exception as exc:  # the selection failed (a bad record, the input command)
-                ctx.stop(_fanout_error(exc))
+                ctx.stop(storage_problem(exc) or exc)
             finally:
                 pool.backlog_closed()
                 if isinstance(units, AsyncGenerator):
@@ -180,7 +180,7 @@ async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None
     except _Stopped:
         _interrupted(ctx, unit)
     except Exception as exc:
-        problem = _fanout_error(exc)
+        problem = storage_problem(exc) or exc
         if isinstance(problem, FanoutError):
             # fanout's own trouble (hosts, journal, a full disk), never the unit's.
             ctx.stop(problem)
@@ -190,14 +190,6 @@ async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None
     finally:
         ctx.tasks.discard(task)
         slot.give()
-
-
-def _fanout_error(exc: Exception) -> Exception:
-    """``exc`` as fanout's own error where it is one: an OSError of fanout's storage
-    (a full disk anywhere fanout writes) is a StateError."""
-    if isinstance(exc, OSError):
-        return storage_problem(exc) or exc
-    return exc
 
 
 def _internal_error(ctx: Round, unit: Unit, exc: Exception) -> None:

@@ -117,9 +117,10 @@ def storage_error(directory: object, reason: str) -> StateError:
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
-def storage_problem(exc: OSError) -> StateError | None:
-    """The StateError for an OSError of fanout's own storage, or None for any other."""
-    if exc.errno not in STORAGE_ERRNOS:
+def storage_problem(exc: BaseException) -> StateError | None:
+    """The StateError for an OSError of fanout's own storage (a full disk anywhere fanout
+    writes), or None for any other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in STORAGE_ERRNOS:
         return None
     reason = exc.strerror or str(exc)
     return storage_error(exc.filename or "?", reason[:1].lower() + reason[1:])

@@ -190,7 +190,7 @@ class Runner:
         except FanoutError as exc:
             state, note, error = "stopped", str(exc), exc
         except Exception as exc:
-            problem = storage_problem(exc) if isinstance(exc, OSError) else None
+            problem = storage_problem(exc)
             if problem is not None:  # a full disk where fanout writes (fan-in, reports)
                 state, note, error = "stopped", str(problem), problem
             else:  # a bug: still never "finished", so the next run resumes
