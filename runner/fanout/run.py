@@ -114,11 +114,18 @@ class Runner:
             )
         return {name: self.environ[name] for name in self.spec.task.secrets}
 
-    async def _check_commands(self) -> None:
-        """Refuse (EnvironmentProblem) before any run is recorded when a local worker
-        could not start its command: every attempt of every unit would fail alike."""
+    async def _prepare(self, options: Options) -> tuple[dict[str, str], bool]:
+        """What a run needs before it is recorded: its secrets, whether it applies
+        collected files, and two refusals (EnvironmentProblem, StateError) made before
+        anything is journaled: a local worker that could not start its command (every
+        attempt of every unit would fail alike), and a disk without room for the
+        journal's reserve."""
+        secrets = self.secrets()
         if self.workers is not None:
             await asyncio.to_thread(commands.refuse, self.spec, self.workers)
+        apply = self.spec.collect.apply if options.apply is None else options.apply
+        self.journal.keep_reserve()
+        return secrets, apply
 
     def run_dir(self, run_id: str) -> Path:
         return self.spec.runtime.state_dir / "runs" / run_id
@@ -126,10 +133,7 @@ class Runner:
     async def execute(self, options: Options) -> Summary:
         """Start a new run (or resume the last unfinished one) and run it to its end."""
         spec = self.spec
-        secrets = self.secrets()
-        await self._check_commands()
-        apply = spec.collect.apply if options.apply is None else options.apply
-        self.journal.keep_reserve()
+        secrets, apply = await self._prepare(options)
         row = None if options.resume is False else self.journal.last_unfinished(spec.name)
         if row is not None and options.resume is None and not _same_trigger(row, options):
             row = None
@@ -405,10 +409,7 @@ class Runner:
                 latest.pop(row.unit.id, None)
         if not latest:
             raise NothingSelected(f"run {previous.id} has no failed units")
-        secrets = self.secrets()
-        await self._check_commands()
-        apply = spec.collect.apply if options.apply is None else options.apply
-        self.journal.keep_reserve()
+        secrets, apply = await self._prepare(options)
         run_id = self.journal.create_run(
             job=spec.name, job_file=str(spec.file.resolve()), apply=apply, parent=previous.id
         )
