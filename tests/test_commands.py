@@ -149,7 +149,7 @@ def test_the_check_agrees_with_bwrap(tmp_path: Path) -> None:
             ["claude"],
             sandbox=box,
             network=False,
-            tools=sandbox.tool_dirs(f"{path}:{sys.prefix}/bin"),
+            tools=sandbox.bound_tools(path),
         )
         ran = subprocess.run(
             argv, env={"PATH": workers.path}, capture_output=True, text=True, check=False

@@ -15,7 +15,7 @@ guard's ``fanout: cannot start X`` as its reason.
   fanout's own bin first) as execvp does: in order, absolute entries only (a relative
   entry would be the sandbox itself), the first executable file wins.  Under bwrap a
   file is skipped where the sandbox does not show it: below the private ``/tmp`` or
-  ``/var/tmp`` (except the PATH directories fanout binds back, ``sandbox.tool_dirs``)
+  ``/var/tmp`` (except the PATH directories fanout binds back, ``sandbox.bound_tools``)
   or below what fanout hides (``hidden``), judged for the file, each symlink on the way
   and where it finally leads.
 - An absolute path is checked the same way, as one file.
@@ -28,7 +28,6 @@ guard's ``fanout: cannot start X`` as its reason.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,8 +135,7 @@ def check(spec: Spec, workers: Workers) -> Checked:
     the sandbox the job asks for is missing (as the transport's start would)."""
     commands, skipped = needed(spec)
     bwrap = sandbox.choose(workers.sandbox).kind == "bwrap"
-    # The directories LocalTransport binds back into the private /tmp.
-    tools = tuple(sandbox.tool_dirs(f"{workers.path}:{sys.prefix}/bin")) if bwrap else ()
+    tools = sandbox.bound_tools(workers.path) if bwrap else ()
     masks = _Masks(bwrap=bwrap, tools=tools, hidden=workers.hidden)
     found: list[tuple[Needed, str]] = []
     problems: list[str] = []
@@ -208,7 +206,7 @@ class _Masks:
                 )
         if any(path.is_relative_to(tool) for tool in self.tools):
             return None
-        for private in sandbox._PRIVATE:
+        for private in sandbox.PRIVATE:
             if path.is_relative_to(private):
                 return private, f"which bwrap replaces with a private {private}"
         return None

@@ -59,8 +59,7 @@ class LocalTransport:
         self.root = root or Path(tempfile.gettempdir())
         self._path = path
         self._hidden = tuple(hidden)
-        # Tools on PATH, and fanout's own environment (tests and jobs run its python).
-        self._tools = tuple(sandbox.tool_dirs(f"{path}:{sys.prefix}/bin"))
+        self._tools = sandbox.bound_tools(path)
         self._warn = warn
         self.kind: sandbox.Kind = "none"
         self.containment = sandbox.Containment.GROUP

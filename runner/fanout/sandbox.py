@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,7 +253,16 @@ def preexec(kind: Kind) -> Callable[[], None] | None:
     return die_with_fanout
 
 
-_PRIVATE = (Path("/tmp"), Path("/var/tmp"))
+# What bwrap replaces with an empty tmpfs.
+PRIVATE = (Path("/tmp"), Path("/var/tmp"))
+
+
+def bound_tools(path: str) -> tuple[Path, ...]:
+    """The directories a local bwrap sandbox binds back for workers whose PATH is
+    ``path``: those of ``tool_dirs``, and fanout's own environment's (tests and jobs
+    run its python).  One answer for the transport that binds them and for the start
+    check that predicts what a worker finds."""
+    return tuple(tool_dirs(f"{path}:{sys.prefix}/bin"))
 
 
 def tool_dirs(path: str) -> list[Path]:
@@ -263,10 +273,10 @@ def tool_dirs(path: str) -> list[Path]:
     for entry in path.split(":"):
         directory = Path(entry)
         if not directory.is_absolute() or not any(
-            directory.is_relative_to(private) for private in _PRIVATE
+            directory.is_relative_to(private) for private in PRIVATE
         ):
             continue
         root = directory.parent if directory.name == "bin" else directory
-        if root not in found and root not in _PRIVATE:
+        if root not in found and root not in PRIVATE:
             found.append(root)
     return found
