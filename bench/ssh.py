@@ -27,7 +27,7 @@ from fanout.outcome import Status
 from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
-from fanout.transport import Attempt
+from fanout.attempt import Attempt
 
 from helpers import make_attempt
 from procs import marker, wait_until_present

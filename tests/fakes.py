@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fanout.attempt import Attempt
 from fanout.outcome import AttemptResult, Status
-from fanout.transport import Attempt
 
 Script = Callable[[Attempt], AttemptResult]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,9 +11,13 @@ from types import MappingProxyType
 
 from typer.testing import CliRunner
 
+from fanout import sandbox
+from fanout.attempt import Attempt
 from fanout.cli import app
+from fanout.collecting import Collect
 from fanout.invocation import Invocation
-from fanout.transport import Attempt, StagedFile
+from fanout.sandbox import Kind
+from fanout.transport import Place, StagedFile
 
 MINIMAL = """\
 version = 1
@@ -82,11 +88,28 @@ def make_attempt(
             collect=tuple(collect),
         ),
         staged=staged,
+        collect=Collect.compile(tuple(collect)),
         collect_dir=directory / "collected",
         log_path=directory / "logs" / "a1.log",
         log_limit=log_limit,
         tail_limit=tail_limit,
         network=network,
-        throttle_patterns=throttle_patterns,
+        throttle_patterns=tuple(re.compile(pattern) for pattern in throttle_patterns),
         secrets=secrets or {},
     )
+
+
+def wrapped(kind: Kind, argv: list[str], base: Path, *, tools: tuple[Path, ...] = ()) -> list[str]:
+    """The argv a local sandbox of ``kind`` at ``base`` runs for ``argv`` (its ``work``
+    directory made), guard included: what ``local`` spawns for a step."""
+    (base / "work").mkdir(parents=True, exist_ok=True)
+    place = Place(
+        host="local",
+        kind=kind,
+        base=str(base),
+        path=os.environ.get("PATH", os.defpath),
+        tools=tuple(str(tool) for tool in tools),
+        namespace=sandbox.pid_namespace() if kind == "none" else (),
+        root=os.geteuid() == 0,
+    )
+    return sandbox.guarded(sandbox.command(place, argv, network=False))

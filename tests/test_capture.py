@@ -241,9 +241,15 @@ def test_a_result_reason_quoting_the_worker_is_redacted(tmp_path: Path) -> None:
     assert result.reason == "collect: cannot read [secret].txt"
 
 
-def test_a_last_line_without_newline_is_scanned_before_the_verdict(tmp_path: Path) -> None:
+async def test_a_last_line_without_newline_is_scanned_before_the_verdict(
+    tmp_path: Path,
+) -> None:
     verdict = Verdict(make_attempt(tmp_path, ["true"], secrets={"TOKEN": TOKEN}))
     verdict.capture.feed(f"{TOKEN}\nRetry-After: 7".encode())
-    result = verdict.decide(code=1, stage="worker", control=None, collect=lambda: ())
+
+    async def nothing() -> tuple[()]:
+        return ()
+
+    result = await verdict.decide(code=1, stage="worker", control=None, collect=nothing)
     assert (result.status, result.retry_after) == (Status.THROTTLED, 7.0)
     assert result.output_tail == "[secret]\nRetry-After: 7"

@@ -22,7 +22,7 @@ from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
 
-from helpers import cli, write_job
+from helpers import cli, wrapped, write_job
 
 MISSING = "fanout-test-no-such-tool"
 # fanout puts its own bin first on the PATH workers get (cli.app.environ).
@@ -144,13 +144,7 @@ def test_the_check_agrees_with_bwrap(tmp_path: Path) -> None:
         )
         checked = commands.check(job, workers)
         assert bool(checked.found) is started, checked
-        argv = sandbox.wrap(
-            "bwrap",
-            ["claude"],
-            sandbox=box,
-            network=False,
-            tools=sandbox.bound_tools(path),
-        )
+        argv = wrapped("bwrap", ["claude"], box, tools=sandbox.bound_tools(path))
         ran = subprocess.run(
             argv, env={"PATH": workers.path}, capture_output=True, text=True, check=False
         )

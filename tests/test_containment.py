@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from fanout import sandbox
+from fanout.attempt import Attempt
 from fanout.local import LocalTransport
 from fanout.outcome import Status
-from fanout.transport import Attempt
 
 from helpers import make_attempt, write_job
 from procs import marker, pids_with, wait_until_gone, wait_until_present
@@ -167,8 +167,11 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
         "import asyncio, pathlib, sys; from fanout import sandbox; "
         "print(sandbox.containment('none').value); "
         "print(' '.join(sandbox.pid_namespace()[1:])); "
-        "argv = sandbox.wrap('none', ['sh', '-c', 'echo $$ $(id -un)'], "
-        "sandbox=pathlib.Path('/'), network=False); "
+        "from fanout.transport import Place; "
+        "place = Place(host='local', kind='none', base='/', path='/usr/bin:/bin', "
+        "namespace=sandbox.pid_namespace()); "
+        "argv = sandbox.guarded(sandbox.command(place, ['sh', '-c', 'echo $$ $(id -un)'], "
+        "network=False)); "
         "import subprocess; sys.stdout.flush(); subprocess.run(argv, check=True)"
     )
     # The system's python: the test's own may live under root's 0700 home.

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from fanout import ladder, spec
+from fanout.attempt import Attempt
 from fanout.errors import HostsUnavailable, StateError
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
 from fanout.spec import Backoff
-from fanout.transport import Attempt
 
 from fakes import FakeTransport
 from helpers import write_job

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import fanin, protocol, spec
+from fanout import protocol, spec, staging
 from fanout.globs import compile_glob, to_find_regex
 from fanout.units import select
 
@@ -228,7 +228,7 @@ def test_collect_takes_a_workers_hidden_output_only_when_named(tmp_path: Path) -
     }
     for number, (patterns, expected) in enumerate(cases.items()):
         destination = tmp_path / "out" / str(number)
-        collected = fanin.copy_collected(sandbox, patterns, destination)
+        collected = staging.copy_collected(sandbox, patterns, destination)
         assert sorted(c.path for c in collected) == sorted(expected), patterns
         agent = subprocess.run(
             [

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from fanout.attempt import Attempt
 from fanout.local import LocalTransport
 from fanout.outcome import Status
-from fanout.sandbox import Kind, wrap
-from fanout.transport import Attempt, StagedFile
+from fanout.sandbox import Kind
+from fanout.transport import StagedFile
 
-from helpers import make_attempt
+from helpers import make_attempt, wrapped
 from procs import marker, pids_with, wait_until_gone, wait_until_present
 
 KINDS = ["bwrap", "none"]
@@ -295,7 +296,7 @@ def test_a_worker_whose_parent_is_not_fanout_never_starts(tmp_path: Path, kind: 
     # the time the parent-death signal is set, so the signal would never come.  A second
     # process between fanout and the wrapped argv stands in for that reparenting.
     ran = tmp_path / "ran"
-    argv = wrap(kind, ["touch", str(ran)], sandbox=tmp_path, network=False)
+    argv = wrapped(kind, ["touch", str(ran)], tmp_path)
     direct = subprocess.run(argv, check=False)
     assert (direct.returncode, ran.exists()) == (0, True)
     ran.unlink()

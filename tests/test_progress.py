@@ -15,13 +15,13 @@ from rich.console import Console
 from rich.text import Text
 
 from fanout import limits, spec
+from fanout.attempt import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.progress import Display
 from fanout.run import Options, Runner
 from fanout.ssh import SshTransport
-from fanout.transport import Attempt
 
 from fakes import FakeTransport
 from helpers import write_job

@@ -13,12 +13,12 @@ import pytest
 from markdown_it import MarkdownIt
 
 from fanout import report, safetext, spec
+from fanout.attempt import Attempt
 from fanout.events import Events
-from fanout.fanin import Change
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
-from fanout.transport import Attempt
+from fanout.staging import Change
 
 from fakes import FakeTransport
 from helpers import write_job

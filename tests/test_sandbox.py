@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import fanin, hidden, spec
+from fanout import collecting, hidden, spec, staging
 from fanout.launch import transport_for
 from fanout.local import LocalTransport
 
@@ -159,19 +159,19 @@ def test_a_file_named_inside_a_state_directory_is_refused(tmp_path: Path) -> Non
     (state / "runs").mkdir()
     (state / "runs" / "log.txt").write_text("another unit's output")
     (tmp_path / "a.txt").write_text("a")
-    with pytest.raises(fanin.PathRefused) as refused:
-        fanin.stage(tmp_path, ["a.txt", ".fanout/runs/log.txt"])
+    with pytest.raises(collecting.PathRefused) as refused:
+        staging.stage(tmp_path, ["a.txt", ".fanout/runs/log.txt"])
     assert str(refused.value) == (
         "stage: '.fanout/runs/log.txt' is inside '.fanout', a fanout state directory; "
         "workers never see fanout's state"
     )
-    with pytest.raises(fanin.PathRefused) as whole:
-        fanin.stage(tmp_path, [".fanout"])
+    with pytest.raises(collecting.PathRefused) as whole:
+        staging.stage(tmp_path, [".fanout"])
     assert str(whole.value) == (
         "stage: '.fanout' is a fanout state directory; workers never see fanout's state"
     )
-    assert [item.path for item in fanin.stage(tmp_path, ["**", "."])] == ["a.txt"]
-    assert fanin.stage(tmp_path, [".fanout/**"]) == ()
+    assert [item.path for item in staging.stage(tmp_path, ["**", "."])] == ["a.txt"]
+    assert staging.stage(tmp_path, [".fanout/**"]) == ()
 
 
 def test_what_a_sandbox_hides(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fanout import spec
+from fanout.attempt import Attempt
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
 from fanout.journal import Journal
@@ -21,7 +22,7 @@ from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
-from fanout.transport import Attempt, StagedFile
+from fanout.transport import StagedFile
 
 from helpers import make_attempt, write_job
 from procs import marker, pids_with, short_marker, wait_until_gone, wait_until_present
@@ -556,7 +557,7 @@ def test_a_collected_tar_never_writes_through_a_symlink(tmp_path: Path) -> None:
     import io
     import tarfile
 
-    from fanout import fanin, protocol
+    from fanout import protocol
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -568,7 +569,7 @@ def test_a_collected_tar_never_writes_through_a_symlink(tmp_path: Path) -> None:
         evil = tarfile.TarInfo("./up/evil")
         evil.size = 4
         archive.addfile(evil, io.BytesIO(b"evil"))
-    with pytest.raises(fanin.PathRefused) as caught:
+    with pytest.raises(collecting.PathRefused) as caught:
         protocol.extract(buffer.getvalue(), tmp_path / "unit" / "collected", ["up/evil"])
     assert str(caught.value) == "collect: 'up/evil' leaves the unit folder"
     assert list(outside.iterdir()) == []

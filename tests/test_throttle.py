@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from fanout import spec, throttle
+from fanout.attempt import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.limits import gate_for
 from fanout.local import LocalTransport
 from fanout.outcome import Status
 from fanout.run import Options, Runner
-from fanout.transport import Attempt
 
 from api429 import Api, serve
 from helpers import make_attempt, write_job

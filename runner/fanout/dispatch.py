@@ -31,7 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import fanin, invocation, ladder
+from . import invocation, ladder, staging
+from .attempt import Attempt
+from .collecting import Collect, PathRefused
 from .errors import (
     EnvironmentProblem,
     FanoutError,
@@ -50,7 +52,7 @@ from .outcome import AttemptResult, Outcome, Status, UnitState
 from .slots import Lane, Slots
 from .spec import Spec
 from .templates import RenderError
-from .transport import Attempt, Transport
+from .transport import Transport
 from .units import Unit
 
 
@@ -239,7 +241,7 @@ def _exhausted(ctx: Round, unit: Unit, progress: Progress) -> Outcome | None:
 async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Outcome:
     spec = ctx.spec
     rungs = spec.retry.ladder
-    folder = fanin.unit_folder_name(unit.id)
+    folder = staging.unit_folder_name(unit.id)
     collect_dir = ctx.run_dir / "units" / folder
     loop = asyncio.get_running_loop()
     lane = Lane.FRESH
@@ -265,9 +267,10 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 last=progress.last or invocation.NO_LAST_ATTEMPT,
                 trigger=ctx.trigger,
             )
-            staged = fanin.stage(spec.runtime.workspace, task.stage)
-            staged_hashes = fanin.staged_hashes(staged)
-        except (RenderError, fanin.PathRefused) as exc:
+            staged = staging.stage(spec.runtime.workspace, task.stage)
+            staged_hashes = staging.staged_hashes(staged)
+            collect = Collect.compile(task.collect)
+        except (RenderError, PathRefused) as exc:
             reason = f"template: {exc}" if isinstance(exc, RenderError) else str(exc)
             ctx.journal.attempt_dispatched(ctx.run_id, ctx.number, unit.id, number, rung.name)
             result = AttemptResult(status=Status.FAILED, reason=reason)
@@ -279,12 +282,13 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 number=number,
                 invocation=task,
                 staged=staged,
+                collect=collect,
                 collect_dir=collect_dir,
                 log_path=ctx.run_dir / "logs" / folder / f"r{ctx.number}-a{number}.log",
                 log_limit=spec.runtime.log_limit,
                 tail_limit=spec.runtime.output_tail,
                 network=spec.runtime.network,
-                throttle_patterns=tuple(p.pattern for p in spec.task.throttle_patterns),
+                throttle_patterns=spec.task.throttle_patterns,
                 secrets=ctx.secrets,
             )
             result = await _attempt(ctx, attempt, slot, lane)

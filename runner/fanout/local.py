@@ -1,9 +1,10 @@
-"""Running attempts in sandboxes on this machine.
+"""Sandboxes on this machine: a transport that only moves bytes (``attempt`` decides
+what an attempt runs, in what order and until when).
 
-Each attempt gets a fresh directory under the sandbox root, its staged files copied in,
-the worker started in its own process group (and PID namespace: see ``sandbox``) with
-the prompt on stdin, then ``verify``, then the collect step, and the directory removed
-in a ``finally`` that runs on success, failure, timeout and cancellation alike.
+Each sandbox is a fresh directory under the sandbox root, laid out as
+``attempt.LAYOUT``; each step runs as a child of fanout in its own process group (and
+PID namespace: see ``sandbox``), and the directory is removed when the sandbox's block
+ends, on success, failure, timeout and cancellation alike.
 
 A step ends when its main process exits, not when its output pipe closes (a daemon may
 hold the pipe forever): then its process group is killed, which takes its PID
@@ -21,18 +22,20 @@ import functools
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from . import fanin, sandbox, throttle
+from . import collecting, sandbox
+from .attempt import LAYOUT, Attempt, execute
 from .capture import OutputCapture
-from .outcome import AttemptResult, Status
-from .transport import Attempt
-from .verdict import Verdict
+from .collecting import Entry, Kind
+from .outcome import AttemptResult
+from .transport import Command, Place, Sandbox, StagedFile
 
 # How long a finished or killed step's output may stay open before fanout looks for
 # escapees holding it, and how long after that it waits before giving up on it.
@@ -63,6 +66,7 @@ class LocalTransport:
         self._warn = warn
         self.kind: sandbox.Kind = "none"
         self.containment = sandbox.Containment.GROUP
+        self._place = Place(host="local", kind="none", base="", path=path)
 
     @property
     def capacity(self) -> int:
@@ -79,6 +83,18 @@ class LocalTransport:
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
         self.kind = choice.kind
         self.containment = choice.containment
+        self._place = Place(
+            host="local",
+            kind=choice.kind,
+            base="",  # each sandbox's own
+            path=self._path,
+            hidden=sandbox.hidden_entries(self._hidden),
+            tools=tuple(str(tool) for tool in self._tools),
+            namespace=sandbox.pid_namespace() if choice.kind == "none" else (),
+            image=self._image,
+            containment=choice.containment,
+            root=os.geteuid() == 0,
+        )
         if choice.warning:
             self._warn(choice.warning)
 
@@ -103,93 +119,61 @@ class LocalTransport:
             shutil.rmtree(leftover, ignore_errors=True)
 
     async def run(self, attempt: Attempt) -> AttemptResult:
-        started = time.monotonic()
-        directory = Path(tempfile.mkdtemp(prefix=f"fanout-{os.getpid()}-", dir=self.root))
+        return await execute(attempt, self)
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
+        base = Path(tempfile.mkdtemp(prefix=f"fanout-{os.getpid()}-", dir=self.root))
         try:
-            return await self._attempt(attempt, directory, started)
+            for name in LAYOUT.directories:
+                (base / name).mkdir()
+            yield _LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)
 
-    async def _attempt(self, attempt: Attempt, directory: Path, started: float) -> AttemptResult:
-        invocation = attempt.invocation
-        work = directory  # one directory per sandbox: directory creation is the hot path
 
-        verdict = Verdict(attempt)
+# A control file is a few bytes of JSON; a worker cannot make fanout read more.
+_CONTROL_LIMIT = 1 << 16
+
+
+class _LocalSandbox:
+    """A sandbox directory on this machine (see ``transport.Sandbox``)."""
+
+    def __init__(self, place: Place, base: Path, containment: sandbox.Containment) -> None:
+        self.place = place
+        self._base = base
+        self._work = base / LAYOUT.work
+        self._containment = containment
+
+    async def stage(self, files: Sequence[StagedFile]) -> None:
+        if files:
+            await asyncio.to_thread(_copy_in, files, self._work)
+
+    async def read(self, name: str) -> bytes | None:
         try:
-            try:
-                for item in attempt.staged:
-                    target = work / item.path
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(item.source, target)
-            except OSError as exc:
-                return verdict.result(
-                    Status.FAILED, f"stage: {exc.strerror or exc}: {exc.filename}"
-                )
-            control = work / throttle.CONTROL_FILE
-            env = {
-                "PATH": self._path,
-                # Under bwrap /tmp is a private tmpfs; without a sandbox, the unit's own dir.
-                "HOME": "/tmp" if self.kind == "bwrap" else str(work),
-                "TMPDIR": "/tmp" if self.kind == "bwrap" else str(work),
-                **attempt.base_env(),
-                "FANOUT_CONTROL": str(control),
-                **invocation.env,
-                **attempt.secrets,
-            }
-            deadline = started + invocation.timeout
-            capture = verdict.capture
-            code = await self._exec(
-                invocation.argv,
-                directory,
-                env,
-                invocation.prompt,
-                deadline,
-                capture,
-                attempt.network,
-            )
-            stage = "worker"
-            if code == 0 and invocation.verify:
-                stage = "verify"
-                code = await self._exec(
-                    invocation.verify, directory, env, "", deadline, capture, attempt.network
-                )
-            return verdict.decide(
-                code=code,
-                stage=stage,
-                control=control.read_text() if control.is_file() else None,
-                collect=lambda: fanin.copy_collected(
-                    work, invocation.collect, attempt.collect_dir, skip=[throttle.CONTROL_FILE]
-                ),
-            )
-        finally:
-            verdict.close()
+            descriptor = os.open(self._base / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None  # absent, or a symlink the worker made: never followed
+        with os.fdopen(descriptor, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return None
+            return stream.read(_CONTROL_LIMIT)
 
-    async def _exec(
-        self,
-        argv: Sequence[str],
-        directory: Path,
-        env: Mapping[str, str],
-        stdin_text: str,
-        deadline: float,
-        capture: OutputCapture,
-        network: bool,
-    ) -> int | None:
-        """Run one command in the sandbox; its exit code, or None if the deadline passed.
-        On timeout and on cancellation the whole process group is killed."""
-        command = sandbox.wrap(
-            self.kind,
-            argv,
-            sandbox=directory,
-            network=network,
-            hidden=self._hidden,
-            image=self._image,
-            env_names=list(env),
-            tools=self._tools,
-        )
+    async def listing(self, roots: Sequence[str]) -> list[Entry]:
+        return await asyncio.to_thread(_list, self._work, roots)
+
+    async def fetch(self, names: Sequence[str], destination: Path) -> None:
+        await asyncio.to_thread(_copy_out, self._work, names, destination)
+
+    async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
+        """The step as a child of fanout (whose death kills it: ``sandbox.guarded``);
+        the coordinator's deadline is here, so ``backstop`` is not needed."""
+        kind = self.place.kind
+        argv = command.argv if kind == "podman" else tuple(sandbox.guarded(command.argv))
         starting = asyncio.ensure_future(
-            _spawn(command, cwd=directory, env=env, preexec=sandbox.preexec(self.kind))
+            _spawn(argv, cwd=command.cwd, env=command.env, preexec=sandbox.preexec(kind))
         )
-        step = _Step(directory, self.containment)
+        step = _Step(self._base, self._containment)
         try:
             # A cancellation while the process is being set up must still find it to kill.
             step.process, step.exits, step.transport = await asyncio.shield(starting)
@@ -202,19 +186,84 @@ class LocalTransport:
                 await step.stop(None)
             raise
         step.pipe = _output_pipe(step.process.pid)
-        _feed(step.process, stdin_text.encode())
+        _feed(step.process, command.stdin)
         reader = asyncio.create_task(_read(step.process, capture))
         try:
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    # The process's exit, not asyncio's wait(), which also waits for the
-                    # pipes: a daemon holding the output would hold the attempt.
-                    await asyncio.shield(step.exits.exited)
-                return step.process.returncode
-            except TimeoutError:
-                return None
+            # The process's exit, not asyncio's wait(), which also waits for the pipes:
+            # a daemon holding the output would hold the attempt.
+            await asyncio.shield(step.exits.exited)
+            assert step.process.returncode is not None
+            return step.process.returncode
         finally:
             await step.stop(reader)
+
+
+def _copy_in(files: Sequence[StagedFile], work: Path) -> None:
+    """The staged files into ``work``, each with its permission bits."""
+    for item in files:
+        target = work / item.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(item.source, target)
+
+
+def _list(work: Path, roots: Sequence[str]) -> list[Entry]:
+    """``work``'s entries under ``roots``, as ``collecting`` reads them; nothing is
+    followed (``os.scandir`` entries are lstat'ed)."""
+    found: list[Entry] = []
+
+    def walk(directory: Path, prefix: str) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            path = prefix + entry.name
+            kind = _kind(entry)
+            found.append(Entry(path, kind))
+            if kind is Kind.DIR:
+                walk(Path(entry.path), path + "/")
+
+    if "." in roots:
+        walk(work, "")
+        return found
+    for root in roots:
+        try:
+            mode = os.lstat(work / root).st_mode
+        except OSError:
+            continue
+        kind = _mode_kind(mode)
+        found.append(Entry(root, kind))
+        if kind is Kind.DIR:
+            walk(work / root, root + "/")
+    return found
+
+
+def _kind(entry: os.DirEntry[str]) -> Kind:
+    try:
+        return _mode_kind(entry.stat(follow_symlinks=False).st_mode)
+    except OSError:
+        return Kind.OTHER
+
+
+def _mode_kind(mode: int) -> Kind:
+    if stat.S_ISLNK(mode):
+        return Kind.LINK
+    if stat.S_ISREG(mode):
+        return Kind.FILE
+    if stat.S_ISDIR(mode):
+        return Kind.DIR
+    return Kind.OTHER
+
+
+def _copy_out(work: Path, names: Sequence[str], destination: Path) -> None:
+    """The regular files ``names`` of ``work`` into ``destination``.  Every process of
+    the attempt is gone and ``names`` came from a listing that found no symlink on
+    their way, so only the last component needs guarding (O_NOFOLLOW)."""
+    for name in names:
+        target = collecting.target(destination, name)
+        descriptor = os.open(work / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as source, target.open("wb") as copy:
+            shutil.copyfileobj(source, copy)
 
 
 class _Exits(asyncio.subprocess.SubprocessStreamProtocol):
@@ -233,7 +282,7 @@ class _Exits(asyncio.subprocess.SubprocessStreamProtocol):
 async def _spawn(
     command: Sequence[str],
     *,
-    cwd: Path,
+    cwd: str,
     env: Mapping[str, str],
     preexec: Callable[[], None] | None,
 ) -> tuple[asyncio.subprocess.Process, _Exits, asyncio.SubprocessTransport]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import backlog, commands, fanin, limits, report
+from . import backlog, commands, limits, report, staging
 from .dispatch import Round, dispatch
 from .errors import (
     EnvironmentProblem,
@@ -317,8 +317,8 @@ class Runner:
         for row in self.journal.units(run_id, number):
             if row.state is not UnitState.SUCCEEDED or not row.collected:
                 continue
-            unit_dir = self.run_dir(run_id) / "units" / fanin.unit_folder_name(row.unit.id)
-            changes = fanin.apply(
+            unit_dir = self.run_dir(run_id) / "units" / staging.unit_folder_name(row.unit.id)
+            changes = staging.apply(
                 workspace, row.unit.id, unit_dir, row.collected, row.staged, write=apply
             )
             self.journal.record_changes(run_id, number, changes)

@@ -26,12 +26,15 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import EnvironmentProblem
+
+if TYPE_CHECKING:
+    from .transport import Place
 
 Kind = Literal["bwrap", "podman", "none"]
 # Found once and started by its absolute path: a PATH search would run in the vfork
@@ -171,56 +174,65 @@ def _bwrap_works() -> bool:
     return probe.returncode == 0
 
 
-def wrap(
-    kind: Kind,
-    argv: Sequence[str],
-    *,
-    sandbox: Path,
-    network: bool,
-    hidden: Sequence[Path] = (),
-    image: str | None = None,
-    env_names: Sequence[str] = (),
-    tools: Sequence[Path] = (),
+def command(
+    place: Place, argv: Sequence[str], *, network: bool, env_names: Sequence[str] = ()
 ) -> list[str]:
-    """The argv that runs ``argv`` inside the sandbox.  Environment values never appear
-    here: they reach the worker through the wrapper's own environment.  ``tools`` are
-    directories under the private /tmp that must stay visible (see ``tool_dirs``)."""
-    if kind == "none":
-        namespace = pid_namespace()
-        if not namespace:
-            return _guarded(argv)
-        return _guarded([*namespace, "--", "/bin/sh", "-c", _INIT, "fanout-init", *argv])
-    if kind == "podman":
+    """The argv that runs a step's ``argv`` in the sandbox at ``place``, for every
+    transport: the one place bwrap's, unshare's and podman's arguments are written.
+    Environment values never appear here: they reach the step through the executor's
+    environment (podman is given their names only)."""
+    base = place.base
+    work = f"{base}/work"
+    if place.kind == "none":
+        if not place.namespace:
+            return list(argv)
+        return [*place.namespace, "--", "/bin/sh", "-c", _INIT, "fanout-init", *argv]
+    if place.kind == "podman":
         command = ["podman", "run", "--rm", "-i", "--network", "host" if network else "none"]
-        command += ["-v", f"{sandbox}:{sandbox}", "-w", str(sandbox)]
+        command += ["-v", f"{base}:{base}", "-w", work]
         for name in env_names:
             command += ["-e", name]  # a bare name: podman copies the value from its own env
-        return [*command, str(image), *argv]
+        return [*command, str(place.image), *argv]
     command = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     command += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
-    for path in tools:
-        command += ["--ro-bind-try", str(path), str(path)]
+    for path in place.tools:
+        command += ["--ro-bind-try", path, path]
     # After the tools (a tool directory must not bring a hidden one back), before the
     # sandbox (which may itself lie below a hidden directory, as under a state dir).
-    for path in hidden:
-        if path.is_dir():
-            command += ["--tmpfs", str(path)]
-        elif path.exists():
-            command += ["--ro-bind", "/dev/null", str(path)]
-    command += ["--bind", str(sandbox), str(sandbox), "--chdir", str(sandbox)]
+    for hidden in place.hidden:
+        if hidden.endswith("/"):
+            command += ["--tmpfs", hidden.rstrip("/")]
+        else:
+            command += ["--ro-bind", "/dev/null", hidden]
+    command += ["--bind", base, base, "--chdir", work]
     command += ["--unshare-all", "--die-with-parent", "--new-session"]
-    if os.geteuid() == 0:
+    if place.root:
         # Real root keeps its capabilities under bwrap: CAP_DAC_OVERRIDE would read every
         # user's 0600 files and CAP_SYS_PTRACE the coordinator's memory.  Without them a
         # root worker reads what root owns or what anyone may read, minus ``hidden``.
         command += ["--cap-drop", "ALL"]
     if network:
         command.append("--share-net")
-    return _guarded([*command, "--", *argv])
+    return [*command, "--", *argv]
 
 
-def _guarded(argv: Sequence[str]) -> list[str]:
-    """``argv`` behind the guard.  setpriv sets the signal without a preexec_fn (which
+def hidden_entries(paths: Iterable[Path]) -> tuple[str, ...]:
+    """``Place.hidden`` for ``paths`` on this machine: directories end in ``/`` (bwrap
+    mounts an empty tmpfs on them), files do not (bwrap binds /dev/null on them), and
+    what does not exist is left out (bwrap cannot mount on a missing path in a
+    read-only root)."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            found.append(f"{path}/")
+        elif path.exists():
+            found.append(str(path))
+    return tuple(found)
+
+
+def guarded(argv: Sequence[str]) -> list[str]:
+    """``argv`` behind the guard, on this machine (a remote executor has its lifeline
+    instead: see ``ssh/agent.sh``).  setpriv sets the signal without a preexec_fn (which
     would force a slow fork instead of vfork for every worker); without setpriv,
     ``preexec`` does the same in Python."""
     if SETPRIV is None:

@@ -47,8 +47,12 @@ def parse_retry_after(value: str, now: datetime | None = None) -> float | None:
 class Scanner:
     """Watches output lines for Retry-After and the job's patterns."""
 
-    def __init__(self, patterns: Iterable[str] = (), now: Callable[[], datetime] | None = None):
-        self.patterns = [re.compile(p) for p in patterns]
+    def __init__(
+        self,
+        patterns: Iterable[re.Pattern[str]] = (),
+        now: Callable[[], datetime] | None = None,
+    ):
+        self.patterns = tuple(patterns)  # compiled once, by the spec's builder
         self.now = now or (lambda: datetime.now(UTC))
         self.signal: Signal | None = None
 

@@ -1,64 +1,116 @@
-"""The seam between the dispatcher and the places workers run.
+"""The seam between an attempt and the places workers run.
 
-A Transport runs one attempt of one unit in a fresh sandbox (stage, run, verify,
-collect, tear down) and returns an AttemptResult; it never raises for a unit's failure.
-``local.LocalTransport`` runs sandboxes on this machine, ``ssh.SshTransport`` on a pool
-of SSH hosts, and tests use a fake.  Whatever the transport, the sandbox is removed the
-same way on success, failure, timeout and cancellation.
+A transport moves bytes and runs processes; it decides nothing about what an attempt
+means (``attempt`` does, once, for every transport).  It places an attempt on a host
+and opens a ``Sandbox`` there: a fresh directory laid out as ``attempt.LAYOUT`` says,
+which receives the staged files, runs the steps it is given (argv, environment and
+stdin all decided by the coordinator), lists its work directory, hands over the files
+it is asked for, and is torn down (its processes killed, its directory removed) when
+the ``async with`` ends, on success, failure, timeout and cancellation alike.
+
+``local.LocalTransport`` opens sandboxes on this machine, ``ssh.SshTransport`` on a
+pool of SSH hosts through a small remote executor, and ``tests/fakes.py`` has a fake
+of each level: sandboxes that run steps as plain subprocesses (in the conformance
+suite) and a scripted transport whose ``run`` returns canned results (dispatch logic).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .invocation import Invocation
-from .outcome import AttemptResult
+from .capture import OutputCapture
+from .collecting import Entry
+from .sandbox import Containment, Kind
+
+if TYPE_CHECKING:
+    from .attempt import Attempt
+    from .outcome import AttemptResult
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StagedFile:
-    """A workspace file copied into the sandbox at ``path`` (relative, POSIX)."""
+    """A workspace file copied into the sandbox at ``path`` (relative, POSIX), with its
+    permission bits (a staged script stays executable)."""
 
     path: str
     source: Path
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Attempt:
-    """Everything a transport needs for one attempt; secrets only in memory."""
+class Place:
+    """The facts of the host a sandbox is on that its commands depend on: told by the
+    transport, used by ``attempt`` (which builds every argv and environment from them)."""
 
-    run_id: str
-    unit_id: str
-    round: int
-    number: int
-    invocation: Invocation
-    staged: tuple[StagedFile, ...]
-    collect_dir: Path
-    log_path: Path
-    log_limit: int
-    tail_limit: int
-    network: bool
-    throttle_patterns: tuple[str, ...] = ()
-    # Values of the job's secrets; never logged, never written, hidden from repr.
-    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    host: str  # "local", or the inventory name of an SSH host
+    kind: Kind  # the sandbox tool chosen for this host
+    base: str  # the sandbox directory on that host, absolute
+    path: str  # PATH for workers there
+    # Paths a bwrap sandbox hides (state dirs, ~/.ssh): a directory ends in "/".
+    hidden: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()  # PATH directories under /tmp that bwrap binds back
+    namespace: tuple[str, ...] = ()  # the unshare prefix for sandbox none, () if none
+    image: str | None = None  # podman only
+    root: bool = False  # the sandbox's user is root there: bwrap drops capabilities
+    containment: Containment = Containment.GROUP
 
-    def base_env(self) -> dict[str, str]:
-        """Variables fanout gives every worker, before the job's env and secrets."""
-        return {
-            "FANOUT_RUN_ID": self.run_id,
-            "FANOUT_UNIT_ID": self.unit_id,
-            "FANOUT_ROUND": str(self.round),
-            "FANOUT_ATTEMPT": str(self.number),
-            "FANOUT_RUNG": self.invocation.rung,
-            "LANG": "C.UTF-8",
-        }
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Command:
+    """One step as the sandbox runs it: everything already decided."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    stdin: bytes
+    cwd: str
+
+
+class Lost(Exception):
+    """The sandbox's host (or the executor on it) went away mid-attempt; the attempt is
+    ``lost`` and runs again elsewhere.  The transport has done its own bookkeeping
+    (the host marked down, or quarantined) before raising."""
+
+    def __init__(self, reason: str, *, host: str = "local") -> None:
+        super().__init__(reason)
+        self.host = host
+
+
+class Sandbox(Protocol):
+    """One attempt's sandbox on one host.  Every method may raise ``Lost``."""
+
+    @property
+    def place(self) -> Place: ...
+
+    async def stage(self, files: Sequence[StagedFile]) -> None:
+        """Copy ``files`` into the work directory, keeping their permission bits.
+        Raises OSError when a workspace file cannot be read."""
+
+    async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
+        """Run ``command`` to its end, its output (stdout and stderr) fed to ``capture``;
+        its exit status.  Nothing it started outlives it.  Cancelled, it kills the step
+        (bounded) before it returns.  ``backstop``: seconds after which the host itself
+        kills the step should the coordinator no longer reach it."""
+        ...
+
+    async def read(self, name: str) -> bytes | None:
+        """The bytes of the regular file ``name`` of the sandbox's layout, None if absent."""
+
+    async def listing(self, roots: Sequence[str]) -> list[Entry]:
+        """What the work directory holds under the top-level ``roots`` (``.``: all),
+        symlinks never followed."""
+        ...
+
+    async def fetch(self, names: Sequence[str], destination: Path) -> None:
+        """Copy the regular files ``names`` (from ``listing``) to ``destination``, each
+        at ``collecting.target(destination, name)``."""
 
 
 class Transport(Protocol):
-    """Runs attempts somewhere.  ``capacity`` is how many can run at once."""
+    """Runs attempts somewhere.  ``capacity`` is how many can run at once.  What the
+    dispatcher and the run see; a scripted fake implements just this."""
 
     @property
     def capacity(self) -> int: ...
@@ -72,3 +124,13 @@ class Transport(Protocol):
 
     async def close(self) -> None:
         """Release connections; running attempts have already been cancelled."""
+
+
+class Sandboxes(Transport, Protocol):
+    """A transport that opens sandboxes: every real one.  Its ``run`` is
+    ``attempt.execute(attempt, self)``, the one driver."""
+
+    def sandbox(self, attempt: Attempt) -> AbstractAsyncContextManager[Sandbox]:
+        """A fresh sandbox for ``attempt`` on a free host (waiting for one), removed
+        with everything it started when the block ends.  Leaving it never raises."""
+        ...

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from . import fanin, throttle
+from . import throttle
 from .capture import OutputCapture
+from .collecting import PathRefused
 from .errors import STORAGE_ERRNOS
 from .outcome import AttemptResult, CollectedFile, Status
 from .redact import redact_text
-from .transport import Attempt
+
+if TYPE_CHECKING:
+    from .attempt import Attempt
 
 
 class Verdict:
@@ -51,13 +55,13 @@ class Verdict:
             **more,  # type: ignore[arg-type]
         )
 
-    def decide(
+    async def decide(
         self,
         *,
         code: int | None,
         stage: str,
         control: str | None,
-        collect: Callable[[], tuple[CollectedFile, ...]],
+        collect: Callable[[], Awaitable[tuple[CollectedFile, ...]]],
     ) -> AttemptResult:
         """The result of a finished attempt: ``code`` of its last ``stage`` (None: it
         timed out), the control file's text, and ``collect`` to run on success."""
@@ -83,7 +87,7 @@ class Verdict:
                 Status.FAILED, f"{reason}: {said}" if said else reason, exit_code=code
             )
         try:
-            collected = collect()
+            collected = await collect()
         except OSError as exc:
             if exc.errno not in STORAGE_ERRNOS:
                 return self.result(Status.FAILED, f"collect: {exc}", exit_code=0)
@@ -91,8 +95,8 @@ class Verdict:
             # interrupted, so the next `fanout run` runs the unit again.
             reason = f"collect: fanout could not store the files: {exc}"
             return self.result(Status.INTERRUPTED, reason, exit_code=0, storage_error=_reason(exc))
-        except (fanin.PathRefused, tarfile.TarError) as exc:
-            reason = str(exc) if isinstance(exc, fanin.PathRefused) else f"collect: {exc}"
+        except (PathRefused, tarfile.TarError) as exc:
+            reason = str(exc) if isinstance(exc, PathRefused) else f"collect: {exc}"
             return self.result(Status.FAILED, reason, exit_code=0)
         return self.result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
 

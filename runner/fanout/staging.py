@@ -1,10 +1,10 @@
-"""Files in and out of sandboxes: what a unit stages, what it may collect, and applying
-collected files back to the workspace.
+"""The workspace side of an attempt's files: what a unit stages, and applying what it
+collected back to the workspace (which files are collected is ``collecting``'s).
 
-Every path a template renders is checked here: relative, without ``..``, never through a
-symlink that leads outside its folder.  A collected file lands in the run's unit folder
-and can only be written back to a workspace file that has not changed since it was
-staged; anything else is reported as a conflict, never overwritten.
+Every stage path a template renders is checked here: relative, without ``..``, never
+through a symlink that leads outside the workspace.  A collected file lands in the
+run's unit folder and can only be written back to a workspace file that has not changed
+since it was staged; anything else is reported as a conflict, never overwritten.
 """
 
 from __future__ import annotations
@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import globs
+from .collecting import PathRefused
 from .outcome import CollectedFile
 from .transport import StagedFile
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-class PathRefused(Exception):
-    """A rendered stage or collect path that would leave its folder."""
 
 
 def unit_folder_name(unit_id: str) -> str:
@@ -142,30 +139,6 @@ def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
         staged += [StagedFile(path=name, source=workspace / name) for name in names]
     unique = {item.path: item for item in staged}
     return tuple(unique.values())
-
-
-def copy_collected(
-    sandbox: Path, patterns: Iterable[str], destination: Path, *, skip: Iterable[str] = ()
-) -> tuple[CollectedFile, ...]:
-    """Copy the files ``patterns`` select in ``sandbox`` into ``destination``."""
-    patterns = list(patterns)
-    if not patterns:
-        return ()
-    try:
-        names = [n for n in select_files(sandbox, patterns) if n not in set(skip)]
-    except PathRefused as exc:
-        raise PathRefused(f"collect: {exc}") from None
-    collected = []
-    for name in names:
-        target = destination / name
-        if not inside(target.resolve(), destination.resolve()):
-            raise PathRefused(f"collect: {name!r} leaves the unit folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(sandbox / name, target)
-        collected.append(
-            CollectedFile(path=name, sha256=sha256_file(target), size=target.stat().st_size)
-        )
-    return tuple(collected)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

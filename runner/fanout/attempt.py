@@ -1,0 +1,209 @@
+"""What one attempt of one unit is, decided once on the coordinator, and the one driver
+that carries it out through any transport.
+
+The value (``Attempt``) holds everything: the steps (the worker with the prompt on its
+stdin, then verify), the environment, one deadline for all steps, the staged files,
+the collect patterns compiled, the sandbox options.  ``execute`` opens a sandbox on
+whatever transport runs the attempt and does, for every transport alike:
+
+1. stage the files into ``work/``;
+2. run the steps in order, each only if the one before it exited 0, all of them
+   within one deadline (``invocation.timeout``) that starts with the first step;
+3. read the throttle control file (``control.json``, outside ``work/``);
+4. on success, list ``work/`` and collect what the patterns select (``collecting``);
+5. leave the sandbox, which kills what is left and removes its directory.
+
+Every argv a sandbox runs is built here from its host's facts (``transport.Place``)
+by ``sandbox.command``: bwrap's argv, the PID namespace, podman's, written once.
+
+A sandbox is one directory on its host, laid out as ``LAYOUT``: ``work/`` (the
+worker's cwd: staged files in, collected files out), ``home/`` (HOME), ``tmp/``
+(TMPDIR) and ``control.json``.  HOME and TMPDIR are inside the sandbox under every
+transport and every sandbox kind, never in ``work/``: what an agent caches in
+``~/.cache`` is not collected by ``collect = ["**"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import sandbox, staging
+from .collecting import Collect, PathRefused
+from .invocation import Invocation
+from .outcome import AttemptResult, CollectedFile, Status
+from .transport import Command, Lost, Place, Sandbox, Sandboxes, StagedFile
+from .verdict import Verdict
+
+# How long after the coordinator's deadline a host kills a step by itself: for when
+# the coordinator can no longer reach it (a partition); never the deadline that counts.
+BACKSTOP_GRACE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The names inside a sandbox directory (see the module docstring)."""
+
+    work: str = "work"
+    home: str = "home"
+    tmp: str = "tmp"
+    control: str = "control.json"
+
+    @property
+    def directories(self) -> tuple[str, ...]:
+        return (self.work, self.home, self.tmp)
+
+
+LAYOUT = Layout()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Step:
+    """One program an attempt runs.  ``gated``: only if the step before exited 0."""
+
+    name: str  # how reasons name it: "worker", "verify"
+    argv: tuple[str, ...]
+    stdin: bytes = b""
+    gated: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attempt:
+    """Everything an attempt means; secrets only in memory."""
+
+    run_id: str
+    unit_id: str
+    round: int
+    number: int
+    invocation: Invocation
+    staged: tuple[StagedFile, ...]
+    collect: Collect
+    collect_dir: Path
+    log_path: Path
+    log_limit: int
+    tail_limit: int
+    network: bool
+    throttle_patterns: tuple[re.Pattern[str], ...] = ()
+    # Values of the job's secrets; never logged, never written, hidden from repr.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def deadline(self) -> float:
+        """Seconds all steps together may take."""
+        return self.invocation.timeout
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        invocation = self.invocation
+        worker = Step(
+            name="worker", argv=invocation.argv, stdin=invocation.prompt.encode(), gated=False
+        )
+        if not invocation.verify:
+            return (worker,)
+        return (worker, Step(name="verify", argv=invocation.verify))
+
+    def base_env(self) -> dict[str, str]:
+        """Variables fanout gives every worker, before the job's env and secrets."""
+        return {
+            "FANOUT_RUN_ID": self.run_id,
+            "FANOUT_UNIT_ID": self.unit_id,
+            "FANOUT_ROUND": str(self.round),
+            "FANOUT_ATTEMPT": str(self.number),
+            "FANOUT_RUNG": self.invocation.rung,
+            "LANG": "C.UTF-8",
+        }
+
+    def environment(self, place: Place) -> dict[str, str]:
+        """A step's whole environment in a sandbox at ``place``: nothing else reaches it
+        (the transport's own environment never does)."""
+        base = place.base
+        return {
+            "PATH": place.path,
+            "HOME": f"{base}/{LAYOUT.home}",
+            "TMPDIR": f"{base}/{LAYOUT.tmp}",
+            **self.base_env(),
+            "FANOUT_CONTROL": f"{base}/{LAYOUT.control}",
+            **self.invocation.env,
+            **self.secrets,
+        }
+
+    def command(self, step: Step, place: Place) -> Command:
+        env = self.environment(place)
+        work = f"{place.base}/{LAYOUT.work}"
+        argv = sandbox.command(place, step.argv, network=self.network, env_names=tuple(env))
+        return Command(argv=tuple(argv), env=env, stdin=step.stdin, cwd=work)
+
+
+async def execute(attempt: Attempt, transport: Sandboxes) -> AttemptResult:
+    """Run ``attempt`` on ``transport`` to its result; never raises for the unit's fate
+    (a lost host is a ``lost`` result), only for cancellation."""
+    verdict: Verdict | None = None
+    try:
+        async with transport.sandbox(attempt) as box:
+            verdict = Verdict(attempt, host=box.place.host)
+            return await _carry_out(attempt, box, verdict)
+    except Lost as exc:
+        if verdict is None:
+            verdict = Verdict(attempt, host=exc.host)
+        return verdict.result(Status.LOST, str(exc))
+    finally:
+        if verdict is not None:
+            verdict.close()
+
+
+async def _carry_out(attempt: Attempt, box: Sandbox, verdict: Verdict) -> AttemptResult:
+    place = box.place
+    try:
+        await box.stage(attempt.staged)
+    except OSError as exc:
+        return verdict.result(Status.FAILED, f"stage: {exc.strerror or exc}: {exc.filename}")
+    loop = asyncio.get_running_loop()
+    code: int | None = 0
+    name = "worker"
+    ends = loop.time() + attempt.deadline
+    deadline = asyncio.timeout_at(ends)
+    try:
+        async with deadline:
+            for step in attempt.steps:
+                if step.gated and code != 0:
+                    break
+                name = step.name
+                backstop = ends - loop.time() + BACKSTOP_GRACE
+                code = await box.run(
+                    attempt.command(step, place), verdict.capture, backstop=backstop
+                )
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        code = None
+    control = await box.read(LAYOUT.control)
+    return await verdict.decide(
+        code=code,
+        stage=name,
+        control=control.decode(errors="replace") if control is not None else None,
+        collect=lambda: _collect(attempt, box),
+    )
+
+
+async def _collect(attempt: Attempt, box: Sandbox) -> tuple[CollectedFile, ...]:
+    """The files the patterns select, copied to the unit folder.  Raises PathRefused."""
+    if not attempt.collect:
+        return ()
+    names = attempt.collect.select(await box.listing(attempt.collect.roots))
+    if not names:
+        return ()
+    destination = attempt.collect_dir
+    destination.mkdir(parents=True, exist_ok=True)
+    await box.fetch(names, destination)
+    collected = []
+    for name in names:
+        path = destination / name
+        if not path.is_file() or path.is_symlink():
+            raise PathRefused(f"collect: {name!r} did not arrive from the sandbox")
+        collected.append(
+            CollectedFile(path=name, sha256=staging.sha256_file(path), size=path.stat().st_size)
+        )
+    return tuple(collected)
