@@ -248,7 +248,7 @@ def test_a_sigkilled_coordinator_takes_its_workers_children_with_it(
         env={**os.environ, "TMPDIR": str(sandboxes)},
     )
     try:
-        _poll(lambda: len(list(sandboxes.glob("*/started"))) == 4)
+        _poll(lambda: len(list(sandboxes.glob("*/work/started"))) == 4)
         assert len(pids_with(f"sleep {delay}")) >= 4
     finally:
         coordinator.send_signal(signal.SIGKILL)
@@ -256,4 +256,4 @@ def test_a_sigkilled_coordinator_takes_its_workers_children_with_it(
     # The children sleep in a shell whose command line names the delay too: once no
     # process names it, no side effect can still come.
     assert wait_until_gone(delay, timeout=15) == []
-    assert list(sandboxes.glob("*/side-effect")) == []
+    assert list(sandboxes.glob("*/work/side-effect")) == []
