@@ -63,7 +63,7 @@ def test_the_schema_file_is_the_one_fanout_reads(repo: Any) -> None:
 
 # (schema definition or property path, dataclass, dataclass fields that are not keys)
 AGREEMENT = [
-    ((), spec.Spec, {"file", "templates"}),
+    ((), spec.Spec, {"file", "templates", "positions"}),
     (("definitions", "inputs"), spec.Inputs, set()),
     (("definitions", "units"), spec.Units, set()),
     (("definitions", "task"), spec.Task, set()),

@@ -42,20 +42,18 @@ def build(
     workspace: Path,
     hosts: tuple[Host, ...],
     hosts_file: Path | None,
-    positions: Positions | None = None,
+    positions: Positions,
 ) -> Spec:
     def tpl(source: str, key: KeyPath = ()) -> Template:
         """The compiled template, knowing where it is, so a render error is located."""
         compiled = templates.compile(source)
-        if not key or positions is None or compiled.compiled is None:
+        if not key or compiled.compiled is None:
             return compiled
         line, col = positions.value(key)
         return compiled.located(key_name(key), (str(path), line, col))
 
     def expression(source: str, key: KeyPath) -> Expression:
         compiled = templates.compile_expression(source)
-        if positions is None:
-            return compiled
         line, col = positions.value(key)
         return compiled.located(key_name(key), (str(path), line, col))
 
@@ -201,6 +199,7 @@ def build(
         triggers=triggers,
         file=path,
         templates=templates,
+        positions=positions,
     )
 
 

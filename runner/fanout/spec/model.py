@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from .. import cron
 from ..templates import Expression, Template, Templates
+from ..tomlpos import Positions
 
 JobValue = str | int | float | bool
 SourceKind = Literal["files", "jsonl", "csv", "json", "items", "command"]
@@ -187,9 +188,12 @@ class Spec:
     collect: Collect = Collect()
     aggregate: Aggregate | None = None
     triggers: tuple[Trigger, ...] = ()
-    # Not in the job file: where it was read from, and its compiled templates' home.
+    # Not in the job file: where it was read from, its compiled templates' home, and
+    # where each key and value is in the text that was loaded (messages located at run
+    # time use these, not the file, which may have changed since).
     file: Path
     templates: Templates
+    positions: Positions = field(compare=False, repr=False)
 
     def task_limits(self) -> tuple[Limit, ...]:
         """The limits a task takes capacity from: those it names, or all of them."""
