@@ -1,11 +1,24 @@
-"""The job file's JSON Schema: loading it, and turning jsonschema's findings into Problems.
+"""The job file's JSON Schema: loading it, reading its defaults, and turning
+jsonschema's findings into Problems.
 
 The schema in ``schemas/fanout.schema.json`` is the single source of truth for what a
-job file may say.  This is the only module that imports jsonschema.
+job file may say, and for what fanout assumes where it says nothing: each default is
+the ``default`` of its key there, and only there.  The schema is the source rather than
+the dataclasses because it is what users and their editors read (taplo shows a key's
+default as it is written, ``"10m"``), and because it is hand-written JSON that nothing
+generates; ``spec.model`` derives its dataclass defaults from it (in seconds and bytes)
+and ``spec.build`` fills it into the document before reading it, so neither repeats a
+value.  A default here is a value the user could have written; an absent optional key
+(no image, no verify command) is None or empty in the model and has no ``default``.
+
+Friendly messages for a failed ``pattern`` are keyed by the JSON Pointer of the schema
+node that holds the pattern (``#/definitions/duration``), not by a copy of its regex.
+This is the only module that imports jsonschema.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -37,6 +50,64 @@ def schema_text() -> str:
 def job_schema() -> dict[str, Any]:
     schema: dict[str, Any] = json.loads(schema_text())
     return schema
+
+
+def node_at(pointer: str) -> dict[str, Any]:
+    """The schema node at a JSON Pointer (``/definitions/task``; ``""`` is the root)."""
+    node: dict[str, Any] = job_schema()
+    for part in pointer.split("/")[1:]:
+        node = node[part]
+    return node
+
+
+def _resolved(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    while "$ref" in node:
+        node = node_at(node["$ref"].removeprefix("#"))
+    return node
+
+
+def property_node(table: str, key: str) -> Mapping[str, Any]:
+    """The schema of ``key`` in the table at JSON Pointer ``table``, as written there (a
+    ``$ref`` not followed, so its siblings, ``default`` among them, are kept)."""
+    node: Mapping[str, Any] = _resolved(node_at(table))["properties"][key]
+    return node
+
+
+def default(table: str, key: str) -> Any:
+    """The default of ``key`` in the table at JSON Pointer ``table``, as a job file
+    would write it (``"10m"``, not 600.0).  A fresh copy: callers may keep it."""
+    return copy.deepcopy(property_node(table, key)["default"])
+
+
+def with_defaults(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a valid job ``document`` with each absent key that has a default
+    filled in, in every table that is written or itself has a default (``{}``)."""
+    filled: dict[str, Any] = _fill(document, job_schema())
+    return filled
+
+
+def _fill(value: Any, node: Mapping[str, Any]) -> Any:
+    node = _resolved(node)
+    if isinstance(value, dict):
+        properties: Mapping[str, Any] = node.get("properties", {})
+        out = {k: _fill(v, properties[k]) if k in properties else v for k, v in value.items()}
+        for key, sub in properties.items():
+            if key not in out and "default" in sub:
+                out[key] = _fill(copy.deepcopy(sub["default"]), sub)
+        return out
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_fill(item, node["items"]) for item in value]
+    return value
+
+
+@functools.cache
+def _definition_validator(name: str) -> Any:
+    return _Validator(subschema(name))
+
+
+def conforms(definition: str, value: object) -> bool:
+    """Whether ``value`` is valid as the schema's ``definition`` (e.g. ``duration``)."""
+    return bool(_definition_validator(definition).is_valid(value))
 
 
 def subschema(name: str) -> dict[str, Any]:

@@ -179,7 +179,7 @@ def _rungs_using(path: KeyPath, doc: Mapping[str, Any]) -> list[tuple[int, Mappi
     """The ladder rungs on which the template at ``path`` is rendered."""
     ladder = [r for r in list_of(table_of(doc, "retry"), "ladder") if isinstance(r, dict)]
     rungs: list[tuple[int, Mapping[str, Any]]] = list(enumerate(ladder))
-    rungs = rungs or [(-1, {"name": "default"})]
+    rungs = rungs or [(-1, rung) for rung in schema.default("/definitions/retry", "ladder")]
     if path[:2] == ("retry", "ladder"):
         index = path[2]
         return [(i, r) for i, r in rungs if i == index]
@@ -255,7 +255,11 @@ def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     for index, limit in enumerate(list_of(doc, "limits")):
         name = limit.get("name") if isinstance(limit, dict) else None
         requests = limit.get("requests") if isinstance(limit, dict) else None
-        per_task = limit.get("requestsPerTask", 1) if isinstance(limit, dict) else None
+        per_task = (
+            limit.get("requestsPerTask", schema.default("/definitions/limit", "requestsPerTask"))
+            if isinstance(limit, dict)
+            else None
+        )
         if isinstance(requests, int) and isinstance(per_task, int) and 0 < requests < per_task:
             problems.append(
                 ctx.at_value(

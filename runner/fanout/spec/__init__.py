@@ -88,7 +88,7 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     positions = tomlpos.scan(text)
     runtime = document.get("runtime")
     runtime = runtime if isinstance(runtime, dict) else {}
-    workspace_name = runtime.get("workspace", ".")
+    workspace_name = runtime.get("workspace", schema.default("/definitions/runtime", "workspace"))
     if not isinstance(workspace_name, str) or "\0" in workspace_name:
         workspace_name = "."  # the schema or the checks report it
     workspace = (path.parent / workspace_name).resolve()
