@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from fanout import spec
+from fanout import quantities, schema, spec
 from fanout.quantities import parse_duration, parse_size
 from fanout.schema import job_schema, schema_text, with_defaults
 
@@ -265,3 +265,43 @@ def test_defaults_fill_a_copy_and_only_keys_that_have_one() -> None:
         "rounds",
         "collect",
     }
+
+
+def _pattern_nodes() -> Iterator[tuple[str, dict[str, Any]]]:
+    def walk(node: Any, pointer: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        if isinstance(node, dict):
+            if "pattern" in node:
+                yield pointer, node
+            for key, value in node.items():
+                yield from walk(value, f"{pointer}/{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, f"{pointer}/{index}")
+
+    yield from walk(job_schema(), "#")
+
+
+def test_every_pattern_has_a_friendly_message_keyed_by_where_it_is() -> None:
+    keyed = set(schema._PATTERN_MESSAGES)
+    assert {pointer for pointer, _ in _pattern_nodes()} == keyed
+    for _, node in _pattern_nodes():
+        message = schema.pattern_message(node, "!")
+        assert message.startswith("'!' is not a"), message
+
+
+def test_a_pattern_message_does_not_depend_on_the_regex_text() -> None:
+    # Two definitions with the same regex still get their own words.
+    copy_of_env_name = dict(schema.node_at("/definitions/envName"))
+    assert schema.pattern_message(copy_of_env_name, "1A") == (
+        "'1A' does not match '^[A-Za-z_][A-Za-z0-9_]*$'"
+    )
+    assert schema.pattern_message(schema.node_at("/definitions/envName"), "1A") == (
+        "'1A' is not an environment variable name (letters, digits and '_')"
+    )
+
+
+def test_the_parsers_read_what_the_schema_patterns_allow() -> None:
+    # The pattern is written twice, in the schema editors read and in the parser; the
+    # parser's message is the schema's (see schema._refused_by).
+    assert schema.node_at("/definitions/duration")["pattern"] == quantities.DURATION_PATTERN
+    assert schema.node_at("/definitions/size")["pattern"] == quantities.SIZE_PATTERN

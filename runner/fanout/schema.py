@@ -31,7 +31,7 @@ from typing import Any
 import jsonschema
 
 from .errors import Problem, did_you_mean
-from .quantities import DURATION_PATTERN, SIZE_PATTERN
+from .quantities import parse_duration, parse_size
 from .tomlpos import KeyPath, Positions
 
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -202,23 +202,72 @@ _TYPE_WORDS = {
     "object": "a table",
 }
 
+
+def _refused_by(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """The parser's own words for a value it cannot read: how to write a duration or a
+    size is said once, where it is parsed."""
+
+    def explain(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as exc:
+            return str(exc)
+        raise AssertionError(f"{value!r} failed the schema's pattern but parses")
+
+    return explain
+
+
+# Keyed by the JSON Pointer of the schema node whose ``pattern`` failed (a test checks
+# that every pattern in the schema has one), so a pattern is written only in the schema.
 _PATTERN_MESSAGES: dict[str, Callable[[str], str]] = {
-    DURATION_PATTERN: lambda v: f"{v!r} is not a duration; write it like '90s', '10m' or '1h30m'",
-    SIZE_PATTERN: lambda v: f"{v!r} is not a size; write it like '4KiB' or '10MiB'",
-    "^[A-Za-z_][A-Za-z0-9_]*$": lambda v: (
+    "#/definitions/duration": _refused_by(parse_duration),
+    "#/definitions/size": _refused_by(parse_size),
+    "#/definitions/envName": lambda v: (
         f"{v!r} is not an environment variable name (letters, digits and '_')"
     ),
-    "^[a-z][a-z0-9_-]*$": lambda v: (
+    "#/definitions/limitName": lambda v: (
         f"{v!r} is not a limit name (lowercase letters, digits, '_' and '-')"
     ),
-    "^[a-z0-9][a-z0-9._-]{0,63}$": lambda v: (
+    "#/properties/name": lambda v: (
         f"{v!r} is not a job name (at most 64 lowercase letters, digits, '.', '_' and '-')"
     ),
-    "^[A-Za-z0-9][A-Za-z0-9._-]*$": lambda v: (
+    "#/definitions/rung/properties/name": lambda v: (
         f"{v!r} is not a rung name (letters, digits, '.', '_' and '-')"
     ),
-    "^(/.*)?$": lambda v: f"{v!r} is not a JSON Pointer; write '' or one starting with '/'",
+    "#/definitions/inputs/properties/pointer": lambda v: (
+        f"{v!r} is not a JSON Pointer; write '' or one starting with '/'"
+    ),
+    "#/definitions/units/properties/groupBy": lambda v: (
+        f"{v!r} is not a record field (names of letters, digits, '_' and '-', "
+        "joined by '.' for nested fields, as in 'location.file')"
+    ),
 }
+
+
+@functools.cache
+def _pointers() -> dict[int, str]:
+    """The JSON Pointer of each node of the job schema, by the node's identity:
+    jsonschema reports the node a keyword failed in (followed through ``$ref``), not
+    where that node is."""
+    found: dict[int, str] = {}
+
+    def walk(node: object, pointer: str) -> None:
+        if isinstance(node, dict):
+            found[id(node)] = pointer
+            for key, value in node.items():
+                walk(value, f"{pointer}/{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{pointer}/{index}")
+
+    walk(job_schema(), "#")
+    return found
+
+
+def pattern_message(node: Mapping[str, Any], value: str) -> str:
+    """What is wrong with ``value``, which failed the ``pattern`` of schema ``node``."""
+    explain = _PATTERN_MESSAGES.get(_pointers().get(id(node), ""))
+    return explain(value) if explain else f"{value!r} does not match {node['pattern']!r}"
 
 
 def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str]]:
@@ -255,11 +304,9 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
     if validator == "const":
         return [(path, False, f"must be {_quote_list([value])}, not {instance!r}")]
     if validator == "pattern" and "propertyNames" in error.relative_schema_path:
-        return [((*path, instance), True, _PATTERN_MESSAGES[value](instance))]
+        return [((*path, instance), True, pattern_message(node, instance))]
     if validator == "pattern":
-        explain = _PATTERN_MESSAGES.get(value)
-        text = explain(instance) if explain else f"{instance!r} does not match {value!r}"
-        return [(path, False, text)]
+        return [(path, False, pattern_message(node, instance))]
     if validator in ("minimum", "maximum"):
         word = "at least" if validator == "minimum" else "at most"
         return [(path, False, f"must be {word} {value}, not {instance}")]

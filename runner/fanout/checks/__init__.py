@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import cron, globs, schema
 from ..errors import Problem, did_you_mean
-from ..quantities import SIZE_PATTERN, parse_duration, parse_size
+from ..quantities import parse_duration, parse_size
 from ..templates import (
     JOB_SHAPE,
     LAST_SHAPE,
@@ -123,18 +123,14 @@ def schema_values(
 
 def _check_durations(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
-    for path, value in schema_values(doc, schema.job_schema(), "#/definitions/duration"):
-        if isinstance(value, str) and re.fullmatch(r"([0-9]+(ms|[dhms]))+", value):
-            try:
-                parse_duration(value)
-            except ValueError as exc:
-                problems.append(ctx.at_value(path, str(exc)))
-    for path, value in schema_values(doc, schema.job_schema(), "#/definitions/size"):
-        if isinstance(value, str) and re.fullmatch(SIZE_PATTERN, value):
-            try:
-                parse_size(value)
-            except ValueError as exc:
-                problems.append(ctx.at_value(path, str(exc)))
+    # Values the schema refused are reported once, by the schema; the rest are parsed.
+    for kind, parse in (("duration", parse_duration), ("size", parse_size)):
+        for path, value in schema_values(doc, schema.job_schema(), f"#/definitions/{kind}"):
+            if schema.conforms(kind, value):
+                try:
+                    parse(value)
+                except ValueError as exc:
+                    problems.append(ctx.at_value(path, str(exc)))
     backoff = table_of(table_of(doc, "retry"), "backoff")
     if _durations_inverted(backoff):
         problems.append(
