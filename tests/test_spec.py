@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 
@@ -212,4 +213,15 @@ def test_a_skipped_input_file_is_located_in_the_text_that_was_loaded(tmp_path: P
     assert selection.warnings == [
         f"{path}:4:1: inputs.files: skipped 'bad\\nname.txt': "
         "its name holds a line break or another control character"
+    ]
+
+
+def test_throttle_patterns_are_compiled_once_when_the_job_is_loaded(tmp_path: Path) -> None:
+    path = write_job(tmp_path, MINIMAL + 'throttlePatterns = ["rate.limit", "(?i)slow down"]\n')
+    patterns = spec.load(path).task.throttle_patterns
+    assert patterns == (re.compile("rate.limit"), re.compile("(?i)slow down"))
+    assert patterns[1].search("SLOW DOWN please")
+    assert plan.to_document(spec.load(path))["task"]["throttlePatterns"] == [
+        "rate.limit",
+        "(?i)slow down",
     ]
