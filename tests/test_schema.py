@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import re
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from fanout import spec
-from fanout.schema import job_schema, schema_text
+from fanout import quantities, schema, spec
+from fanout.quantities import parse_duration, parse_size
+from fanout.schema import job_schema, schema_text, with_defaults
+
+from helpers import MINIMAL, write_job
 
 # Keywords added after draft-07 that taplo / Even Better TOML would not understand.
 LATER_KEYWORDS = {
@@ -63,7 +71,7 @@ def test_the_schema_file_is_the_one_fanout_reads(repo: Any) -> None:
 
 # (schema definition or property path, dataclass, dataclass fields that are not keys)
 AGREEMENT = [
-    ((), spec.Spec, {"file", "templates"}),
+    ((), spec.Spec, {"file", "templates", "positions"}),
     (("definitions", "inputs"), spec.Inputs, set()),
     (("definitions", "units"), spec.Units, set()),
     (("definitions", "task"), spec.Task, set()),
@@ -98,3 +106,202 @@ def test_case_conversion_round_trips_every_key() -> None:
     for node in _subschemas(job_schema()):
         for key in node.get("properties", {}):
             assert spec.camel_case(spec.snake_case(key)) == key
+
+
+# Defaults: the schema states each one once; the model derives its dataclass defaults
+# from it and the builder fills it into the document.  These tests hold the three
+# together without trusting the code that links them.
+
+# Fields with a schema default that the model cannot carry: they are resolved against
+# the job file's directory and the workspace when the spec is built.
+RESOLVED_WHEN_BUILT = {
+    (spec.Spec, "runtime"),
+    (spec.Runtime, "workspace"),
+    (spec.Runtime, "state_dir"),
+}
+
+
+def _property_nodes() -> Iterator[tuple[type, str, dict[str, Any], dataclasses.Field[Any]]]:
+    for where, cls, _ in AGREEMENT:
+        node: Any = job_schema()
+        for part in where:
+            node = node[part]
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
+        for key, prop in node["properties"].items():
+            yield cls, key, prop, by_name[spec.snake_case(key)]
+
+
+def _model_default(item: dataclasses.Field[Any]) -> Any:
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return item.default
+
+
+def _in_model_units(prop: dict[str, Any]) -> Any:
+    value = prop["default"]
+    if prop.get("$ref") == "#/definitions/duration":
+        return parse_duration(value)
+    if prop.get("$ref") == "#/definitions/size":
+        return parse_size(value)
+    return value
+
+
+def test_every_schema_default_is_the_models_default() -> None:
+    checked = []
+    for cls, key, prop, item in _property_nodes():
+        if "default" not in prop or (cls, item.name) in RESOLVED_WHEN_BUILT:
+            continue
+        model = _model_default(item)
+        if prop["default"] == {}:
+            # A table that may be left out: the model holds its all-defaults value.
+            assert model == type(model)(), (cls.__name__, key)
+        elif key == "ladder":
+            assert [{"name": rung.name} for rung in model] == prop["default"]
+            assert model == (spec.Rung(name="default"),)
+        elif isinstance(prop["default"], list):
+            assert model == tuple(prop["default"]), (cls.__name__, key)
+        else:
+            assert model == _in_model_units(prop), (cls.__name__, key)
+            assert type(model) is type(_in_model_units(prop)), (cls.__name__, key)
+        checked.append(f"{cls.__name__}.{item.name}")
+    assert len(checked) == 37
+
+
+def test_every_model_default_is_declared_in_the_schema() -> None:
+    """A model default with no schema ``default`` is a second source (or a key that may be
+    absent with nothing assumed: None or empty, and then no default belongs in either)."""
+    for cls, key, prop, item in _property_nodes():
+        if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+            assert "default" not in prop or (cls, item.name) in RESOLVED_WHEN_BUILT, key
+            continue
+        model = _model_default(item)
+        if model is None or model == () or model == {}:
+            assert "default" not in prop, (cls.__name__, key)
+        else:
+            assert "default" in prop, (cls.__name__, key)
+
+
+def test_every_default_a_description_mentions_is_the_schema_default() -> None:
+    def written(value: Any) -> str:
+        return f"'{value}'" if isinstance(value, str) else json.dumps(value)
+
+    mentioned = 0
+    for node in _subschemas(job_schema()):
+        for key, prop in node.get("properties", {}).items():
+            said = re.search(r"\(default ([^):;]+)", prop.get("description", ""))
+            if said:
+                mentioned += 1
+                assert "default" in prop, key
+                assert said.group(1).split(", or ")[0] == written(prop["default"]), key
+    assert mentioned == 19
+
+
+def test_a_job_that_sets_nothing_builds_to_the_model_defaults(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        """\
+        version = 1
+        name = "defaults"
+        [inputs]
+        command = ["true"]
+        format = "lines"
+        [task]
+        command = ["true"]
+        [[runtime.hosts]]
+        address = "w1"
+        [[limits]]
+        name = "api"
+        requests = 1
+        per = "1s"
+        [aggregate]
+        command = ["cat"]
+        [[triggers]]
+        type = "cron"
+        schedule = "@daily"
+        """,
+    )
+    job = spec.load(path)
+    assert job.description == ""
+    assert job.inputs == spec.Inputs(command=job.inputs.command, format="lines")
+    assert job.units == spec.Units()
+    assert job.task == spec.Task(command=job.task.command)
+    assert job.runtime == spec.Runtime(
+        hosts=(spec.Host(name="w1", address="w1"),),
+        workspace=tmp_path.resolve(),
+        state_dir=tmp_path.resolve() / ".fanout",
+    )
+    assert job.limits == (spec.Limit(name="api", requests=1, per=1.0),)
+    assert job.retry == spec.Retry()
+    assert job.rounds == spec.Rounds()
+    assert job.collect == spec.Collect()
+    assert job.aggregate == spec.Aggregate(command=job.aggregate.command)  # type: ignore[union-attr]
+    assert job.triggers == (
+        spec.Trigger(type="cron", name="@daily", schedule=job.triggers[0].schedule),
+    )
+    ladder = write_job(tmp_path, MINIMAL + '[[retry.ladder]]\nname = "only"\n', "ladder.toml")
+    assert spec.load(ladder).retry.ladder == (spec.Rung(name="only"),)
+
+
+def test_defaults_fill_a_copy_and_only_keys_that_have_one() -> None:
+    document = tomllib.loads(MINIMAL + '[runtime]\nsandbox = "none"\n')
+    before = copy.deepcopy(document)
+    filled = with_defaults(document)
+    assert document == before
+    assert filled["runtime"] == {
+        "sandbox": "none",
+        "maxConcurrentTasks": 4,
+        "network": False,
+        "workspace": ".",
+        "stateDir": ".fanout",
+        "logLimit": "10MiB",
+        "outputTail": "4KiB",
+    }
+    assert filled["retry"]["ladder"] == [{"name": "default", "attempts": 1}]
+    assert filled["units"] == {}
+    assert set(filled) - set(document) == {
+        "description",
+        "units",
+        "retry",
+        "rounds",
+        "collect",
+    }
+
+
+def _pattern_nodes() -> Iterator[tuple[str, dict[str, Any]]]:
+    def walk(node: Any, pointer: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        if isinstance(node, dict):
+            if "pattern" in node:
+                yield pointer, node
+            for key, value in node.items():
+                yield from walk(value, f"{pointer}/{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, f"{pointer}/{index}")
+
+    yield from walk(job_schema(), "#")
+
+
+def test_every_pattern_has_a_friendly_message_keyed_by_where_it_is() -> None:
+    keyed = set(schema._PATTERN_MESSAGES)
+    assert {pointer for pointer, _ in _pattern_nodes()} == keyed
+    for _, node in _pattern_nodes():
+        message = schema.pattern_message(node, "!")
+        assert message.startswith("'!' is not a"), message
+
+
+def test_a_pattern_message_does_not_depend_on_the_regex_text() -> None:
+    # Two definitions with the same regex still get their own words.
+    copy_of_env_name = dict(schema.node_at("/definitions/envName"))
+    assert schema.pattern_message(copy_of_env_name, "1A") == (
+        "'1A' does not match '^[A-Za-z_][A-Za-z0-9_]*$'"
+    )
+    assert schema.pattern_message(schema.node_at("/definitions/envName"), "1A") == (
+        "'1A' is not an environment variable name (letters, digits and '_')"
+    )
+
+
+def test_the_parsers_read_what_the_schema_patterns_allow() -> None:
+    # The pattern is written twice, in the schema editors read and in the parser; the
+    # parser's message is the schema's (see schema._refused_by).
+    assert schema.node_at("/definitions/duration")["pattern"] == quantities.DURATION_PATTERN
+    assert schema.node_at("/definitions/size")["pattern"] == quantities.SIZE_PATTERN

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 import tomli_w
 
-from fanout import plan, spec
-from fanout.errors import JobError
+from fanout import plan, spec, units
+from fanout.errors import InputFailed, JobError
 from fanout.schema import job_schema
 
 from helpers import MINIMAL, write_job
@@ -150,3 +151,77 @@ def test_the_resolved_job_keeps_numbers_in_vars_as_numbers(tmp_path: Path) -> No
     )
     resolved = plan.to_document(spec.load(path))
     assert resolved["retry"]["ladder"][0]["vars"] == {"temperature": 0.7, "n": 2}
+
+
+# A job whose text moves every line down when it is edited: the loaded spec must keep
+# pointing into the text it was built from.
+DUPLICATE_IDS = """\
+version = 1
+name = "sweep"
+[inputs]
+items = ["acme", "globex", "acme"]
+[task]
+command = ["true"]
+"""
+
+
+@pytest.mark.parametrize("change", ["edited", "deleted"])
+def test_a_runtime_message_is_located_in_the_text_that_was_loaded(
+    tmp_path: Path, change: str
+) -> None:
+    path = write_job(tmp_path, DUPLICATE_IDS)
+    job = spec.load(path)
+    if change == "edited":
+        path.write_text("# moved\n" * 5 + DUPLICATE_IDS.replace("items = ", "items  =  "))
+    else:
+        path.unlink()
+    with pytest.raises(JobError) as caught:
+        list(units.select(job, environ={}))
+    assert str(caught.value) == (
+        f"{path}:4:28: inputs.items[2]: duplicate unit id 'acme' "
+        "(from inputs.items[0] and inputs.items[2])"
+    )
+
+
+@pytest.mark.parametrize("change", ["edited", "deleted"])
+def test_a_failed_input_command_is_located_in_the_text_that_was_loaded(
+    tmp_path: Path, change: str
+) -> None:
+    text = MINIMAL.replace(
+        'items = ["a", "b"]', 'command = ["sh", "-c", "exit 3"]\nformat = "lines"'
+    )
+    path = write_job(tmp_path, text)
+    job = spec.load(path)
+    if change == "edited":
+        path.write_text("\n\n" + text)
+    else:
+        path.unlink()
+    with pytest.raises(InputFailed) as caught:
+        list(units.select(job, environ={}))
+    assert str(caught.value).startswith(
+        f"{path}:4:1: inputs.command: input command exited with status 3: sh -c 'exit 3'"
+    )
+
+
+def test_a_skipped_input_file_is_located_in_the_text_that_was_loaded(tmp_path: Path) -> None:
+    path = write_job(tmp_path, MINIMAL.replace('items = ["a", "b"]', 'files = ["*.txt"]'))
+    (tmp_path / "bad\nname.txt").write_text("x")
+    job = spec.load(path)
+    path.unlink()
+    selection = units.select(job, environ={})
+    assert list(selection) == []
+    assert selection.warnings == [
+        f"{path}:4:1: inputs.files: skipped 'bad\\nname.txt': "
+        "its name holds a line break or another control character"
+    ]
+
+
+def test_throttle_patterns_are_compiled_once_when_the_job_is_loaded(tmp_path: Path) -> None:
+    path = write_job(tmp_path, MINIMAL + 'throttlePatterns = ["rate.limit", "(?i)slow down"]\n')
+    patterns = spec.load(path).task.throttle_patterns
+    assert patterns == (re.compile("rate.limit"), re.compile("(?i)slow down"))
+    assert patterns[1].search("SLOW DOWN please")
+    assert plan.to_document(spec.load(path))["task"]["throttlePatterns"] == [
+        "rate.limit",
+        "(?i)slow down",
+    ]

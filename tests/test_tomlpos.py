@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from typing import Any
 
+import pytest
 import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -136,3 +138,13 @@ def test_quoted_keys_with_unicode_escapes_are_found() -> None:
     assert positions.key(("\x1f",)) == (1, 1)
     assert positions.key(("tab", "a\U0001f4a5b")) == (3, 1)
     assert positions.value(("tab", "\tx", "\u00e9")) == (4, 22)
+
+
+def test_positions_are_read_only() -> None:
+    # The loaded Spec keeps them, and Spec is deeply frozen.
+    positions = scan('a = """\nx"""\n')
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        positions.keys = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        positions.keys[("b",)] = (2, 1)  # type: ignore[index]
+    assert positions.trimmed_newline == frozenset({("a",)})

@@ -28,7 +28,6 @@ from .errors import InputFailed, Problem
 from .redact import Redactor, redact_text
 from .spec import Spec
 from .templates import RenderError
-from .tomlpos import scan
 
 # How much of a failed command's stderr its message quotes: the first line (where a
 # usage error starts) and the last few thousand bytes (where a traceback ends).
@@ -195,19 +194,13 @@ def _signal_name(number: int) -> str:
 
 def _failed(spec: Spec, key: str, message: str) -> InputFailed:
     """An InputFailed located at ``inputs.<key>`` in the job file."""
-    try:
-        line, col = scan(spec.file.read_text(encoding="utf-8")).key(("inputs", key))
-    except (OSError, UnicodeDecodeError):
-        return InputFailed(f"{spec.file}: inputs.{key}: {message}")
+    line, col = spec.positions.key(("inputs", key))
     problem = Problem(file=str(spec.file), line=line, col=col, key=f"inputs.{key}", message=message)
     return InputFailed(str(problem))
 
 
 def _written(spec: Spec, path: tuple[str, ...]) -> bool:
-    try:
-        return path in scan(spec.file.read_text(encoding="utf-8")).keys
-    except (OSError, UnicodeDecodeError):
-        return False
+    return path in spec.positions.keys
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

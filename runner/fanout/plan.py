@@ -270,7 +270,7 @@ def render_fires(fires: tuple[TriggerFires, ...]) -> str:
 
 
 _SIZES = frozenset({"log_limit", "output_tail"})
-_HIDDEN = frozenset({"file", "templates", "hosts_file"})
+_HIDDEN = frozenset({"file", "templates", "positions", "hosts_file"})
 
 
 def to_document(value: Any, name: str = "") -> Any:

@@ -1,11 +1,24 @@
-"""The job file's JSON Schema: loading it, and turning jsonschema's findings into Problems.
+"""The job file's JSON Schema: loading it, reading its defaults, and turning
+jsonschema's findings into Problems.
 
 The schema in ``schemas/fanout.schema.json`` is the single source of truth for what a
-job file may say.  This is the only module that imports jsonschema.
+job file may say, and for what fanout assumes where it says nothing: each default is
+the ``default`` of its key there, and only there.  The schema is the source rather than
+the dataclasses because it is what users and their editors read (taplo shows a key's
+default as it is written, ``"10m"``), and because it is hand-written JSON that nothing
+generates; ``spec.model`` derives its dataclass defaults from it (in seconds and bytes)
+and ``spec.build`` fills it into the document before reading it, so neither repeats a
+value.  A default here is a value the user could have written; an absent optional key
+(no image, no verify command) is None or empty in the model and has no ``default``.
+
+Friendly messages for a failed ``pattern`` are keyed by the JSON Pointer of the schema
+node that holds the pattern (``#/definitions/duration``), not by a copy of its regex.
+This is the only module that imports jsonschema.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -18,7 +31,7 @@ from typing import Any
 import jsonschema
 
 from .errors import Problem, did_you_mean
-from .quantities import DURATION_PATTERN, SIZE_PATTERN
+from .quantities import parse_duration, parse_size
 from .tomlpos import KeyPath, Positions
 
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -37,6 +50,64 @@ def schema_text() -> str:
 def job_schema() -> dict[str, Any]:
     schema: dict[str, Any] = json.loads(schema_text())
     return schema
+
+
+def node_at(pointer: str) -> dict[str, Any]:
+    """The schema node at a JSON Pointer (``/definitions/task``; ``""`` is the root)."""
+    node: dict[str, Any] = job_schema()
+    for part in pointer.split("/")[1:]:
+        node = node[part]
+    return node
+
+
+def _resolved(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    while "$ref" in node:
+        node = node_at(node["$ref"].removeprefix("#"))
+    return node
+
+
+def property_node(table: str, key: str) -> Mapping[str, Any]:
+    """The schema of ``key`` in the table at JSON Pointer ``table``, as written there (a
+    ``$ref`` not followed, so its siblings, ``default`` among them, are kept)."""
+    node: Mapping[str, Any] = _resolved(node_at(table))["properties"][key]
+    return node
+
+
+def default(table: str, key: str) -> Any:
+    """The default of ``key`` in the table at JSON Pointer ``table``, as a job file
+    would write it (``"10m"``, not 600.0).  A fresh copy: callers may keep it."""
+    return copy.deepcopy(property_node(table, key)["default"])
+
+
+def with_defaults(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a valid job ``document`` with each absent key that has a default
+    filled in, in every table that is written or itself has a default (``{}``)."""
+    filled: dict[str, Any] = _fill(document, job_schema())
+    return filled
+
+
+def _fill(value: Any, node: Mapping[str, Any]) -> Any:
+    node = _resolved(node)
+    if isinstance(value, dict):
+        properties: Mapping[str, Any] = node.get("properties", {})
+        out = {k: _fill(v, properties[k]) if k in properties else v for k, v in value.items()}
+        for key, sub in properties.items():
+            if key not in out and "default" in sub:
+                out[key] = _fill(copy.deepcopy(sub["default"]), sub)
+        return out
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_fill(item, node["items"]) for item in value]
+    return value
+
+
+@functools.cache
+def _definition_validator(name: str) -> Any:
+    return _Validator(subschema(name))
+
+
+def conforms(definition: str, value: object) -> bool:
+    """Whether ``value`` is valid as the schema's ``definition`` (e.g. ``duration``)."""
+    return bool(_definition_validator(definition).is_valid(value))
 
 
 def subschema(name: str) -> dict[str, Any]:
@@ -131,23 +202,72 @@ _TYPE_WORDS = {
     "object": "a table",
 }
 
+
+def _refused_by(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """The parser's own words for a value it cannot read: how to write a duration or a
+    size is said once, where it is parsed."""
+
+    def explain(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as exc:
+            return str(exc)
+        raise AssertionError(f"{value!r} failed the schema's pattern but parses")
+
+    return explain
+
+
+# Keyed by the JSON Pointer of the schema node whose ``pattern`` failed (a test checks
+# that every pattern in the schema has one), so a pattern is written only in the schema.
 _PATTERN_MESSAGES: dict[str, Callable[[str], str]] = {
-    DURATION_PATTERN: lambda v: f"{v!r} is not a duration; write it like '90s', '10m' or '1h30m'",
-    SIZE_PATTERN: lambda v: f"{v!r} is not a size; write it like '4KiB' or '10MiB'",
-    "^[A-Za-z_][A-Za-z0-9_]*$": lambda v: (
+    "#/definitions/duration": _refused_by(parse_duration),
+    "#/definitions/size": _refused_by(parse_size),
+    "#/definitions/envName": lambda v: (
         f"{v!r} is not an environment variable name (letters, digits and '_')"
     ),
-    "^[a-z][a-z0-9_-]*$": lambda v: (
+    "#/definitions/limitName": lambda v: (
         f"{v!r} is not a limit name (lowercase letters, digits, '_' and '-')"
     ),
-    "^[a-z0-9][a-z0-9._-]{0,63}$": lambda v: (
+    "#/properties/name": lambda v: (
         f"{v!r} is not a job name (at most 64 lowercase letters, digits, '.', '_' and '-')"
     ),
-    "^[A-Za-z0-9][A-Za-z0-9._-]*$": lambda v: (
+    "#/definitions/rung/properties/name": lambda v: (
         f"{v!r} is not a rung name (letters, digits, '.', '_' and '-')"
     ),
-    "^(/.*)?$": lambda v: f"{v!r} is not a JSON Pointer; write '' or one starting with '/'",
+    "#/definitions/inputs/properties/pointer": lambda v: (
+        f"{v!r} is not a JSON Pointer; write '' or one starting with '/'"
+    ),
+    "#/definitions/units/properties/groupBy": lambda v: (
+        f"{v!r} is not a record field (names of letters, digits, '_' and '-', "
+        "joined by '.' for nested fields, as in 'location.file')"
+    ),
 }
+
+
+@functools.cache
+def _pointers() -> dict[int, str]:
+    """The JSON Pointer of each node of the job schema, by the node's identity:
+    jsonschema reports the node a keyword failed in (followed through ``$ref``), not
+    where that node is."""
+    found: dict[int, str] = {}
+
+    def walk(node: object, pointer: str) -> None:
+        if isinstance(node, dict):
+            found[id(node)] = pointer
+            for key, value in node.items():
+                walk(value, f"{pointer}/{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{pointer}/{index}")
+
+    walk(job_schema(), "#")
+    return found
+
+
+def pattern_message(node: Mapping[str, Any], value: str) -> str:
+    """What is wrong with ``value``, which failed the ``pattern`` of schema ``node``."""
+    explain = _PATTERN_MESSAGES.get(_pointers().get(id(node), ""))
+    return explain(value) if explain else f"{value!r} does not match {node['pattern']!r}"
 
 
 def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str]]:
@@ -184,11 +304,9 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
     if validator == "const":
         return [(path, False, f"must be {_quote_list([value])}, not {instance!r}")]
     if validator == "pattern" and "propertyNames" in error.relative_schema_path:
-        return [((*path, instance), True, _PATTERN_MESSAGES[value](instance))]
+        return [((*path, instance), True, pattern_message(node, instance))]
     if validator == "pattern":
-        explain = _PATTERN_MESSAGES.get(value)
-        text = explain(instance) if explain else f"{instance!r} does not match {value!r}"
-        return [(path, False, text)]
+        return [(path, False, pattern_message(node, instance))]
     if validator in ("minimum", "maximum"):
         word = "at least" if validator == "minimum" else "at most"
         return [(path, False, f"must be {word} {value}, not {instance}")]

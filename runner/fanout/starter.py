@@ -20,9 +20,12 @@ from typing import Any
 
 import tomli_w
 
-from .schema import schema_text
+from .schema import default, schema_text
 
 SCHEMA_FILE = "fanout.schema.json"
+_TASK = "/definitions/task"
+_RUNTIME = "/definitions/runtime"
+_BACKOFF = "/definitions/backoff"
 
 
 class SchemaCopy(StrEnum):
@@ -68,7 +71,9 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
             "task": {
                 "prompt": "Tidy {{ unit.id }} without changing its behaviour.\n",
                 "command": ["sh", "-c", 'wc -l "$1"', "sh", "{{ unit.id }}"],
-                "timeout": "10m",
+                # The starter spells out some defaults, so users see the knob and its
+                # value; the value is the schema's, so the two cannot drift.
+                "timeout": default(_TASK, "timeout"),
                 "env": {"NO_COLOR": "1"},
                 "secrets": [],
             }
@@ -76,7 +81,11 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
     ),
     (
         "# Where and how many: without hosts, units run in local sandboxes (bwrap if found).",
-        {"runtime": {"maxConcurrentTasks": 4, "sandbox": "auto", "network": False}},
+        {
+            "runtime": {
+                key: default(_RUNTIME, key) for key in ("maxConcurrentTasks", "sandbox", "network")
+            }
+        },
     ),
     (
         "# Rate limits of the APIs workers call; dispatch follows the tightest one.\n"
@@ -91,7 +100,7 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
         "# The retry ladder: rungs tried in order until a unit succeeds.",
         {
             "retry": {
-                "backoff": {"initial": "10s", "max": "10m", "jitter": "full"},
+                "backoff": {key: default(_BACKOFF, key) for key in ("initial", "max", "jitter")},
                 "ladder": [
                     {"name": "first", "attempts": 1},
                     {

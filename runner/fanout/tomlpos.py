@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TypeAlias
 
 KeyPath: TypeAlias = tuple[str | int, ...]
@@ -20,17 +22,25 @@ KeyPath: TypeAlias = tuple[str | int, ...]
 _BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
-@dataclass(slots=True)
-class Positions:
-    """Where each key path's key and value begin (1-based line and column)."""
+_Where: TypeAlias = Mapping[KeyPath, tuple[int, int]]
 
-    keys: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
-    values: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+
+@dataclass(frozen=True, slots=True)
+class Positions:
+    """Where each key path's key and value begin (1-based line and column).
+
+    Read-only, so the loaded Spec can keep the positions of the text it was built from:
+    a message located at run time points into that text even after the file on disk
+    was edited or deleted (re-scanning the file then would point at the wrong line).
+    """
+
+    keys: _Where = field(default_factory=lambda: MappingProxyType({}))
+    values: _Where = field(default_factory=lambda: MappingProxyType({}))
     # Multi-line strings whose first newline TOML trims: the value starts a line later.
-    trimmed_newline: set[KeyPath] = field(default_factory=set)
+    trimmed_newline: Set[KeyPath] = frozenset()
     # Multi-line strings: a template's line N is N - 1 lines below where the value starts
     # (in a one-line string an escaped newline starts a template line, not a file line).
-    multiline: set[KeyPath] = field(default_factory=set)
+    multiline: Set[KeyPath] = frozenset()
 
     def key(self, path: KeyPath) -> tuple[int, int]:
         """Position of the key itself, or of the nearest enclosing thing that has one."""
@@ -41,11 +51,7 @@ class Positions:
         return self._nearest(path, self.values, self.keys)
 
     @staticmethod
-    def _nearest(
-        path: KeyPath,
-        first: dict[KeyPath, tuple[int, int]],
-        second: dict[KeyPath, tuple[int, int]],
-    ) -> tuple[int, int]:
+    def _nearest(path: KeyPath, first: _Where, second: _Where) -> tuple[int, int]:
         for end in range(len(path), 0, -1):
             prefix = path[:end]
             if prefix in first:
@@ -108,7 +114,10 @@ class _Scanner:
         self.text = text
         self.i = 0
         self.line_starts = [0] + [n + 1 for n, ch in enumerate(text) if ch == "\n"]
-        self.out = Positions()
+        self.keys: dict[KeyPath, tuple[int, int]] = {}
+        self.values: dict[KeyPath, tuple[int, int]] = {}
+        self.trimmed_newline: set[KeyPath] = set()
+        self.multiline: set[KeyPath] = set()
         # Arrays of tables seen so far and how many entries each has.
         self.aot_sizes: dict[KeyPath, int] = {}
         # Tables located only through a longer header so far (``task`` of ``[task.env]``).
@@ -137,7 +146,12 @@ class _Scanner:
         while True:
             self.skip_blank(newlines=True)
             if self.i >= len(self.text):
-                return self.out
+                return Positions(
+                    keys=MappingProxyType(self.keys),
+                    values=MappingProxyType(self.values),
+                    trimmed_newline=frozenset(self.trimmed_newline),
+                    multiline=frozenset(self.multiline),
+                )
             start = self.i
             if self.peek(2) == "[[":
                 self.i += 2
@@ -146,14 +160,14 @@ class _Scanner:
                 self.aot_sizes[path] = index + 1
                 table = (*path, index)
                 self.header_prefixes(path, start)
-                self.out.keys.setdefault(path, self.where(start))
-                self.out.keys[table] = self.where(start)
+                self.keys.setdefault(path, self.where(start))
+                self.keys[table] = self.where(start)
                 self.i = self.text.index("]]", self.i) + 2
             elif self.peek() == "[":
                 self.i += 1
                 table = self.resolve(self.dotted_key())
                 self.header_prefixes(table, start)
-                self.out.keys.setdefault(table, self.where(start))
+                self.keys.setdefault(table, self.where(start))
                 self.i = self.text.index("]", self.i) + 1
             else:
                 self.key_value(table)
@@ -162,11 +176,11 @@ class _Scanner:
         """A table defined only through a dotted header (``[task.env]`` without ``[task]``)
         is located at the first header that names it, not at 1:1."""
         if path in self.implicit:
-            del self.out.keys[path]  # now declared by a header of its own
+            del self.keys[path]  # now declared by a header of its own
             self.implicit.discard(path)
         for end in range(1, len(path)):
-            if path[:end] not in self.out.keys:
-                self.out.keys[path[:end]] = self.where(start)
+            if path[:end] not in self.keys:
+                self.keys[path[:end]] = self.where(start)
                 self.implicit.add(path[:end])
 
     def resolve(self, parts: KeyPath) -> KeyPath:
@@ -184,7 +198,7 @@ class _Scanner:
         parts = self.dotted_key()
         # Each prefix of a dotted key (``vars.model = ...``) is located at the key too.
         for end in range(1, len(parts) + 1):
-            self.out.keys.setdefault((*table, *parts[:end]), self.where(key_start))
+            self.keys.setdefault((*table, *parts[:end]), self.where(key_start))
         path = (*table, *parts)
         self.skip_blank(newlines=False)
         self.i += 1  # '='
@@ -224,12 +238,12 @@ class _Scanner:
         return "".join(chars)
 
     def value(self, path: KeyPath) -> None:
-        self.out.values[path] = self.where(self.i)
+        self.values[path] = self.where(self.i)
         head3 = self.peek(3)
         if head3 in ('"""', "'''"):
-            self.out.multiline.add(path)
+            self.multiline.add(path)
             if self.text[self.i + 3 : self.i + 4] == "\n" or self.peek(5)[3:] == "\r\n":
-                self.out.trimmed_newline.add(path)
+                self.trimmed_newline.add(path)
             self.skip_multiline_string(head3)
         elif self.peek() in "\"'":
             self.string_key()

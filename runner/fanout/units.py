@@ -27,7 +27,7 @@ from .errors import JobError, Problem
 from .schema import key_name
 from .spec import Spec
 from .templates import Expression, RenderError
-from .tomlpos import KeyPath, scan
+from .tomlpos import KeyPath
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +109,7 @@ def _select(
     limit = spec.units.limit
 
     def skipped(path: str, reason: str) -> None:
-        positions = scan(spec.file.read_text(encoding="utf-8"))
-        line, col = positions.key(("inputs", "files"))
+        line, col = spec.positions.key(("inputs", "files"))
         selection.warnings.append(
             f"{spec.file}:{line}:{col}: inputs.files: skipped {path!a}: {reason}"
         )
@@ -302,7 +301,7 @@ def _duplicate(spec: Spec, unit: Unit, first: str) -> JobError:
 
 
 def _job_error(spec: Spec, path: KeyPath, message: str) -> JobError:
-    positions = scan(spec.file.read_text(encoding="utf-8"))
+    positions = spec.positions
     line, col = positions.value(path) if isinstance(path[-1], int) else positions.key(path)
     problem = Problem(file=str(spec.file), line=line, col=col, key=key_name(path), message=message)
     return JobError([problem])

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import cron, globs, schema
 from ..errors import Problem, did_you_mean
-from ..quantities import SIZE_PATTERN, parse_duration, parse_size
+from ..quantities import parse_duration, parse_size
 from ..templates import (
     JOB_SHAPE,
     LAST_SHAPE,
@@ -123,18 +123,14 @@ def schema_values(
 
 def _check_durations(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems = []
-    for path, value in schema_values(doc, schema.job_schema(), "#/definitions/duration"):
-        if isinstance(value, str) and re.fullmatch(r"([0-9]+(ms|[dhms]))+", value):
-            try:
-                parse_duration(value)
-            except ValueError as exc:
-                problems.append(ctx.at_value(path, str(exc)))
-    for path, value in schema_values(doc, schema.job_schema(), "#/definitions/size"):
-        if isinstance(value, str) and re.fullmatch(SIZE_PATTERN, value):
-            try:
-                parse_size(value)
-            except ValueError as exc:
-                problems.append(ctx.at_value(path, str(exc)))
+    # Values the schema refused are reported once, by the schema; the rest are parsed.
+    for kind, parse in (("duration", parse_duration), ("size", parse_size)):
+        for path, value in schema_values(doc, schema.job_schema(), f"#/definitions/{kind}"):
+            if schema.conforms(kind, value):
+                try:
+                    parse(value)
+                except ValueError as exc:
+                    problems.append(ctx.at_value(path, str(exc)))
     backoff = table_of(table_of(doc, "retry"), "backoff")
     if _durations_inverted(backoff):
         problems.append(
@@ -179,7 +175,7 @@ def _rungs_using(path: KeyPath, doc: Mapping[str, Any]) -> list[tuple[int, Mappi
     """The ladder rungs on which the template at ``path`` is rendered."""
     ladder = [r for r in list_of(table_of(doc, "retry"), "ladder") if isinstance(r, dict)]
     rungs: list[tuple[int, Mapping[str, Any]]] = list(enumerate(ladder))
-    rungs = rungs or [(-1, {"name": "default"})]
+    rungs = rungs or [(-1, rung) for rung in schema.default("/definitions/retry", "ladder")]
     if path[:2] == ("retry", "ladder"):
         index = path[2]
         return [(i, r) for i, r in rungs if i == index]
@@ -255,7 +251,11 @@ def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     for index, limit in enumerate(list_of(doc, "limits")):
         name = limit.get("name") if isinstance(limit, dict) else None
         requests = limit.get("requests") if isinstance(limit, dict) else None
-        per_task = limit.get("requestsPerTask", 1) if isinstance(limit, dict) else None
+        per_task = (
+            limit.get("requestsPerTask", schema.default("/definitions/limit", "requestsPerTask"))
+            if isinstance(limit, dict)
+            else None
+        )
         if isinstance(requests, int) and isinstance(per_task, int) and 0 < requests < per_task:
             problems.append(
                 ctx.at_value(

@@ -88,7 +88,7 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     positions = tomlpos.scan(text)
     runtime = document.get("runtime")
     runtime = runtime if isinstance(runtime, dict) else {}
-    workspace_name = runtime.get("workspace", ".")
+    workspace_name = runtime.get("workspace", schema.default("/definitions/runtime", "workspace"))
     if not isinstance(workspace_name, str) or "\0" in workspace_name:
         workspace_name = "."  # the schema or the checks report it
     workspace = (path.parent / workspace_name).resolve()
@@ -98,7 +98,9 @@ def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: boo
     problems += checks.check_job(document, context)
     if problems:
         raise JobError(problems)
-    hosts, found_hosts_file, host_problems = _hosts(document, path, hosts_file, require_hosts)
+    hosts, found_hosts_file, host_problems = _hosts(
+        document, path, positions, hosts_file, require_hosts
+    )
     if host_problems:
         raise JobError(host_problems)
     return build(document, path, templates, workspace, hosts, found_hosts_file, positions)
@@ -180,7 +182,11 @@ def _syntax_problem(message: str, text: str, shown: str) -> Problem:
 
 
 def _hosts(
-    document: Mapping[str, Any], path: Path, override: Path | None, require: bool
+    document: Mapping[str, Any],
+    path: Path,
+    positions: tomlpos.Positions,
+    override: Path | None,
+    require: bool,
 ) -> tuple[tuple[Host, ...], Path | None, list[Problem]]:
     runtime = document.get("runtime")
     raw = runtime.get("hosts") if isinstance(runtime, dict) else None
@@ -194,9 +200,7 @@ def _hosts(
     if not hosts_path.is_file():
         if not require:
             return (), hosts_path, []
-        line, col = tomlpos.scan(read_text(path, str(path), what="job file")).value(
-            ("runtime", "hosts")
-        )
+        line, col = positions.value(("runtime", "hosts"))
         message = f"hosts file {str(hosts_path)!r} does not exist"
         return (
             (),

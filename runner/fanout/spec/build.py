@@ -1,5 +1,9 @@
 """Building the frozen values from a validated TOML document, and the conversions
-between them and plain data (snake and camel case, freeze and thaw)."""
+between them and plain data (snake and camel case, freeze and thaw).
+
+The document is first completed with the schema's defaults (``schema.with_defaults``),
+so the builder reads every key that has a default as if it were written and repeats
+no default value; ``.get`` is left for keys that may be absent with nothing assumed."""
 
 from __future__ import annotations
 
@@ -12,11 +16,10 @@ from typing import Any
 
 from .. import cron
 from ..quantities import parse_duration, parse_size
-from ..schema import key_name
+from ..schema import key_name, with_defaults
 from ..templates import Expression, Template, Templates
 from ..tomlpos import KeyPath, Positions
 from .model import (
-    DEFAULT_LADDER,
     Aggregate,
     Backoff,
     Collect,
@@ -36,26 +39,24 @@ from .model import (
 
 
 def build(
-    doc: Mapping[str, Any],
+    written: Mapping[str, Any],
     path: Path,
     templates: Templates,
     workspace: Path,
     hosts: tuple[Host, ...],
     hosts_file: Path | None,
-    positions: Positions | None = None,
+    positions: Positions,
 ) -> Spec:
     def tpl(source: str, key: KeyPath = ()) -> Template:
         """The compiled template, knowing where it is, so a render error is located."""
         compiled = templates.compile(source)
-        if not key or positions is None or compiled.compiled is None:
+        if not key or compiled.compiled is None:
             return compiled
         line, col = positions.value(key)
         return compiled.located(key_name(key), (str(path), line, col))
 
     def expression(source: str, key: KeyPath) -> Expression:
         compiled = templates.compile_expression(source)
-        if positions is None:
-            return compiled
         line, col = positions.value(key)
         return compiled.located(key_name(key), (str(path), line, col))
 
@@ -65,25 +66,23 @@ def build(
     def env(values: Mapping[str, str] | None, key: KeyPath) -> Mapping[str, Template]:
         return MappingProxyType({k: tpl(v, (*key, k)) for k, v in (values or {}).items()})
 
-    def dur(value: str | None, default: float) -> float:
-        return default if value is None else parse_duration(value)
-
+    doc = with_defaults(written)
     raw_inputs = doc["inputs"]
     inputs = Inputs(
         files=tuple(raw_inputs.get("files", ())),
         exclude=tuple(raw_inputs.get("exclude", ())),
-        gitignore=raw_inputs.get("gitignore", True),
+        gitignore=raw_inputs["gitignore"],
         jsonl=raw_inputs.get("jsonl"),
         csv=raw_inputs.get("csv"),
         json=raw_inputs.get("json"),
         items=tuple(freeze(item) for item in raw_inputs.get("items", ())),
         command=argv(raw_inputs.get("command"), ("inputs", "command")),
         format=raw_inputs.get("format"),
-        pointer=raw_inputs.get("pointer", ""),
-        ok_exit_codes=tuple(raw_inputs.get("okExitCodes", (0, 1))),
-        timeout=dur(raw_inputs.get("timeout"), 600.0),
+        pointer=raw_inputs["pointer"],
+        ok_exit_codes=tuple(raw_inputs["okExitCodes"]),
+        timeout=parse_duration(raw_inputs["timeout"]),
     )
-    raw_units = doc.get("units", {})
+    raw_units = doc["units"]
     units = Units(
         where=expression(raw_units["where"], ("units", "where")) if "where" in raw_units else None,
         group_by=raw_units.get("groupBy"),
@@ -97,23 +96,23 @@ def build(
         prompt=tpl(raw_task["prompt"], ("task", "prompt")) if "prompt" in raw_task else None,
         command=argv(raw_task["command"], ("task", "command")),
         verify=argv(raw_task.get("verify"), ("task", "verify")),
-        timeout=dur(raw_task.get("timeout"), 600.0),
+        timeout=parse_duration(raw_task["timeout"]),
         env=env(raw_task.get("env"), ("task", "env")),
         secrets=tuple(raw_task.get("secrets", ())),
         limits=tuple(raw_task["limits"]) if "limits" in raw_task else None,
         throttle_patterns=tuple(re.compile(p) for p in raw_task.get("throttlePatterns", ())),
     )
-    raw_runtime = doc.get("runtime", {})
+    raw_runtime = doc["runtime"]
     runtime = Runtime(
-        max_concurrent_tasks=raw_runtime.get("maxConcurrentTasks", 4),
-        sandbox=raw_runtime.get("sandbox", "auto"),
+        max_concurrent_tasks=raw_runtime["maxConcurrentTasks"],
+        sandbox=raw_runtime["sandbox"],
         image=raw_runtime.get("image"),
-        network=raw_runtime.get("network", False),
+        network=raw_runtime["network"],
         hosts=hosts,
         workspace=workspace,
-        state_dir=(workspace / raw_runtime.get("stateDir", ".fanout")).resolve(),
-        log_limit=parse_size(raw_runtime.get("logLimit", "10MiB")),
-        output_tail=parse_size(raw_runtime.get("outputTail", "4KiB")),
+        state_dir=(workspace / raw_runtime["stateDir"]).resolve(),
+        log_limit=parse_size(raw_runtime["logLimit"]),
+        output_tail=parse_size(raw_runtime["outputTail"]),
         hosts_file=hosts_file,
     )
     limits = tuple(
@@ -121,31 +120,31 @@ def build(
             name=raw["name"],
             requests=raw["requests"],
             per=parse_duration(raw["per"]),
-            requests_per_task=raw.get("requestsPerTask", 1),
+            requests_per_task=raw["requestsPerTask"],
             max_in_flight=raw.get("maxInFlight"),
         )
         for raw in doc.get("limits", ())
     )
-    raw_retry = doc.get("retry", {})
-    raw_backoff = raw_retry.get("backoff", {})
-    raw_throttle = raw_retry.get("throttle", {})
+    raw_retry = doc["retry"]
+    raw_backoff = raw_retry["backoff"]
+    raw_throttle = raw_retry["throttle"]
     retry = Retry(
         backoff=Backoff(
-            initial=dur(raw_backoff.get("initial"), 10.0),
-            max=dur(raw_backoff.get("max"), 600.0),
-            jitter=raw_backoff.get("jitter", "full"),
+            initial=parse_duration(raw_backoff["initial"]),
+            max=parse_duration(raw_backoff["max"]),
+            jitter=raw_backoff["jitter"],
         ),
         throttle=Throttle(
-            initial=dur(raw_throttle.get("initial"), 5.0),
-            max=dur(raw_throttle.get("max"), 600.0),
-            jitter=float(raw_throttle.get("jitter", 0.5)),
-            max_attempts=raw_throttle.get("maxAttempts", 10),
+            initial=parse_duration(raw_throttle["initial"]),
+            max=parse_duration(raw_throttle["max"]),
+            jitter=float(raw_throttle["jitter"]),
+            max_attempts=raw_throttle["maxAttempts"],
             max_wait=parse_duration(raw_throttle["maxWait"]) if "maxWait" in raw_throttle else None,
         ),
         ladder=tuple(
             Rung(
                 name=raw["name"],
-                attempts=raw.get("attempts", 1),
+                attempts=raw["attempts"],
                 vars=MappingProxyType(dict(raw.get("vars", {}))),
                 timeout=parse_duration(raw["timeout"]) if "timeout" in raw else None,
                 prompt_suffix=(
@@ -160,27 +159,27 @@ def build(
                 ),
                 env=env(raw.get("env"), ("retry", "ladder", n, "env")),
             )
-            for n, raw in enumerate(raw_retry.get("ladder", ()))
-        )
-        or DEFAULT_LADDER,
+            for n, raw in enumerate(raw_retry["ladder"])
+        ),
     )
     raw_aggregate = doc.get("aggregate")
     aggregate = (
         Aggregate(
             command=argv(raw_aggregate["command"], ("aggregate", "command")),
-            timeout=dur(raw_aggregate.get("timeout"), 600.0),
+            timeout=parse_duration(raw_aggregate["timeout"]),
         )
         if raw_aggregate
         else None
     )
     triggers = tuple(
         Trigger(
+            type=raw["type"],
             name=raw.get("name", raw["schedule"]),
-            schedule=cron.parse(raw["schedule"], raw.get("timezone", "UTC")),
-            timezone=raw.get("timezone", "UTC"),
-            overlap=raw.get("overlap", "skip"),
-            catch_up=raw.get("catchUp", "none"),
-            starting_deadline=dur(raw.get("startingDeadline"), 3600.0),
+            schedule=cron.parse(raw["schedule"], raw["timezone"]),
+            timezone=raw["timezone"],
+            overlap=raw["overlap"],
+            catch_up=raw["catchUp"],
+            starting_deadline=parse_duration(raw["startingDeadline"]),
             vars=MappingProxyType(dict(raw.get("vars", {}))),
         )
         for raw in doc.get("triggers", ())
@@ -188,19 +187,20 @@ def build(
     return Spec(
         version=doc["version"],
         name=doc["name"],
-        description=doc.get("description", ""),
+        description=doc["description"],
         inputs=inputs,
         units=units,
         task=task,
         runtime=runtime,
         limits=limits,
         retry=retry,
-        rounds=Rounds(max=doc.get("rounds", {}).get("max", 1)),
-        collect=Collect(apply=doc.get("collect", {}).get("apply", False)),
+        rounds=Rounds(max=doc["rounds"]["max"]),
+        collect=Collect(apply=doc["collect"]["apply"]),
         aggregate=aggregate,
         triggers=triggers,
         file=path,
         templates=templates,
+        positions=positions,
     )
 
 

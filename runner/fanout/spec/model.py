@@ -1,6 +1,11 @@
 """The job file as frozen, typed values.  Field names mirror the schema's keys in
 snake_case (a test holds them together); durations are seconds, sizes are bytes,
-templates are compiled."""
+templates are compiled.
+
+Each default is read from the schema (``_default``), where it is written once as a
+user would write it; see ``schema`` for why the schema is the source.  A field
+defaulting to None or to nothing (``()``) is a key the job file may leave out, with
+no value assumed; a test holds these two kinds apart."""
 
 from __future__ import annotations
 
@@ -11,8 +16,36 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .. import cron
+from .. import cron, schema
+from ..quantities import parse_duration, parse_size
 from ..templates import Expression, Template, Templates
+from ..tomlpos import Positions
+
+
+def _default(table: str, key: str) -> Any:
+    """The schema's default for ``key`` of the table at JSON Pointer ``table``, in the
+    model's units: chosen by the key's schema definition, as ``build`` converts the
+    value a user writes."""
+    written = schema.default(table, key)
+    kind = schema.property_node(table, key).get("$ref")
+    if kind == "#/definitions/duration":
+        return parse_duration(written)
+    if kind == "#/definitions/size":
+        return parse_size(written)
+    if isinstance(written, list):
+        return tuple(written)
+    return written
+
+
+_INPUTS = "/definitions/inputs"
+_TASK = "/definitions/task"
+_HOST = "/definitions/host"
+_RUNTIME = "/definitions/runtime"
+_LIMIT = "/definitions/limit"
+_BACKOFF = "/definitions/backoff"
+_THROTTLE = "/definitions/retry/properties/throttle"
+_RUNG = "/definitions/rung"
+_TRIGGER = "/definitions/trigger"
 
 JobValue = str | int | float | bool
 SourceKind = Literal["files", "jsonl", "csv", "json", "items", "command"]
@@ -23,16 +56,16 @@ SOURCES: tuple[SourceKind, ...] = ("files", "jsonl", "csv", "json", "items", "co
 class Inputs:
     files: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    gitignore: bool = True
+    gitignore: bool = _default(_INPUTS, "gitignore")
     jsonl: str | None = None
     csv: str | None = None
     json: str | None = None
     items: tuple[Any, ...] = ()
     command: tuple[Template, ...] = ()
     format: str | None = None
-    pointer: str = ""
-    ok_exit_codes: tuple[int, ...] = (0, 1)
-    timeout: float = 600.0
+    pointer: str = _default(_INPUTS, "pointer")
+    ok_exit_codes: tuple[int, ...] = _default(_INPUTS, "okExitCodes")
+    timeout: float = _default(_INPUTS, "timeout")
 
     @property
     def source(self) -> SourceKind:
@@ -58,7 +91,7 @@ class Task:
     prompt: Template | None = None
     command: tuple[Template, ...]
     verify: tuple[Template, ...] = ()
-    timeout: float = 600.0
+    timeout: float = _default(_TASK, "timeout")
     env: Mapping[str, Template] = field(default_factory=lambda: MappingProxyType({}))
     secrets: tuple[str, ...] = ()
     limits: tuple[str, ...] | None = None
@@ -72,23 +105,24 @@ class Host:
     port: int | None = None
     user: str | None = None
     identity: str | None = None
-    slots: int = 4
+    slots: int = _default(_HOST, "slots")
     labels: tuple[str, ...] = ()
-    sandbox_root: str = "/tmp"
-    max_sessions: int = 10
+    sandbox_root: str = _default(_HOST, "sandboxRoot")
+    max_sessions: int = _default(_HOST, "maxSessions")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Runtime:
-    max_concurrent_tasks: int = 4
-    sandbox: Literal["auto", "bwrap", "podman", "none"] = "auto"
+    max_concurrent_tasks: int = _default(_RUNTIME, "maxConcurrentTasks")
+    sandbox: Literal["auto", "bwrap", "podman", "none"] = _default(_RUNTIME, "sandbox")
     image: str | None = None
-    network: bool = False
+    network: bool = _default(_RUNTIME, "network")
     hosts: tuple[Host, ...] = ()
+    # Resolved against the job file and the workspace (``build``), so no default here.
     workspace: Path
     state_dir: Path
-    log_limit: int = 10 * 2**20
-    output_tail: int = 4096
+    log_limit: int = _default(_RUNTIME, "logLimit")
+    output_tail: int = _default(_RUNTIME, "outputTail")
     # Where the hosts came from (a hosts file, or None when inline or absent).
     hosts_file: Path | None = None
 
@@ -98,7 +132,7 @@ class Limit:
     name: str
     requests: int
     per: float
-    requests_per_task: int = 1
+    requests_per_task: int = _default(_LIMIT, "requestsPerTask")
     max_in_flight: int | None = None
 
     @property
@@ -108,25 +142,25 @@ class Limit:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Backoff:
-    initial: float = 10.0
-    max: float = 600.0
-    jitter: Literal["full", "equal", "none"] = "full"
+    initial: float = _default(_BACKOFF, "initial")
+    max: float = _default(_BACKOFF, "max")
+    jitter: Literal["full", "equal", "none"] = _default(_BACKOFF, "jitter")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Throttle:
-    initial: float = 5.0
-    max: float = 600.0
-    jitter: float = 0.5
+    initial: float = _default(_THROTTLE, "initial")
+    max: float = _default(_THROTTLE, "max")
+    jitter: float = _default(_THROTTLE, "jitter")
     # Caps on one unit's throttled attempts in a row (see ladder): then it is failed.
-    max_attempts: int = 10
+    max_attempts: int = _default(_THROTTLE, "maxAttempts")
     max_wait: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Rung:
     name: str
-    attempts: int = 1
+    attempts: int = _default(_RUNG, "attempts")
     vars: Mapping[str, JobValue] = field(default_factory=lambda: MappingProxyType({}))
     timeout: float | None = None
     prompt_suffix: Template | None = None
@@ -134,7 +168,7 @@ class Rung:
     env: Mapping[str, Template] = field(default_factory=lambda: MappingProxyType({}))
 
 
-DEFAULT_LADDER = (Rung(name="default"),)
+DEFAULT_LADDER = tuple(Rung(name=raw["name"]) for raw in _default("/definitions/retry", "ladder"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,37 +180,37 @@ class Retry:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Rounds:
-    max: int = 1
+    max: int = _default("/properties/rounds", "max")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Collect:
-    apply: bool = False
+    apply: bool = _default("/properties/collect", "apply")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Aggregate:
     command: tuple[Template, ...]
-    timeout: float = 600.0
+    timeout: float = _default("/properties/aggregate", "timeout")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Trigger:
-    type: Literal["cron"] = "cron"
+    type: Literal["cron"]
     name: str
     schedule: cron.CronExpr
-    timezone: str = "UTC"
-    overlap: Literal["skip", "queue", "replace"] = "skip"
-    catch_up: Literal["none", "latest"] = "none"
-    starting_deadline: float = 3600.0
+    timezone: str = _default(_TRIGGER, "timezone")
+    overlap: Literal["skip", "queue", "replace"] = _default(_TRIGGER, "overlap")
+    catch_up: Literal["none", "latest"] = _default(_TRIGGER, "catchUp")
+    starting_deadline: float = _default(_TRIGGER, "startingDeadline")
     vars: Mapping[str, JobValue] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Spec:
-    version: int = 1
+    version: int
     name: str
-    description: str = ""
+    description: str = _default("", "description")
     inputs: Inputs
     units: Units = Units()
     task: Task
@@ -187,9 +221,12 @@ class Spec:
     collect: Collect = Collect()
     aggregate: Aggregate | None = None
     triggers: tuple[Trigger, ...] = ()
-    # Not in the job file: where it was read from, and its compiled templates' home.
+    # Not in the job file: where it was read from, its compiled templates' home, and
+    # where each key and value is in the text that was loaded (messages located at run
+    # time use these, not the file, which may have changed since).
     file: Path
     templates: Templates
+    positions: Positions = field(compare=False, repr=False)
 
     def task_limits(self) -> tuple[Limit, ...]:
         """The limits a task takes capacity from: those it names, or all of them."""
