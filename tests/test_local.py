@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from fanout.attempt import Attempt
+from fanout.collecting import Collect, PathRefused
 from fanout.local import LocalTransport
 from fanout.outcome import Status
-from fanout.collecting import Collect, PathRefused
 from fanout.sandbox import Kind
 from fanout.transport import StagedFile
 

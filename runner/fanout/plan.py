@@ -107,8 +107,9 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
 
 
 def _path_problems(spec: Spec, task: Invocation) -> tuple[Problem, ...]:
-    """The first unit's stage and collect paths that ``staging`` and ``collecting`` would refuse for every
-    attempt (an absolute path from a linter, above all), located with the way out."""
+    """The first unit's stage and collect paths that ``staging`` and ``collecting``
+    would refuse for every attempt (an absolute path from a linter, above all), located
+    with the way out."""
     problems = []
     for kind, templates, rendered in (
         ("stage", spec.units.stage, task.stage),
