@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backlog, commands, fanin, limits, report
-from .dispatch import Round, dispatch
+from .dispatch import dispatch
 from .errors import (
     EnvironmentProblem,
     FanoutError,
@@ -37,6 +37,7 @@ from .events import EventLog, Events
 from .journal import Journal, RunRow
 from .limits import Gate, OpenGate
 from .outcome import UnitState
+from .round import Round
 from .spec import Spec
 from .transport import Transport
 from .units import Unit
