@@ -81,10 +81,6 @@ class UnitState(StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
 
-    @property
-    def settled(self) -> bool:
-        return self in (UnitState.SUCCEEDED, UnitState.FAILED)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
@@ -95,20 +91,6 @@ class Outcome:
     state: UnitState
     rung: str = ""
     attempts: int = 0
-    worker_seconds: float = 0.0
     reason: str = ""
     output_tail: str = ""
     collected: tuple[CollectedFile, ...] = field(default_factory=tuple)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "unit": self.unit_id,
-            "round": self.round,
-            "state": str(self.state),
-            "rung": self.rung,
-            "attempts": self.attempts,
-            "workerSeconds": round(self.worker_seconds, 3),
-            "reason": self.reason,
-            "outputTail": self.output_tail,
-            "collected": [c.as_dict() for c in self.collected],
-        }

@@ -30,7 +30,6 @@ from ..errors import StateError, storage_error
 from ..outcome import AttemptResult, Outcome, Status, UnitState
 from ..units import Unit
 from .tables import (
-    FINAL_RUN_STATES,
     MIGRATIONS,
     SCHEMA,
     RunRow,
@@ -609,7 +608,6 @@ class Journal:
 
 
 __all__ = [
-    "FINAL_RUN_STATES",
     "Journal",
     "RunRow",
     "Status",

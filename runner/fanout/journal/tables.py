@@ -98,8 +98,6 @@ CREATE TABLE IF NOT EXISTS changes (
 # Columns added since the first journal format: (column of runs, how to add it).
 MIGRATIONS = (("stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),)
 
-FINAL_RUN_STATES = ("finished",)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunRow:
