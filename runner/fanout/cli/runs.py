@@ -85,12 +85,6 @@ def retry(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN", help="The run whose failed units to retry.")
     ],
-    failed: Annotated[
-        bool,
-        typer.Option(
-            "--failed", help="Re-run only the units that failed (the default and only mode)."
-        ),
-    ] = True,
     apply: Annotated[
         bool | None, typer.Option("--apply/--no-apply", help="Apply collected files.")
     ] = None,
