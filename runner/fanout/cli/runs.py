@@ -126,6 +126,7 @@ def _execute(
 
     from .. import launch, spec
     from ..errors import NothingSelected
+    from ..outcome import StopReason
     from ..progress import Display
     from ..quantities import format_duration
     from .console import ConsoleStream
@@ -149,7 +150,7 @@ def _execute(
             f"{summary.worker_seconds / summary.wall_seconds:.1f}x"
         )
     console.print(f"report: {summary.report_dir / 'report.md'}")
-    if summary.note == "nothing selected":
+    if summary.reason is StopReason.NOTHING_SELECTED:
         raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
     return summary.exit_code
 
