@@ -213,7 +213,6 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 secrets=ctx.secrets,
             )
             result = await _attempt(ctx, attempt, slot, lane)
-        ctx.worker_seconds += result.duration
         progress = ladder.advance(progress, rungs, result, loop.time())
         lane = Lane.BACK if result.status is Status.THROTTLED else Lane.FRESH
         # An attempt that decides the unit's fate settles the unit in the same

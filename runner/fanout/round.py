@@ -42,7 +42,6 @@ class Round:
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     counts: Counter[UnitState] = field(default_factory=Counter)
-    worker_seconds: float = 0.0
     # The error that stops the round (the first one; a FanoutError but for a bug in the
     # selection); None while it runs.
     stopped: Exception | None = None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StateError, storage_error
-from ..outcome import AttemptResult, Outcome, RunState, Status, UnitState
+from ..outcome import AttemptResult, Outcome, RunState, UnitState
 from ..units import Unit
 from .tables import (
     MIGRATIONS,
@@ -615,7 +615,6 @@ class Journal:
 __all__ = [
     "Journal",
     "RunRow",
-    "Status",
     "UnitRow",
     "new_run_id",
     "no_state",
