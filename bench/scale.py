@@ -66,6 +66,7 @@ def synthetic_journal(units: int, workdir: Path) -> None:
     straight into a journal as fanout would have left it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
     from fanout.journal import Journal
+    from fanout.outcome import RunState
     from fanout.units import Unit
 
     journal = Journal(workdir / ".fanout" / "journal.sqlite")
@@ -94,7 +95,7 @@ def synthetic_journal(units: int, workdir: Path) -> None:
             (now, now, run),
         )
     journal.complete_round(run, 1)
-    journal.finish_run(run, state="finished", wall=units / 400)
+    journal.finish_run(run, state=RunState.FINISHED, wall=units / 400)
     journal.close()
 
 

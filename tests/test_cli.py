@@ -125,6 +125,15 @@ def test_usage_errors_exit_2() -> None:
     assert cli("frobnicate").code == 2
 
 
+def test_retry_has_no_failed_flag(chdir_tmp: Path) -> None:
+    # retry re-runs the failed units and nothing else: a flag for the only mode promised
+    # modes that do not exist.  A script still passing it is told so, as a usage error.
+    assert "--failed" not in cli("retry", "--help").out
+    result = cli("retry", "20260301T120000-aaaa", "--failed")
+    assert result.code == 2
+    assert "No such option: --failed" in result.err
+
+
 def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
     # A state directory with a journal but no runs (a run was refused before it began).
     Journal(chdir_tmp / ".fanout" / "journal.sqlite").close()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fanout import hosts
+from fanout import knownhosts
 from fanout.errors import HostsUnavailable
 from fanout.spec import Host
 from fanout.ssh import SshTransport
@@ -108,7 +108,7 @@ def test_trusting_an_ssh_config_alias_records_the_name_that_is_looked_up(
     trusted = _fanout("hosts", "trust", "ecobox", "--yes")  # as the advice says, no --job
     assert trusted.returncode == 0, trusted.stderr
     name = "ecobox-key" if alias_line else f"[127.0.0.1]:{server.port}"
-    recorded = hosts.fanout_known_hosts(os.environ)
+    recorded = knownhosts.fanout_known_hosts(os.environ)
     assert recorded.read_text() == f"{name} {_key(server)}\n"  # not "ecobox ssh-ed25519 ..."
     fingerprint = _fingerprint(server.host_public_key, tmp_path)
     assert trusted.stdout.splitlines()[:2] == [
@@ -138,7 +138,7 @@ async def test_an_unknown_key_is_refused_naming_the_name_looked_up_and_the_key(
         f"  IdentityFile {ssh_pool.client_key}\n"
     )
     host = Host(name="ecobox", address="ecobox", sandbox_root=str(_sandboxes(ssh_pool)))
-    transport = SshTransport([host], known_hosts=[hosts.fanout_known_hosts(os.environ)])
+    transport = SshTransport([host], known_hosts=[knownhosts.fanout_known_hosts(os.environ)])
     with pytest.raises(HostsUnavailable) as caught:
         await transport.start()
     await transport.close()
@@ -191,7 +191,7 @@ def test_trusting_a_changed_key_asks_and_replaces_the_old_entry(
     )
     first = _fanout("hosts", "trust", "h1", "--job", str(job), answer="y\n")
     assert first.returncode == 0, first.stderr
-    recorded = hosts.fanout_known_hosts(os.environ)
+    recorded = knownhosts.fanout_known_hosts(os.environ)
     name = f"[127.0.0.1]:{server.port}"
     assert recorded.read_text() == f"{name} {_key(server)}\n"
     old_key, old = _key(server), _fingerprint(server.host_public_key, tmp_path)
@@ -251,7 +251,7 @@ def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
     replaced = _fanout("hosts", "trust", f"127.0.0.1:{server.port}", answer="y\n")
     assert replaced.returncode == 0, replaced.stderr
     assert f"  trusted until now: ssh-ed25519 key {old} ({users}:2)" in replaced.stdout
-    recorded = hosts.fanout_known_hosts(os.environ)
+    recorded = knownhosts.fanout_known_hosts(os.environ)
     assert f"trusted: recorded in {recorded}\n" in replaced.stdout  # nothing removed there
     assert users.read_text() == original
     assert recorded.read_text() == f"{name} {_key(server)}\n"
@@ -272,17 +272,17 @@ def test_an_old_key_in_the_users_known_hosts_is_left_alone_and_named(
 
 def test_recording_replaces_only_the_named_lines_still_as_they_were(tmp_path: Path) -> None:
     environ = {"HOME": str(tmp_path)}
-    path = hosts.fanout_known_hosts(environ)
+    path = knownhosts.fanout_known_hosts(environ)
     path.parent.mkdir(parents=True)
     path.write_text("a ssh-ed25519 A\n[b]:2222 ssh-ed25519 OLD\nc ssh-ed25519 C\n")
-    hosts.record(
+    knownhosts.record(
         "[b]:2222 ssh-ed25519 NEW",
         environ,
         {2: "[b]:2222 ssh-ed25519 OLD", 3: "c ssh-ed25519 changed since"},
     )
     assert path.read_text() == "a ssh-ed25519 A\nc ssh-ed25519 C\n[b]:2222 ssh-ed25519 NEW\n"
     assert oct(path.stat().st_mode & 0o777) == "0o600"
-    hosts.record("[b]:2222 ssh-ed25519 NEW", environ)
+    knownhosts.record("[b]:2222 ssh-ed25519 NEW", environ)
     assert path.read_text().count("NEW") == 1
 
 

@@ -12,7 +12,7 @@ import pytest
 from fanout.errors import StateError
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
-from fanout.outcome import AttemptResult, Outcome, Status, UnitState
+from fanout.outcome import AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.units import Unit
 
 from helpers import write_job
@@ -53,7 +53,7 @@ def test_reopening_marks_unsettled_attempts_interrupted(tmp_path: Path) -> None:
     assert attempt["status"] == "interrupted"
     assert [r.unit.id for r in journal.unsettled_units(run, 1, batch=2)] == ["u0", "u1", "u2"]
     assert journal.unit_counts(run) == {"interrupted": 1, "pending": 2}
-    journal.finish_run(run, state="finished", wall=1.5)
+    journal.finish_run(run, state=RunState.FINISHED, wall=1.5)
     assert journal.last_unfinished("j") is None
 
 
@@ -164,10 +164,10 @@ def test_a_killed_stretch_counts_in_the_wall_time_up_to_its_last_attempt(
     journal.reopen_run(run)
     assert journal.run(run).wall == 75.0
     now[0] = 4620.0
-    journal.finish_run(run, state="finished", wall=20.0)
+    journal.finish_run(run, state=RunState.FINISHED, wall=20.0)
     assert journal.run(run).wall == 95.0
     # A stopped (not killed) stretch already recorded its wall time: nothing is added.
-    journal.finish_run(run, state="stopped", wall=5.0)
+    journal.finish_run(run, state=RunState.STOPPED, wall=5.0)
     journal.reopen_run(run)
     assert journal.run(run).wall == 100.0
 

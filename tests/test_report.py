@@ -10,7 +10,7 @@ from pathlib import Path
 from fanout import report
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
-from fanout.outcome import Outcome, UnitState
+from fanout.outcome import Outcome, RunState, UnitState
 from fanout.units import Unit
 
 
@@ -48,7 +48,7 @@ def _settled_run(journal: Journal, units: int, failed_every: int = 0) -> str:
             journal.unit_settled(
                 run, Outcome(unit_id=f"u{n:05d}", round=2, state=state, reason=str(state))
             )
-    journal.finish_run(run, state="finished", wall=10.0)
+    journal.finish_run(run, state=RunState.FINISHED, wall=10.0)
     return run
 
 

@@ -379,9 +379,7 @@ def test_retry_failed_reruns_only_the_failed_units(tmp_path: Path) -> None:
     assert "### Failed: needs a human" in report
     assert "<code>u02</code>: worker exited with status 1" in report
     (gates / "fail-u02").unlink()
-    again = subprocess.run(
-        [*FANOUT, "retry", run_id, "--failed"], capture_output=True, text=True, cwd=tmp_path
-    )
+    again = subprocess.run([*FANOUT, "retry", run_id], capture_output=True, text=True, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert sorted(out.read_text().split()) == ["u00", "u01", "u02", "u03"]
 

@@ -13,7 +13,7 @@ import pytest
 from fanout import report
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
-from fanout.outcome import Outcome, UnitState
+from fanout.outcome import Outcome, RunState, UnitState
 from fanout.units import Unit
 
 from helpers import cli
@@ -142,7 +142,7 @@ def _detailed_run(journal: Journal) -> tuple[str, str]:
             "UPDATE units SET state = ?, reason = ?, attempts = ?, last = ? WHERE id = ?",
             (state, reason, attempts, json.dumps({"rung": rung}), name),
         )
-    journal.finish_run(run, state="stopped", wall=60.0, note="no space left on device")
+    journal.finish_run(run, state=RunState.STOPPED, wall=60.0, note="no space left on device")
     retry = journal.create_run(
         job="sweep",
         job_file="sweep.toml",
@@ -154,7 +154,7 @@ def _detailed_run(journal: Journal) -> tuple[str, str]:
     journal.unit_settled(
         retry, Outcome(unit_id="src/f0.py", round=1, state=UnitState.SUCCEEDED, reason="ok")
     )
-    journal.finish_run(retry, state="finished", wall=5.0)
+    journal.finish_run(retry, state=RunState.FINISHED, wall=5.0)
     return run, retry
 
 

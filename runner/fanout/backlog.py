@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Generator, Mapping
 from typing import Any
 
 from . import limits
-from .dispatch import Round
 from .ladder import Progress
+from .round import Round
 from .units import Unit, select
 
 # Units read from the selection per trip to a worker thread.

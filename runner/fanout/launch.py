@@ -44,7 +44,7 @@ def transport_for(
             f"({exc.strerror or exc}): sandboxes of other jobs will not hide it"
         )
     if job.runtime.hosts:
-        from . import hosts
+        from . import knownhosts as hosts
         from .ssh import SshTransport
 
         return SshTransport(

@@ -1,7 +1,8 @@
-"""What happened to an attempt and to a unit, as values.
+"""What happened to an attempt, to a unit and to a run, as values.
 
 A unit's fate is data, never an exception, so one failing unit cannot cancel its
 siblings; the same records feed the journal, the report, resume and the exit code.
+How a run ended is a ``StopReason``, which owns the run's state and its exit code.
 
 Attempt statuses and what the retry ladder does with them:
 
@@ -15,9 +16,12 @@ Attempt statuses and what the retry ladder does with them:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from .errors import FanoutError, Interrupted, NothingSelected
 
 
 class Status(StrEnum):
@@ -81,10 +85,6 @@ class UnitState(StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
 
-    @property
-    def settled(self) -> bool:
-        return self in (UnitState.SUCCEEDED, UnitState.FAILED)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
@@ -95,20 +95,85 @@ class Outcome:
     state: UnitState
     rung: str = ""
     attempts: int = 0
-    worker_seconds: float = 0.0
     reason: str = ""
     output_tail: str = ""
     collected: tuple[CollectedFile, ...] = field(default_factory=tuple)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "unit": self.unit_id,
-            "round": self.round,
-            "state": str(self.state),
-            "rung": self.rung,
-            "attempts": self.attempts,
-            "workerSeconds": round(self.worker_seconds, 3),
-            "reason": self.reason,
-            "outputTail": self.output_tail,
-            "collected": [c.as_dict() for c in self.collected],
+
+class RunState(StrEnum):
+    """A run's state in the journal.  The values are the ones stored since the first
+    journal format, so a journal an older fanout wrote reads the same."""
+
+    # Going, or its coordinator died (a lock nobody holds): the next run resumes it.
+    RUNNING = "running"
+    # Its rounds ended: never resumed, the next ``fanout run`` starts a new run.
+    FINISHED = "finished"
+    # A FanoutError or a bug stopped it: resumable.
+    STOPPED = "stopped"
+    # Ctrl-C or SIGTERM: resumable.
+    INTERRUPTED = "interrupted"
+
+
+class StopReason(StrEnum):
+    """Why a run's rounds ended.  Each reason owns the state the run is recorded in, the
+    note the journal and the report show (``note``), and the exit code (``exit_code``).
+    The values name the reasons in code and tests; the journal stores the state and the
+    note, never these values."""
+
+    # The first round selected no units.
+    NOTHING_SELECTED = "nothing-selected"
+    # A later round selected no units: every unit is done.
+    NOTHING_REMAINS = "nothing-remains"
+    # A later round would select exactly what the round before it did.
+    SAME_SELECTION = "same-selection"
+    # ``rounds.max`` rounds ran.
+    LAST_ROUND = "last-round"
+    # More rounds need the collected files applied, and they are not.
+    NOT_APPLIED = "not-applied"
+    # The round's collected files changed nothing in the workspace.
+    NO_CHANGE = "no-change"
+    # Ctrl-C or SIGTERM.
+    INTERRUPTED = "interrupted"
+    # A FanoutError (or a bug) stopped the run; its note is the error's text and its exit
+    # code the error's own (the run raises it).
+    STOPPED = "stopped"
+
+    @property
+    def state(self) -> RunState:
+        if self is StopReason.INTERRUPTED:
+            return RunState.INTERRUPTED
+        if self is StopReason.STOPPED:
+            return RunState.STOPPED
+        return RunState.FINISHED
+
+    def note(self, number: int) -> str:
+        """The note of a run whose rounds ended on this reason with round ``number``
+        (the round that was to start, or had just run)."""
+        notes = {
+            StopReason.NOTHING_SELECTED: "nothing selected",
+            StopReason.NOTHING_REMAINS: f"nothing remains after round {number - 1}",
+            StopReason.SAME_SELECTION: (
+                f"round {number} would select what round {number - 1} did: no progress"
+            ),
+            StopReason.LAST_ROUND: "",
+            StopReason.NOT_APPLIED: (
+                "more rounds need collected files applied (collect.apply or --apply)"
+            ),
+            StopReason.NO_CHANGE: f"round {number} changed nothing in the workspace: no progress",
+            StopReason.INTERRUPTED: "interrupted; `fanout run --resume` continues",
         }
+        return notes.get(self, "")
+
+    def exit_code(self, counts: Mapping[str, int]) -> int:
+        """The exit code of a run that ended on this reason, given its units counted by
+        state: 3 for nothing selected, 130 when interrupted, else 1 if a unit failed or
+        was left interrupted and 0 if every unit succeeded.  (A stopped run raises its
+        error, whose class owns the code; here it is FanoutError's.)"""
+        if self is StopReason.NOTHING_SELECTED:
+            return NothingSelected.exit_code
+        if self is StopReason.INTERRUPTED:
+            return Interrupted.exit_code
+        if self is StopReason.STOPPED:
+            return FanoutError.exit_code
+        unsettled = counts.get(UnitState.FAILED, 0) or counts.get(UnitState.INTERRUPTED, 0)
+        return 1 if unsettled else 0

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from . import fleet, safetext
 from .journal import Journal, UnitRow
+from .outcome import UnitState
 from .quantities import format_duration
 
 SHOWN_UNITS = 200
@@ -45,7 +46,7 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         "run": run.id,
         "job": run.job,
         "jobFile": run.job_file,
-        "state": run.state,
+        "state": str(run.state),
         "note": run.note,
         "parent": run.parent,
         "started": run.started,
@@ -86,7 +87,7 @@ def _records(journal: Journal, run_id: str, rows: Iterable[UnitRow]) -> Iterator
         for row in page:
             record = unit_record(row)
             record["changes"] = by_unit.get((row.round, row.unit.id), [])
-            if str(row.state) != "succeeded":
+            if row.state is not UnitState.SUCCEEDED:
                 record["outputTail"] = row.tail
             yield record
 
@@ -231,7 +232,9 @@ def render_markdown(data: dict[str, Any]) -> str:
             lines, data.get("changedCount", 0), len({(u["round"], u["unit"]) for u, _ in changed})
         )
         lines.append("")
-    failures = [u for u in data["units"] if u["state"] == "failed" and u["unit"] in data["failed"]]
+    failures = [
+        u for u in data["units"] if u["state"] == UnitState.FAILED and u["unit"] in data["failed"]
+    ]
     if failures:
         lines += ["### Failed: needs a human", ""]
         html = safetext.for_html
@@ -276,7 +279,13 @@ def _more(lines: list[str], count: int, shown: int) -> None:
 # Units ``fanout status RUN`` lists per state; the report has the rest.
 STATUS_UNITS = 10
 # The states in the order ``fanout status RUN`` lists them: what needs a human first.
-STATUS_ORDER = ("failed", "interrupted", "running", "pending", "succeeded")
+STATUS_ORDER = (
+    UnitState.FAILED,
+    UnitState.INTERRUPTED,
+    UnitState.RUNNING,
+    UnitState.PENDING,
+    UnitState.SUCCEEDED,
+)
 # A reason longer than this is cut on the terminal (the report has it whole).
 STATUS_REASON = 160
 
@@ -322,7 +331,7 @@ def status_text(
         lines.append(f"  retried in {', '.join(term(r) for r in retries)}")
     if not counts:
         lines.append("  no units")
-    states = [s for s in STATUS_ORDER if counts.get(s)]
+    states: list[str] = [s for s in STATUS_ORDER if counts.get(s)]
     states += sorted(s for s in counts if s not in STATUS_ORDER and counts[s])
     for state in states:
         lines.append(f"  {state:<12} {counts[state]}")

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from . import backlog, commands, limits, report, staging
-from .dispatch import Round, dispatch
+from .dispatch import dispatch
 from .errors import (
     EnvironmentProblem,
     FanoutError,
-    Interrupted,
     NothingSelected,
     StateError,
     storage_problem,
@@ -36,7 +35,8 @@ from .errors import (
 from .events import EventLog, Events
 from .journal import Journal, RunRow
 from .limits import Gate, OpenGate
-from .outcome import UnitState
+from .outcome import RunState, StopReason, UnitState
+from .round import Round
 from .spec import Spec
 from .transport import Transport
 from .units import Unit
@@ -56,12 +56,16 @@ class Options:
 @dataclass(kw_only=True)
 class Summary:
     run_id: str
-    state: str
+    reason: StopReason
     counts: dict[str, int]
     report_dir: Path
     note: str = ""
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
+
+    @property
+    def state(self) -> RunState:
+        return self.reason.state
 
     def describe(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items())) or "no units"
@@ -69,9 +73,7 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        if self.state == "interrupted":
-            return Interrupted.exit_code
-        return 1 if self.counts.get("failed", 0) or self.counts.get("interrupted", 0) else 0
+        return self.reason.exit_code(self.counts)
 
 
 @dataclass(kw_only=True)
@@ -145,7 +147,7 @@ class Runner:
                 "event": "run.resumed",
                 "round": first_round,
                 # A run still marked running whose lock we now hold: its coordinator died.
-                "was": "killed" if row.state == "running" else row.state,
+                "was": "killed" if row.state is RunState.RUNNING else str(row.state),
                 "asked": options.resume is True,
             }
             # Templates render as they did before the crash: the same trigger context.
@@ -187,20 +189,21 @@ class Runner:
         error: BaseException | None = None
         try:
             await self.transport.start()
-            note = await self._loop(run_id, first_round, apply, secrets, options)
-            state = "finished"
+            reason, number = await self._loop(run_id, first_round, apply, secrets, options)
+            note = reason.note(number)
         except asyncio.CancelledError as exc:
-            state, note, error = "interrupted", "interrupted; `fanout run --resume` continues", exc
+            reason, error = StopReason.INTERRUPTED, exc
+            note = reason.note(0)
         except FanoutError as exc:
-            state, note, error = "stopped", str(exc), exc
+            reason, note, error = StopReason.STOPPED, str(exc), exc
         except Exception as exc:
             problem = storage_problem(exc)
             if problem is not None:  # a full disk where fanout writes (fan-in, reports)
-                state, note, error = "stopped", str(problem), problem
+                reason, note, error = StopReason.STOPPED, str(problem), problem
             else:  # a bug: still never "finished", so the next run resumes
-                state, note = "stopped", f"fanout internal error: {type(exc).__name__}"
+                reason, note = StopReason.STOPPED, f"fanout internal error: {type(exc).__name__}"
                 error = exc
-        closing = await self._close(run_id, state, note, self.monotonic() - started)
+        closing = await self._close(run_id, reason.state, note, self.monotonic() - started)
         self._current = self._stop = None  # a stop asked for stops one run
         if isinstance(error, FanoutError):
             error.hint = f"run {run_id} stopped; `fanout run {self.spec.file}` continues it"
@@ -216,7 +219,7 @@ class Runner:
             await asyncio.to_thread(self._aggregate, run_id, results, options.trigger, secrets)
         return Summary(
             run_id=run_id,
-            state=state,
+            reason=reason,
             counts=self.journal.unit_counts(run_id),
             report_dir=self.run_dir(run_id),
             note=note,
@@ -226,8 +229,9 @@ class Runner:
 
     async def _loop(
         self, run_id: str, first_round: int, apply: bool, secrets: dict[str, str], options: Options
-    ) -> str:
-        """The rounds, to the end; the note saying why they ended."""
+    ) -> tuple[StopReason, int]:
+        """The rounds, to the end: why they ended, and the round that was to start or
+        had just run (the note of a reason names it)."""
         spec = self.spec
         last_selection: str | None = None
         number = first_round
@@ -239,16 +243,13 @@ class Runner:
                 ctx, tally, self.environ, resuming=resuming, stream=number == 1
             )
             if tally.done and tally.count == 0:
-                return (
-                    "nothing selected"
-                    if number == 1
-                    else f"nothing remains after round {number - 1}"
-                )
+                ended = StopReason.NOTHING_SELECTED if number == 1 else StopReason.NOTHING_REMAINS
+                return ended, number
             if tally.done and tally.fingerprint() == last_selection:
-                return f"round {number} would select what round {number - 1} did: no progress"
+                return StopReason.SAME_SELECTION, number
             await dispatch(ctx, units)
             if number == 1 and not resuming and tally.count == 0:
-                return "nothing selected"
+                return StopReason.NOTHING_SELECTED, number
             last_selection = tally.fingerprint() if tally.done else None
             self.journal.complete_round(run_id, number)
             self.events.emit(
@@ -256,14 +257,16 @@ class Runner:
             )
             applied = self._fan_in(run_id, number, apply)
             if number >= spec.rounds.max:
-                return ""
+                return StopReason.LAST_ROUND, number
             if not apply:
-                return "more rounds need collected files applied (collect.apply or --apply)"
+                return StopReason.NOT_APPLIED, number
             if not applied:
-                return f"round {number} changed nothing in the workspace: no progress"
+                return StopReason.NO_CHANGE, number
             number += 1
 
-    async def _close(self, run_id: str, state: str, note: str, wall: float) -> FanoutError | None:
+    async def _close(
+        self, run_id: str, state: RunState, note: str, wall: float
+    ) -> FanoutError | None:
         """Close the transport, record the run's end and write its report.  Never
         raises (the run's own error, if any, is the one to show); a failure here is
         returned.  When the journal cannot record the end (a full disk), the run stays
@@ -283,9 +286,9 @@ class Runner:
             problem = storage_problem(exc) or StateError(f"cannot write the report: {exc}")
         else:
             # A stopped or interrupted run's note is its error, which the CLI prints.
-            shown = note if state == "finished" else ""
+            shown = note if state is RunState.FINISHED else ""
             self.events.emit(
-                "run.finished", run=run_id, state=state, note=shown, report=str(written)
+                "run.finished", run=run_id, state=str(state), note=shown, report=str(written)
             )
         return problem
 

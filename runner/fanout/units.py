@@ -15,7 +15,6 @@ is always truthy and would keep every record without a word.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -66,7 +65,6 @@ class Selection:
     selected: int = 0
     # With a limit: whether records remained beyond it (known once the stream ends).
     truncated: bool = False
-    stats: dict[str, int] = field(default_factory=dict)
     # Located warnings about records skipped so far (a file name that cannot be a unit).
     warnings: list[str] = field(default_factory=list)
 
@@ -305,7 +303,3 @@ def _job_error(spec: Spec, path: KeyPath, message: str) -> JobError:
     line, col = positions.value(path) if isinstance(path[-1], int) else positions.key(path)
     problem = Problem(file=str(spec.file), line=line, col=col, key=key_name(path), message=message)
     return JobError([problem])
-
-
-def take(selection: Selection, count: int) -> list[Unit]:
-    return list(itertools.islice(selection, count))

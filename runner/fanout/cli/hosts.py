@@ -49,7 +49,7 @@ def hosts_check(
     from rich.console import Console
     from rich.table import Table
 
-    from .. import hosts as inventory
+    from .. import knownhosts as inventory
     from ..errors import EnvironmentProblem
     from ..ssh import SshTransport
 
@@ -112,7 +112,7 @@ def hosts_trust(
     """
     import asyncio
 
-    from .. import hosts as inventory
+    from .. import knownhosts as inventory
     from ..ssh import fetch_host_key
 
     coordinator_env = environ()

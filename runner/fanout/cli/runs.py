@@ -85,12 +85,6 @@ def retry(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN", help="The run whose failed units to retry.")
     ],
-    failed: Annotated[
-        bool,
-        typer.Option(
-            "--failed", help="Re-run only the units that failed (the default and only mode)."
-        ),
-    ] = True,
     apply: Annotated[
         bool | None, typer.Option("--apply/--no-apply", help="Apply collected files.")
     ] = None,
@@ -132,6 +126,7 @@ def _execute(
 
     from .. import launch, spec
     from ..errors import NothingSelected
+    from ..outcome import StopReason
     from ..progress import Display
     from ..quantities import format_duration
     from .console import ConsoleStream
@@ -155,7 +150,7 @@ def _execute(
             f"{summary.worker_seconds / summary.wall_seconds:.1f}x"
         )
     console.print(f"report: {summary.report_dir / 'report.md'}")
-    if summary.note == "nothing selected":
+    if summary.reason is StopReason.NOTHING_SELECTED:
         raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
     return summary.exit_code
 

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StateError, storage_error
-from ..outcome import AttemptResult, Outcome, Status, UnitState
+from ..outcome import AttemptResult, Outcome, RunState, UnitState
 from ..units import Unit
 from .tables import (
-    FINAL_RUN_STATES,
     MIGRATIONS,
     SCHEMA,
     RunRow,
@@ -152,13 +151,14 @@ class Journal:
         run_id = run_id or new_run_id()
         self._write(
             "INSERT INTO runs (id, job, job_file, started, stretch, state, apply, parent, trigger)"
-            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 job,
                 job_file,
                 now := self.clock(),
                 now,
+                str(RunState.RUNNING),
                 int(apply),
                 parent,
                 json.dumps(trigger or {}),
@@ -189,7 +189,7 @@ class Journal:
         row = self.db.execute(
             "SELECT * FROM runs WHERE job = ? ORDER BY started DESC, rowid DESC LIMIT 1", (job,)
         ).fetchone()
-        return None if row is None or row["state"] == "finished" else run_row(row)
+        return None if row is None or row["state"] == RunState.FINISHED else run_row(row)
 
     def worker_seconds(self, run_id: str) -> float:
         row = self.db.execute(
@@ -221,7 +221,7 @@ class Journal:
         self,
         run_id: str,
         *,
-        state: str,
+        state: RunState,
         wall: float,
         note: str = "",
         limits: dict[str, Any] | None = None,
@@ -234,7 +234,7 @@ class Journal:
             self._run(
                 "UPDATE runs SET state = ?, finished = ?, wall = wall + ?, note = ?, limits = ?"
                 " WHERE id = ?",
-                (state, self.clock(), wall, note, json.dumps(merged), run_id),
+                (str(state), self.clock(), wall, note, json.dumps(merged), run_id),
             )
 
         self._atomic(work)
@@ -251,7 +251,8 @@ class Journal:
             row = self.db.execute(
                 "SELECT state, stretch FROM runs WHERE id = ?", (run_id,)
             ).fetchone()
-            if row is not None and row["state"] == "running" and row["stretch"] is not None:
+            running = row is not None and row["state"] == RunState.RUNNING
+            if running and row["stretch"] is not None:
                 last = self.db.execute(
                     "SELECT MAX(MAX(started), COALESCE(MAX(finished), 0)) AS last"
                     " FROM attempts WHERE run = ? AND started >= ?",
@@ -260,7 +261,10 @@ class Journal:
                 killed = max(0.0, float(last) - row["stretch"]) if last is not None else 0.0
                 self._run("UPDATE runs SET wall = wall + ? WHERE id = ?", (killed, run_id))
             now = self.clock()
-            self._run("UPDATE runs SET state = 'running', stretch = ? WHERE id = ?", (now, run_id))
+            self._run(
+                "UPDATE runs SET state = ?, stretch = ? WHERE id = ?",
+                (str(RunState.RUNNING), now, run_id),
+            )
             self._run(
                 "UPDATE attempts SET status = 'interrupted', finished = ?,"
                 " reason = 'fanout stopped before it settled' WHERE run = ? AND status IS NULL",
@@ -609,10 +613,8 @@ class Journal:
 
 
 __all__ = [
-    "FINAL_RUN_STATES",
     "Journal",
     "RunRow",
-    "Status",
     "UnitRow",
     "new_run_id",
     "no_state",

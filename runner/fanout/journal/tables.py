@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..outcome import CollectedFile, UnitState
+from ..outcome import CollectedFile, RunState, UnitState
 from ..units import Unit
 
 SCHEMA = """
@@ -98,8 +98,6 @@ CREATE TABLE IF NOT EXISTS changes (
 # Columns added since the first journal format: (column of runs, how to add it).
 MIGRATIONS = (("stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),)
 
-FINAL_RUN_STATES = ("finished",)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunRow:
@@ -108,7 +106,7 @@ class RunRow:
     job_file: str
     started: float
     finished: float | None
-    state: str
+    state: RunState
     round: int
     apply: bool
     parent: str | None
@@ -194,7 +192,7 @@ def run_row(row: sqlite3.Row) -> RunRow:
         job_file=row["job_file"],
         started=row["started"],
         finished=row["finished"],
-        state=row["state"],
+        state=RunState(row["state"]),
         round=row["round"],
         apply=bool(row["apply"]),
         parent=row["parent"],

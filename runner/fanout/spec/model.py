@@ -135,10 +135,6 @@ class Limit:
     requests_per_task: int = _default(_LIMIT, "requestsPerTask")
     max_in_flight: int | None = None
 
-    @property
-    def tasks_per_second(self) -> float:
-        return self.requests / self.per / self.requests_per_task
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Backoff:

@@ -1,5 +1,5 @@
-"""The SSH host inventory outside the job: fanout's own known_hosts file, trusting a
-host's key, and finding a host by name.
+"""Host keys (known_hosts): where fanout looks them up, its own known_hosts file, trusting
+a host's key, and finding the host a key is asked for by name.
 
 Host keys are always verified.  fanout reads the user's ``~/.ssh/known_hosts`` and its
 own file (``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``);

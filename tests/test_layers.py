@@ -1,0 +1,232 @@
+"""Imports point down the pipeline: every module under runner/fanout sits in one layer of
+``LAYERS`` and imports only from its own layer or a lower one.  And the README's module
+map names exactly the modules in the tree, so neither can drift.
+
+The import graph is read with ``ast`` from the source (relative and absolute imports,
+including those inside functions and under ``TYPE_CHECKING``: a local import is still a
+dependency, only a later one)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "runner" / "fanout"
+
+# The pipeline, lowest layer first (module names relative to the package: ``spec`` is
+# spec/__init__.py, ``spec.build`` spec/build.py, ``__init__`` the package's own).  A
+# module may import from its own layer or one below, never from one above.  A new module
+# gets a place here (the test fails until it has one).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundations", ("errors", "__init__")),
+    (
+        "values and text",
+        (
+            "quantities",
+            "safetext",
+            "redact",
+            "globs",
+            "tomlpos",
+            "cron",
+            "lint",
+            "hidden",
+            "slots",
+            "events",
+            "throttle",
+            "lock",
+        ),
+    ),
+    ("fates", ("outcome",)),
+    ("job language", ("templates", "schema")),
+    ("checks", ("checks.context", "checks.leaks", "checks.paths", "checks")),
+    ("spec", ("spec.model", "spec.build", "spec")),
+    ("selection", ("inputcommand", "sources", "units")),
+    # What an attempt is, decided on the coordinator, and the pieces every transport uses.
+    (
+        "attempt",
+        (
+            "invocation",
+            "capture",
+            "sandbox",
+            "collecting",
+            "transport",
+            "staging",
+            "verdict",
+            "attempt",
+        ),
+    ),
+    # Transports only move bytes and run steps.
+    (
+        "transports",
+        (
+            "local",
+            "knownhosts",
+            "protocol",
+            "ssh.wire",  # coming
+            "ssh.connection",
+            "ssh.probe",
+            "ssh.agent",
+            "ssh.transport",
+            "ssh",
+        ),
+    ),
+    ("bookkeeping", ("ladder", "limits", "journal.tables", "journal", "commands")),
+    ("round", ("round",)),
+    ("backlog", ("backlog",)),
+    ("dispatch", ("dispatch",)),
+    ("report", ("fleet", "report")),
+    ("run", ("run",)),
+    # TODO(lead): the scheduler fires runs through launch, so it belongs with the front
+    # ends above launch; it is here because launch.run_fire takes schedule.Fire (a value
+    # that could live lower, or run_fire could move to cli/scheduling.py).
+    ("scheduler", ("schedule",)),
+    ("launch", ("launch",)),
+    (
+        "front ends",
+        (
+            "plan",
+            "starter",
+            "progress",
+            "cli.console",
+            "cli.app",
+            "cli.hosts",
+            "cli.jobs",
+            "cli.runs",
+            "cli.scheduling",
+            "cli",
+            "__main__",
+        ),
+    ),
+)
+
+# Modules another change of issue 11 adds: listed above, not in the tree yet.
+COMING = frozenset({"attempt", "staging", "collecting", "ssh.wire"})
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def _package_of(name: str, path: Path) -> list[str]:
+    """The package a module's relative imports start from (as name parts)."""
+    if name == "__init__":
+        return []
+    parts = name.split(".")
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _with_packages(target: str) -> list[str]:
+    """Importing ``a.b`` runs ``a`` first: a module depends on the packages above its target."""
+    parts = target.split(".")
+    return [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package modules ``name`` imports, anywhere in its source."""
+    package = _package_of(name, path)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        bases: list[tuple[list[str], list[str]]] = []  # (module parts, imported names)
+        if isinstance(node, ast.ImportFrom):
+            module = node.module.split(".") if node.module else []
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                bases.append((base + module, [a.name for a in node.names]))
+            elif module[:1] == ["fanout"]:
+                bases.append((module[1:], [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "fanout":
+                    bases.append((parts[1:], []))
+        for parts, names in bases:
+            target = ".".join(parts) or "__init__"
+            targets = [f"{target}.{n}" if parts else n for n in names]
+            for candidate in [t for t in targets if t in known] or [target]:
+                found.update(_with_packages(candidate) if candidate != "__init__" else [])
+                if candidate == "__init__":
+                    found.add("__init__")
+    own = set(_with_packages(name)) if name != "__init__" else {"__init__"}
+    return {m for m in found if m in known or m == "__init__"} - own
+
+
+def violations(root: Path = PACKAGE) -> list[str]:
+    layer_of = {m: n for n, (_, members) in enumerate(LAYERS) for m in members}
+    found = modules(root)
+    problems = [
+        f"{m}: in no layer of tests/test_layers.py (give it one)"
+        for m in sorted(found)
+        if m not in layer_of
+    ]
+    for name, path in found.items():
+        if name not in layer_of:
+            continue
+        for target in sorted(imports(name, path, set(found))):
+            if layer_of.get(target, -1) > layer_of[name]:
+                problems.append(
+                    f"{name} ({LAYERS[layer_of[name]][0]}) imports {target}"
+                    f" ({LAYERS[layer_of[target]][0]}), a layer above it"
+                )
+    return problems
+
+
+def test_every_layer_member_is_listed_once() -> None:
+    members = [m for _, layer in LAYERS for m in layer]
+    assert sorted(m for m in set(members) if members.count(m) > 1) == []
+    # A name that left the tree (renamed, removed) leaves the list too.
+    assert sorted(set(members) - set(modules()) - COMING) == []
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    assert violations() == []
+
+
+def test_the_graph_sees_every_import_form(tmp_path: Path) -> None:
+    # A package shaped like fanout, each import form pointing up once.
+    root = tmp_path / "fanout"
+    (root / "spec").mkdir(parents=True)
+    (root / "cli").mkdir()
+    for name in ("__init__.py", "spec/__init__.py", "cli/__init__.py"):
+        (root / name).write_text("")
+    (root / "errors.py").write_text("def f():\n    from .dispatch import Round\n")
+    (root / "backlog.py").write_text("from . import dispatch\n")
+    (root / "quantities.py").write_text("import fanout.run\n")
+    (root / "outcome.py").write_text("from fanout.spec import model\n")
+    (root / "spec" / "model.py").write_text("from ..cli import app\n")
+    (root / "globs.py").write_text("from .ladder import x\n")
+    for name in ("dispatch.py", "run.py", "cli/app.py", "ladder.py"):
+        (root / name).write_text("")
+    graph = {n: imports(n, p, set(modules(root))) for n, p in modules(root).items()}
+    assert graph["errors"] == {"dispatch"}  # local, ``from .x import name``
+    assert graph["backlog"] == {"dispatch"}  # ``from . import module``
+    assert graph["quantities"] == {"run"}  # absolute ``import fanout.x``
+    assert graph["outcome"] == {"spec", "spec.model"}  # a package runs before its module
+    assert graph["spec.model"] == {"cli", "cli.app"}  # ``from .. import``
+    assert graph["globs"] == {"ladder"}
+
+
+def _readme_map() -> set[str]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    design = readme.split("\n## Design\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"\nModule map\b.*?```text\n(.*?)```", design, re.S)
+    assert block is not None, "the Design section has no module map"
+    return set(re.findall(r"[\w/]+\.(?:py|sh)\b", block.group(1)))
+
+
+def test_the_readme_module_map_names_exactly_the_modules_in_the_tree() -> None:
+    tree = {
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*")
+        if p.suffix in (".py", ".sh") and "__pycache__" not in p.parts
+    }
+    named = _readme_map()
+    assert (sorted(tree - named), sorted(named - tree)) == ([], [])
