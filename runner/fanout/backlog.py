@@ -12,6 +12,7 @@ from typing import Any
 
 from . import limits
 from .ladder import Progress
+from .outcome import UnitState
 from .round import Round
 from .units import Unit, select
 
@@ -57,7 +58,8 @@ def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
     if resumed:
         counts = ctx.journal.round_counts(ctx.run_id, ctx.number)
         units = sum(counts.values())
-        succeeded, failed = counts.get("succeeded", 0), counts.get("failed", 0)
+        succeeded = counts.get(UnitState.SUCCEEDED, 0)
+        failed = counts.get(UnitState.FAILED, 0)
     ctx.events.emit(
         "round.selected",
         round=ctx.number,

@@ -326,11 +326,11 @@ class Runner:
             )
             self.journal.record_changes(run_id, number, changes)
             for change in changes:
-                if change.state == "conflict":
+                if change.state is staging.ChangeState.CONFLICT:
                     self.events.emit(
                         "file.conflict", round=number, unit=row.unit.id, path=change.path
                     )
-            written += sum(1 for c in changes if c.state == "applied")
+            written += sum(1 for c in changes if c.state is staging.ChangeState.APPLIED)
         return written
 
     def _aggregate(

@@ -16,6 +16,7 @@ import re
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from . import globs
@@ -141,6 +142,16 @@ def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
     return tuple(unique.values())
 
 
+class ChangeState(StrEnum):
+    """What applying a collected file does to the workspace (as the report words it)."""
+
+    UNCHANGED = "unchanged"  # the workspace already holds these bytes
+    CHANGED = "changed"  # would overwrite the staged version (without --apply)
+    NEW = "new"  # would create the file (without --apply)
+    CONFLICT = "conflict"  # the workspace file changed since it was staged: never touched
+    APPLIED = "applied"  # written back
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Change:
     """A collected file compared with the workspace: what applying it would do."""
@@ -149,7 +160,7 @@ class Change:
     path: str
     added: int
     removed: int
-    state: str  # "unchanged", "changed", "new", "conflict", "applied"
+    state: ChangeState
 
 
 def staged_hashes(staged: Iterable[StagedFile]) -> dict[str, str]:
@@ -193,20 +204,28 @@ def apply(
         target = workspace / item.path
         if not inside(target.resolve(), workspace.resolve()):
             changes.append(
-                Change(unit_id=unit_id, path=item.path, added=0, removed=0, state="conflict")
+                Change(
+                    unit_id=unit_id, path=item.path, added=0, removed=0, state=ChangeState.CONFLICT
+                )
             )
             continue
         current = sha256_file(target) if target.is_file() else None
         if current == item.sha256:
             changes.append(
-                Change(unit_id=unit_id, path=item.path, added=0, removed=0, state="unchanged")
+                Change(
+                    unit_id=unit_id, path=item.path, added=0, removed=0, state=ChangeState.UNCHANGED
+                )
             )
             continue
         added, removed = diffstat(target if current else None, source)
         if current != staged.get(item.path):
             changes.append(
                 Change(
-                    unit_id=unit_id, path=item.path, added=added, removed=removed, state="conflict"
+                    unit_id=unit_id,
+                    path=item.path,
+                    added=added,
+                    removed=removed,
+                    state=ChangeState.CONFLICT,
                 )
             )
             continue
@@ -217,7 +236,10 @@ def apply(
             if target.exists():
                 shutil.copymode(target, temporary)
             os.replace(temporary, target)
-        state = "applied" if write else ("new" if current is None else "changed")
+        if write:
+            state = ChangeState.APPLIED
+        else:
+            state = ChangeState.NEW if current is None else ChangeState.CHANGED
         changes.append(
             Change(unit_id=unit_id, path=item.path, added=added, removed=removed, state=state)
         )
