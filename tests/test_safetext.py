@@ -18,7 +18,7 @@ from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
-from fanout.staging import Change
+from fanout.staging import Change, ChangeState
 
 from fakes import FakeTransport
 from helpers import write_job
@@ -98,8 +98,12 @@ async def test_report_md_of_a_hostile_run_matches_the_reviewed_golden_file(
         run_id,
         1,
         [
-            Change(unit_id="plain", path="docs/`x`|y\\|z.md", added=3, removed=1, state="new"),
-            Change(unit_id="# heading", path="\u202ecod.exe", added=1, removed=0, state="new"),
+            Change(
+                unit_id="plain", path="docs/`x`|y\\|z.md", added=3, removed=1, state=ChangeState.NEW
+            ),
+            Change(
+                unit_id="# heading", path="\u202ecod.exe", added=1, removed=0, state=ChangeState.NEW
+            ),
         ],
     )
     written = report.write(runner.journal, run_id, runner.run_dir(run_id))
