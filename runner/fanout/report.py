@@ -257,7 +257,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     for unit in data["units"][:SHOWN_UNITS]:
         lines.append(
             f"| {code(unit['unit'])} | {unit['round']} | {md(unit['state'])} "
-            f"| {md(unit['rung'])} | {unit['attempts']} "
+            f"| {md(unit['rung']) or '-'} | {unit['attempts']} "
             f"| {format_duration(unit['workerSeconds'])} |"
         )
     total = data.get("unitCount", len(data["units"]))
