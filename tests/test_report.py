@@ -365,3 +365,21 @@ def test_report_md_of_a_fixed_journal_reads_as_its_golden_file(tmp_path: Path) -
     markdown = report.write(journal, RUN, tmp_path / "out")
     expected = (DATA / "golden" / "report.md").read_text(encoding="utf-8")
     assert markdown.read_text(encoding="utf-8") == expected
+
+
+def test_report_json_lists_each_unit_as_its_journal_row_has_it(tmp_path: Path) -> None:
+    """report.json reads only what it lists (SQLite extracts the rung and the origin);
+    each record still says what the unit's full journal row says."""
+    journal = _fixed_journal(tmp_path / "state")
+    records = list(report.unit_records(journal, RUN))
+    rows = list(journal.units(RUN))
+    assert [r["unit"] for r in records] == [row.unit.id for row in rows]
+    assert records[0]["collected"] == ["notes/issue-101.md"]
+    assert records[3]["outputTail"] == EVIL_TAIL
+    assert (records[0]["origin"], records[6]["rung"]) == ("issues.jsonl:1", "")
+    for record, row in zip(records, rows, strict=True):
+        tail = record.pop("outputTail", None)
+        assert tail == (None if str(row.state) == "succeeded" else row.tail)
+        changes = record.pop("changes")
+        assert record == report.unit_record(row)
+        assert [c["path"] for c in changes] == [c.path for c in row.collected]
