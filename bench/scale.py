@@ -160,8 +160,11 @@ def main() -> None:
             print(rows[-1], file=sys.stderr, flush=True)
     kind = "synthetic journals of settled units" if options.synthetic else "no-op units"
     print(f"{kind}, sandbox none, concurrency {options.concurrency}\n")
-    print("| units | units/s | peak RSS MiB | journal MiB | status s | report s | report json s |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| units | units/s | first / last tenth | peak RSS MiB | journal MiB | status s"
+        " | report s | report json s |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print(row)
 

@@ -1,4 +1,4 @@
-"""Rate limits on virtual time (looptime drives the loop clock aiolimiter reads)."""
+"""Rate limits on virtual time (looptime drives the loop clock the rate gate reads)."""
 
 from __future__ import annotations
 
@@ -200,16 +200,17 @@ async def test_starts_pass_a_pause_in_arrival_order() -> None:
         gate.release()
 
     await asyncio.gather(throttled_every_time(), waiting())
-    # The queued start came due at 1 s, inside the pause (0.5 to 1.5 s); it takes the
-    # pace's next start after the pause (2 s), ahead of the hot unit (3 s), whose pauses
-    # then double from 1 s (2, 4, then the 5 s cap).
+    # The queued start came due at 1 s, inside the pause (0.5 to 1.5 s); it starts when
+    # the pause ends (1.5 s), ahead of the hot unit, which waits out the pace (2.5 s); its
+    # pauses then double from 1 s (2, 4, then the 5 s cap).  (With aiolimiter the queued
+    # start spent the 1 s slot inside the pause and took the next one, at 2 s.)
     assert [(who, round(t, 2)) for who, t in passed] == [
         ("hot", 0.0),
-        ("queued", 2.0),
-        ("hot", 3.0),
-        ("hot", 5.5),
-        ("hot", 10.0),
-        ("hot", 15.5),
+        ("queued", 1.5),
+        ("hot", 2.5),
+        ("hot", 5.0),
+        ("hot", 9.5),
+        ("hot", 15.0),
     ]
 
 
@@ -222,3 +223,22 @@ async def test_a_pause_ending_on_a_virtual_clock_tick_does_not_spin() -> None:
     gate.pause("api", 5.000000000000004)
     await asyncio.wait_for(gate.acquire(), 10)
     assert loop.time() == pytest.approx(32.166093, abs=1e-5)
+
+
+async def test_a_wait_on_one_limit_does_not_spend_another_limits_capacity_early() -> None:
+    """Capacity is taken from every limit at the moment the task starts.  Taken from the
+    first limit before a pause on the second had ended (aiolimiter's ``acquire`` takes
+    what it waits for), the start landed 9.99 s after the first limit's capacity was
+    spent, and the next start followed 0.01 s later: two starts in 10 s on a limit of one."""
+    loop = asyncio.get_running_loop()
+    slow = Limit(name="slow", requests=1, per=10)
+    fast = Limit(name="fast", requests=100, per=1)
+    gate = RateGate([slow, fast], Throttle(initial=1, max=600, jitter=0))
+    gate.pause("fast", 9.99)
+    times = []
+    for _ in range(3):
+        await gate.acquire()
+        times.append(loop.time())
+        gate.release()
+    assert _most_in_any_window(times, 10) == 1
+    assert [round(t, 3) for t in times] == [9.99, 19.99, 29.99]

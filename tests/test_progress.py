@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 import re
+from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ def test_the_live_display_gets_no_escape_sequence_from_a_unit() -> None:
         for event in EVENTS:
             display(event)
     # Rich's colours and the moves that redraw the live line, and nothing else.
-    rich_own = r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r\x1b\[2K|\r\x1b\[1A\x1b\[2K$"
+    rich_own = r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r?(\x1b\[1A|\x1b\[2K)+"
     assert ESC not in re.sub(rich_own, "", out.getvalue())
     assert EXPECTED[3] in out.getvalue()
 
@@ -177,6 +178,13 @@ class _Clock:
         return self.now
 
 
+def _shown(display: Display, width: int) -> list[str]:
+    """The live display's lines, as a terminal ``width`` wide shows them."""
+    console = Console(file=StringIO(), record=True, force_terminal=True, width=width)
+    console.print(display.progress.get_renderable())
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
 def _live_transcript(recorded: Recorded, moments: list[float], width: int = 160) -> list[str]:
     """What a terminal shows: the lines printed above the live display, and the live
     display itself (marked ``|``) as it stands after the last event at each moment."""
@@ -191,7 +199,7 @@ def _live_transcript(recorded: Recorded, moments: list[float], width: int = 160)
         following = recorded[n + 1][0] - start if n + 1 < len(recorded) else float("inf")
         while pending and clock.now <= pending[0] < following:
             clock.now = pending.pop(0)
-            for line in display.renderable().plain.splitlines():
+            for line in _shown(display, width):
                 console.print(Text("| " + line), highlight=False, soft_wrap=True)
     return _lines(console.export_text())
 
@@ -315,17 +323,24 @@ class _Fleet(FakeTransport):
 # What users read, per run (the live display's lines start with ``|``).
 STREAMED_LIVE = [
     "run R of sweep started",
-    "| round 1  0 done, 200 selected so far  1 running  199 queued  0 failed  0.0s  paced by limit api 120/min",
-    "| round 1  1 done, 200 selected so far  1 running  198 queued  0 failed  1.0/s  1.0s  eta at least 3m 19s  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━━  0 done, 200 selected so far  0.0s",
+    "| 1 running  199 queued  0 failed  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━━  1 done, 200 selected so far  1.0s  1.0/s  eta at least 3m 19s",
+    "| 1 running  198 queued  0 failed  paced by limit api 120/min",
     "u003: attempt 1 (default) failed in 1.0s: exit 1",
-    "| round 1  22 done, 200 selected so far  2 running  176 queued  0 failed  1.8/s  12s  eta at least 1m 41s  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━━  22 done, 200 selected so far  12s  1.8/s  eta at least 1m 41s",
+    "| 2 running  176 queued  0 failed  paced by limit api 120/min",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "| round 1  117 done, 200 selected so far  2 running  81 queued  1 failed  1.9/s  1m  eta at least 43s  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━━  117 done, 200 selected so far  1m  1.9/s  eta at least 43s",
+    "| 2 running  81 queued  1 failed  paced by limit api 120/min",
     "round 1: 450 unit(s) from 450 record(s)",
-    "| round 1  397/450 done  2 running  51 queued  1 failed  2.0/s  3m 20s  eta 27s  paced by limit api 120/min",
-    "| round 1  399/450 done  2 running  49 queued  1 failed  2.0/s  3m 21s  eta 26s  paced by limit api 120/min",
-    "| round 1  449/450 done  1 running  0 queued  1 failed  2.0/s  3m 46s  eta 0.5s  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━╸━━  397/450 done  3m 20s  2.0/s  eta 27s",
+    "| 2 running  51 queued  1 failed  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━╸━━  399/450 done  3m 21s  2.0/s  eta 26s",
+    "| 2 running  49 queued  1 failed  paced by limit api 120/min",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━╸  449/450 done  3m 46s  2.0/s  eta 0.5s",
+    "| 1 running  0 queued  1 failed  paced by limit api 120/min",
 ]
 
 STREAMED_PLAIN = [
@@ -334,20 +349,23 @@ STREAMED_PLAIN = [
     "u003: attempt 1 (default) failed in 1.0s: exit 1",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "progress: round 1  117 done, 200 selected so far  1 running  82 queued  1 failed  1.9/s  1m  eta at least 43s  paced by limit api 120/min",
-    "progress: round 1  237 done, 400 selected so far  1 running  162 queued  1 failed  2.0/s  2m  eta at least 1m 23s  paced by limit api 120/min",
-    "progress: round 1  357 done, 400 selected so far  1 running  42 queued  1 failed  2.0/s  3m  eta at least 22s  paced by limit api 120/min",
+    "progress: round 1  117 done, 200 selected so far  1m  1.9/s  eta at least 43s  1 running  82 queued  1 failed  paced by limit api 120/min",
+    "progress: round 1  237 done, 400 selected so far  2m  2.0/s  eta at least 1m 23s  1 running  162 queued  1 failed  paced by limit api 120/min",
+    "progress: round 1  357 done, 400 selected so far  3m  2.0/s  eta at least 22s  1 running  42 queued  1 failed  paced by limit api 120/min",
     "round 1: 450 unit(s) from 450 record(s)",
 ]
 
 RESUMED_LIVE = [
     "run R resumed at round 1",
     "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
-    "| round 1  31/450 done  4 running  415 queued  0 failed  0.0s  paced by 4 slot(s)",
+    "| round 1  ━╺━━━━━━━━━━━━━━━━━━  31/450 done  0.0s",
+    "| 4 running  415 queued  0 failed  paced by 4 slot(s)",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "| round 1  35/450 done  4 running  411 queued  1 failed  4.0/s  1.0s  eta 1m 44s  paced by 4 slot(s)",
-    "| round 1  151/450 done  4 running  295 queued  1 failed  4.0/s  30s  eta 1m 15s  paced by 4 slot(s)",
+    "| round 1  ━╸━━━━━━━━━━━━━━━━━━  35/450 done  1.0s  4.0/s  eta 1m 44s",
+    "| 4 running  411 queued  1 failed  paced by 4 slot(s)",
+    "| round 1  ━━━━━━╸━━━━━━━━━━━━━  151/450 done  30s  4.0/s  eta 1m 15s",
+    "| 4 running  295 queued  1 failed  paced by 4 slot(s)",
 ]
 
 RESUMED_PLAIN = [
@@ -356,16 +374,18 @@ RESUMED_PLAIN = [
     "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "progress: round 1  267/450 done  3 running  180 queued  1 failed  3.9/s  1m  eta 47s  paced by 4 slot(s)",
+    "progress: round 1  267/450 done  1m  3.9/s  eta 47s  3 running  180 queued  1 failed  paced by 4 slot(s)",
 ]
 
 RESUMED_SELECTED_LIVE = [
     "run R resumed at round 1",
     "round 1: 20 unit(s) from 20 record(s), 11 settled before (11 succeeded, 0 failed), 9 remain",
-    "| round 1  11/20 done  4 running  5 queued  0 failed  0.0s  paced by 4 slot(s)",
+    "| round 1  ━━━━━━━━━━━╺━━━━━━━━  11/20 done  0.0s",
+    "| 4 running  5 queued  0 failed  paced by 4 slot(s)",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "| round 1  15/20 done  4 running  1 queued  1 failed  4.0/s  1.0s  eta 1.2s  paced by 4 slot(s)",
+    "| round 1  ━━━━━━━━━━━━━━━╺━━━━  15/20 done  1.0s  4.0/s  eta 1.2s",
+    "| 4 running  1 queued  1 failed  paced by 4 slot(s)",
 ]
 
 FLEET_LIVE = [
@@ -373,17 +393,21 @@ FLEET_LIVE = [
     "round 1: 24 unit(s) from 24 record(s)",
     "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
-    "| round 1  0/24 done  4 running  20 queued  0 failed  0.0s  paced by 4 slot(s)",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━━  0/24 done  0.0s",
+    "| 4 running  20 queued  0 failed  paced by 4 slot(s)",
     "| hosts  h1 2/2 up  h2 2/2 up  h3 0/1 quarantined",
     "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
     "u013: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
     "u015: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
-    "| round 1  12/24 done  2 running  10 queued  0 failed  3.4/s  3.5s  eta 3.5s  paced by 2 slot(s)",
+    "| round 1  ━━━━━━━━━━╺━━━━━━━━━  12/24 done  3.5s  3.4/s  eta 3.5s",
+    "| 2 running  10 queued  0 failed  paced by 2 slot(s)",
     "| hosts  h1 2/2 up  h2 0/2 lost  h3 0/1 quarantined",
-    "| round 1  14/24 done  2 running  8 queued  0 failed  3.5/s  4.0s  eta 2.9s  paced by 2 slot(s)",
+    "| round 1  ━━━━━━━━━━━╸━━━━━━━━  14/24 done  4.0s  3.5/s  eta 2.9s",
+    "| 2 running  8 queued  0 failed  paced by 2 slot(s)",
     "| hosts  h1 2/2 up  h2 0/2 lost  h3 0/1 quarantined",
     "host h2 is back: 2 slot(s)",
-    "| round 1  24/24 done  0 running  0 queued  0 failed  2.7/s  9.0s  paced by 4 slot(s)",
+    "| round 1  ━━━━━━━━━━━━━━━━━━━━  24/24 done  9.0s  2.7/s",
+    "| 0 running  0 queued  0 failed  paced by 4 slot(s)",
     "| hosts  h1 0/2 up  h2 0/2 up  h3 0/1 quarantined",
 ]
 
@@ -597,9 +621,68 @@ def test_the_live_display_moves_on_while_no_event_comes() -> None:
         display({"event": "attempt.started", "round": 1, "unit": "u0", "attempt": 1, "rung": "a"})
         display({"event": "limit.paused", "limit": "api", "seconds": 200.0, "reason": "429"})
         clock.now = 125.0
-        assert display._live is not None
-        display._live.refresh()  # what rich's refresh thread does four times a second
-    assert (
-        "round 1  0/10 done  1 running  9 queued  0 failed  2m 5s  paced by 4 slot(s)"
-        "  [api paused 1m 15s]" in re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
-    )
+        display.progress.refresh()  # what rich's refresh thread does four times a second
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    assert "round 1  ━━━━━━━━━━━━━━━━━━━━  0/10 done  2m 5s" in shown
+    assert "1 running  9 queued  0 failed  paced by 4 slot(s)  [api paused 1m 15s]" in shown
+
+
+# A golden rendering of a recorded event log (tests/data/progress/events.jsonl, as a run
+# on three SSH hosts writes it: a streamed selection, a notice, a quarantined host, a
+# throttle pause, a lost host that comes back, a hostile unit id and reason, a Ctrl-C),
+# on a terminal 100 columns wide, with the clocks reading each event's time.  Regenerate
+# nothing automatically: the golden file is a reviewed statement of what users read.
+DATA = Path(__file__).parent / "data"
+
+
+def _recorded_log() -> list[dict[str, Any]]:
+    text = (DATA / "progress" / "events.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _replay(display: Display, clock: _Clock, log: list[dict[str, Any]], shown: Any) -> None:
+    start = log[0]["time"]
+    for n, event in enumerate(log):
+        clock.now = event["time"] - start
+        display(event)
+        if n + 1 == len(log) or log[n + 1]["time"] != event["time"]:
+            shown(clock.now)
+
+
+def _live_rendering() -> str:
+    log = _recorded_log()
+    console = Console(file=StringIO(), record=True, width=100, force_terminal=True)
+    clock = _Clock()
+    start = log[0]["time"]
+    wall = lambda: datetime.fromtimestamp(start + clock.now, UTC)  # noqa: E731
+    display = Display(console, live=True, clock=clock, wall=wall)
+
+    def shown(at: float) -> None:
+        # What the screen holds until the next event: the live display, marked ``|``.
+        console.print(Text(f"-- {at:g}s"), highlight=False)
+        for line in _shown(display, 98):
+            console.print(Text("| " + line), highlight=False, soft_wrap=True)
+
+    _replay(display, clock, log, shown)
+    return console.export_text()
+
+
+def _plain_rendering() -> str:
+    log = _recorded_log()
+    out = StringIO()
+    clock = _Clock()
+    start = log[0]["time"]
+    wall = lambda: datetime.fromtimestamp(start + clock.now, UTC)  # noqa: E731
+    display = Display(Console(file=out, width=100), live=False, clock=clock, wall=wall)
+    _replay(display, clock, log, lambda at: None)
+    return out.getvalue()
+
+
+def test_the_live_display_of_a_recorded_event_log_reads_as_its_golden_file() -> None:
+    expected = (DATA / "golden" / "progress-live.txt").read_text(encoding="utf-8")
+    assert _live_rendering() == expected
+
+
+def test_the_log_lines_of_a_recorded_event_log_read_as_their_golden_file() -> None:
+    expected = (DATA / "golden" / "progress-plain.txt").read_text(encoding="utf-8")
+    assert _plain_rendering() == expected

@@ -10,7 +10,7 @@ from pathlib import Path
 from fanout import report
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
-from fanout.outcome import Outcome, RunState, UnitState
+from fanout.outcome import AttemptResult, CollectedFile, Outcome, RunState, Status, UnitState
 from fanout.units import Unit
 
 
@@ -163,9 +163,223 @@ def test_report_json_lists_every_unit_and_report_md_at_most_shown_units(tmp_path
 class _Change:
     """A change as fan-in records it (the fields record_changes reads)."""
 
-    def __init__(self, *, unit_id: str, path: str) -> None:
+    def __init__(
+        self, *, unit_id: str, path: str, added: int = 3, removed: int = 1, state: str = "applied"
+    ) -> None:
         self.unit_id = unit_id
         self.path = path
-        self.added = 3
-        self.removed = 1
-        self.state = "applied"
+        self.added = added
+        self.removed = removed
+        self.state = state
+
+
+# A golden report.md from a fixed journal: real SQLite written through the journal's API
+# with a fixed clock and run id, every attempt's duration fixed, and the run's event log
+# (tests/data/progress/events.jsonl, the same run on three SSH hosts) for host states.
+# Regenerate nothing automatically: the golden file is a reviewed statement of what a
+# pull request comment says.
+DATA = Path(__file__).parent / "data"
+RUN = "20261130T030000-7f3a"
+EVIL_ID = "evil\x1b[2J[bold]id[/]"
+EVIL_REASON = (
+    "exit 1: </summary><img src=x onerror=alert(1)> **LGTM** [approve](https://evil.example)"
+    " \x1b[1A\x1b[2Kall tests passed"
+)
+EVIL_TAIL = (
+    "running tests\n```\n## All checks passed\n\x1b[31mFAIL\x1b[0m test_login\r"
+    "<script>alert(1)</script> | `x` ~~~\n"
+)
+
+
+def _attempt(
+    journal: Journal,
+    unit: str,
+    n: int,
+    result: AttemptResult,
+    outcome: Outcome | None = None,
+    *,
+    rung: str = "default",
+) -> None:
+    journal.attempt_dispatched(RUN, 1, unit, n, rung, result.host)
+    journal.attempt_settled(
+        RUN,
+        1,
+        unit,
+        n,
+        result,
+        rung=0,
+        rung_attempts=n,
+        failures=0,
+        last=result.last_context(rung, n),
+        outcome=outcome,
+    )
+
+
+def _fixed_journal(state_dir: Path) -> Journal:
+    """An interrupted run of 9 units on hosts h1, h2 and h3 (quarantined): succeeded,
+    throttled then lost then succeeded, timed out, lost then failed with a hostile
+    reason, interrupted and never started; collected files applied, new and in conflict."""
+    journal = Journal(state_dir / "journal.sqlite", clock=lambda: 1796007600.0)
+    journal.create_run(job="triage", job_file="triage.toml", apply=True, run_id=RUN)
+    ids = ["issue-101", "issue-102", "issue-103", EVIL_ID, "issue-104", "issue-105"]
+    ids += ["issue-106", "issue-107", "issue-108"]
+    journal.add_units(
+        RUN,
+        1,
+        (
+            Unit(id=uid, index=n, items=({"id": uid},), origin=f"issues.jsonl:{n + 1}")
+            for n, uid in enumerate(ids)
+        ),
+    )
+    journal.set_round(RUN, 1, records=10, selected=9)
+    ok = Status.SUCCEEDED
+
+    def done(unit: str, n: int, seconds: float, host: str, collected: tuple[str, ...] = ()) -> None:
+        files = tuple(CollectedFile(path=p, sha256="0" * 64, size=1) for p in collected)
+        result = AttemptResult(status=ok, reason="ok", exit_code=0, duration=seconds, host=host)
+        outcome = Outcome(
+            unit_id=unit,
+            round=1,
+            state=UnitState.SUCCEEDED,
+            rung="default",
+            attempts=n,
+            reason="ok",
+            collected=files,
+        )
+        _attempt(journal, unit, n, result, outcome)
+
+    done("issue-101", 1, 20.0, "h1", ("notes/issue-101.md",))
+    throttled = "429 Too Many Requests (Retry-After: 30)"
+    _attempt(
+        journal,
+        "issue-102",
+        1,
+        AttemptResult(
+            status=Status.THROTTLED,
+            reason=throttled,
+            exit_code=1,
+            duration=21.5,
+            host="h2",
+            retry_after=30.0,
+            throttled_limit="api",
+        ),
+    )
+    lost = AttemptResult(
+        status=Status.LOST, reason="lost h2: connection lost", duration=5.0, host="h2"
+    )
+    _attempt(journal, "issue-102", 2, lost)
+    done("issue-102", 3, 24.0, "h1", ("src/api.py",))
+    timeout = "timed out after 30s (worker and verify)"
+    for n in (1, 2):
+        _attempt(
+            journal,
+            "issue-103",
+            n,
+            AttemptResult(
+                status=Status.TIMEOUT,
+                reason=timeout,
+                duration=30.0,
+                host="h1",
+                output_tail="step 1/3\nstep 2/3\n",
+            ),
+            None
+            if n == 1
+            else Outcome(
+                unit_id="issue-103",
+                round=1,
+                state=UnitState.FAILED,
+                rung="default",
+                attempts=2,
+                reason=timeout,
+                output_tail="step 1/3\nstep 2/3\n",
+            ),
+        )
+    quarantine = "h3: cannot create a sandbox in /srv/sandboxes: Permission denied"
+    _attempt(
+        journal,
+        EVIL_ID,
+        1,
+        AttemptResult(status=Status.LOST, reason=quarantine, duration=0.4, host="h3"),
+    )
+    _attempt(
+        journal,
+        EVIL_ID,
+        2,
+        AttemptResult(
+            status=Status.FAILED,
+            reason=EVIL_REASON,
+            exit_code=1,
+            duration=26.0,
+            host="h1",
+            output_tail=EVIL_TAIL,
+        ),
+        Outcome(
+            unit_id=EVIL_ID,
+            round=1,
+            state=UnitState.FAILED,
+            rung="default",
+            attempts=2,
+            reason=EVIL_REASON,
+            output_tail=EVIL_TAIL,
+        ),
+    )
+    done("issue-104", 1, 22.0, "h2", ("docs/a|b `c`.md",))
+    for n, unit in enumerate(("issue-105", "issue-106")):
+        journal.attempt_dispatched(RUN, 1, unit, 1, "default", ("h1", "h2")[n])
+        journal.unit_interrupted(RUN, 1, unit)
+    journal.record_changes(
+        RUN,
+        1,
+        [
+            _Change(
+                unit_id="issue-101", path="notes/issue-101.md", added=12, removed=0, state="applied"
+            ),
+            _Change(unit_id="issue-102", path="src/api.py", added=4, removed=2, state="conflict"),
+            _Change(unit_id="issue-104", path="docs/a|b `c`.md", added=3, removed=0, state="new"),
+        ],
+    )
+    stats = {
+        "api": {
+            "starts": 9,
+            "achievedPerMinute": 4.576,
+            "configuredPerMinute": 30.0,
+            "throttles": 1,
+            "pausedSeconds": 30.0,
+        }
+    }
+    journal.finish_run(
+        RUN,
+        state=RunState.INTERRUPTED,
+        wall=118.5,
+        note="interrupted; `fanout run --resume` continues",
+        limits=stats,
+    )
+    log = state_dir / "runs" / RUN / "events.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_bytes((DATA / "progress" / "events.jsonl").read_bytes())
+    return journal
+
+
+def test_report_md_of_a_fixed_journal_reads_as_its_golden_file(tmp_path: Path) -> None:
+    journal = _fixed_journal(tmp_path / "state")
+    markdown = report.write(journal, RUN, tmp_path / "out")
+    expected = (DATA / "golden" / "report.md").read_text(encoding="utf-8")
+    assert markdown.read_text(encoding="utf-8") == expected
+
+
+def test_report_json_lists_each_unit_as_its_journal_row_has_it(tmp_path: Path) -> None:
+    """report.json reads only what it lists (SQLite extracts the rung and the origin);
+    each record still says what the unit's full journal row says."""
+    journal = _fixed_journal(tmp_path / "state")
+    records = list(report.unit_records(journal, RUN))
+    rows = list(journal.units(RUN))
+    assert [r["unit"] for r in records] == [row.unit.id for row in rows]
+    assert records[0]["collected"] == ["notes/issue-101.md"]
+    assert records[3]["outputTail"] == EVIL_TAIL
+    assert (records[0]["origin"], records[6]["rung"]) == ("issues.jsonl:1", "")
+    for record, row in zip(records, rows, strict=True):
+        tail = record.pop("outputTail", None)
+        assert tail == (None if str(row.state) == "succeeded" else row.tail)
+        changes = record.pop("changes")
+        assert record == report.unit_record(row)
+        assert [c["path"] for c in changes] == [c.path for c in row.collected]

@@ -1,30 +1,32 @@
 """Rate limits of the external APIs workers call: how fast units may start, and the
-pause that follows when an API says "slow down".  The only module that imports aiolimiter.
+pause that follows when an API says "slow down".
 
 Pacing.  A task takes ``requestsPerTask`` requests from every limit it uses, so at most
 ``floor(requests / requestsPerTask)`` tasks fit in any window of length ``per`` (50
 requests a minute at 4 a task is 12 tasks, not 12.5: the 13th would make 52).  Starts
-are spaced evenly, one every ``per / floor(requests / requestsPerTask)`` seconds
-(``AsyncLimiter(1, interval)``): aiolimiter's plain leaky bucket would let a whole
-period's worth through at once and about twice the rate in the first period, while even
-spacing keeps every window of length ``per`` within ``requests``.  Every limit the task
-uses applies, so the tightest sets the pace of the fleet.  ``maxInFlight`` caps
-concurrent tasks per API.
+are spaced evenly, one every ``per / floor(requests / requestsPerTask)`` seconds: n + 1
+starts then span at least ``per``, so no window of length ``per`` ever holds more than
+the limit allows (a leaky bucket with a burst would let a whole period's worth through at
+once and about twice the rate in the first period).  Every limit the task uses applies,
+so the tightest sets the pace of the fleet, and a start takes its place on every limit at
+the one moment it starts: not earlier, while it still waits for another limit or a
+pause.  ``maxInFlight`` caps concurrent tasks per API.  (fanout used aiolimiter for this
+and dropped it: README "Design" says why.)
 
-The pause gate.  aiolimiter cannot pause, so the gate beside it can: when a worker
-reports a throttle signal (see ``throttle``) the named limit, or every limit the task
-uses, stops granting starts for ``max(Retry-After, backoff) * (1 + U(0, jitter))``,
-capped at ``retry.throttle.max`` but never shorter than Retry-After.  ``backoff``
-doubles from ``retry.throttle.initial`` with each throttle in a row on that limit and
-resets after a success; the jitter keeps clients from retrying in lockstep.  Units
-already running are not disturbed; queued units hold no capacity, so the pause reaches
-them.  With no limits declared a throttle signal pauses all dispatch.
+The pause gate.  When a worker reports a throttle signal (see ``throttle``) the named
+limit, or every limit the task uses, stops granting starts for
+``max(Retry-After, backoff) * (1 + U(0, jitter))``, capped at ``retry.throttle.max`` but
+never shorter than Retry-After.  ``backoff`` doubles from ``retry.throttle.initial``
+with each throttle in a row on that limit and resets after a success; the jitter keeps
+clients from retrying in lockstep.  Units already running are not disturbed; queued units
+hold no capacity, so the pause reaches them.  With no limits declared a throttle signal
+pauses all dispatch.
 
 Starts are granted first come, first served: waiters pass the pauses and the pacing one
-at a time, in arrival order.  Without that order a unit whose start capacity came due
-inside a new pause went back to sleep and drew fresh capacity behind the unit that had
-just been throttled and re-entered first, so a unit throttled on every attempt kept
-every start after each pause and a queued unit never started (issue 9, defect 5).
+at a time, in arrival order.  Without that order a unit whose start came due inside a
+new pause went back to sleep behind the unit that had just been throttled and re-entered
+first, so a unit throttled on every attempt kept every start after each pause and a
+queued unit never started (issue 9, defect 5).
 """
 
 from __future__ import annotations
@@ -35,30 +37,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiolimiter import AsyncLimiter
-
 from .events import Events
 from .outcome import AttemptResult, Status
 from .spec import Limit, Spec, Throttle
 
-# Spacing a hair wider than exact, so float rounding never fits one start too many.
-_SAFETY = 1 + 1e-6
-# Pause left-overs shorter than this are float dust (``until - now`` of 7e-15 after a
-# sleep that ended on time): waiting them out would spin forever on a coarse or virtual
-# clock, which does not move while nothing else is scheduled.
+# Waits shorter than this are float dust (``until - now`` of 7e-15 after a sleep that
+# ended on time): waiting them out would spin forever on a coarse or virtual clock, which
+# does not move while nothing else is scheduled.  A start may so begin up to _DUST early,
+# and the spacing is widened by twice that (plus a relative hair for rounding), so even
+# then n + 1 starts span more than ``per``.
 _DUST = 1e-6
+_SAFETY = 1 + 1e-6
 ALL = "*"
-
-
-class _EvenLimiter(AsyncLimiter):
-    """aiolimiter's bucket, with float dust swept up: after ``interval`` the level can be
-    1e-16 instead of 0, and the wake-up it then schedules for that dust can land on the
-    same clock tick forever on a coarse (or virtual) clock."""
-
-    def _leak(self) -> None:
-        super()._leak()
-        if self._level < 1e-9:
-            self._level = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +133,11 @@ class OpenGate:
 @dataclass(eq=False)
 class _State:
     name: str
-    limiter: _EvenLimiter | None
+    # Seconds between two starts, and the earliest moment of the next one (None: no pace).
+    interval: float | None
     in_flight: asyncio.Semaphore | None
     configured_per_second: float | None
+    next_start: float = float("-inf")
     paused_until: float = 0.0
     throttles_in_a_row: int = 0
     throttles: int = 0
@@ -173,16 +165,15 @@ class RateGate:
         self._turn = asyncio.Lock()  # FIFO: starts pass the pauses in arrival order
         for limit in limits:
             pace = Pace(limit)
-            interval = 1 / pace.tasks_per_second * _SAFETY
             self._states[limit.name] = _State(
                 name=limit.name,
-                limiter=_EvenLimiter(1, interval),
+                interval=limit.per / pace.tasks_per_window * _SAFETY + 2 * _DUST,
                 in_flight=asyncio.Semaphore(limit.max_in_flight) if limit.max_in_flight else None,
                 configured_per_second=pace.tasks_per_second,
             )
         if not self._states:
             self._states[ALL] = _State(
-                name=ALL, limiter=None, in_flight=None, configured_per_second=None
+                name=ALL, interval=None, in_flight=None, configured_per_second=None
             )
 
     async def acquire(self) -> None:
@@ -194,34 +185,32 @@ class RateGate:
                     await state.in_flight.acquire()
                     held.append(state.in_flight)
             async with self._turn:
-                while True:
-                    for state in self._states.values():
-                        await self._unpaused(state)
-                        if state.limiter is not None:
-                            await state.limiter.acquire()
-                    # A pause that began while this start waited for capacity still applies.
-                    if not any(self._paused(s, loop.time()) for s in self._states.values()):
-                        break
+                await self._due()
         except BaseException:
             for semaphore in held:
                 semaphore.release()
             raise
         now = loop.time()
         for state in self._states.values():
+            if state.interval is not None:
+                # From the moment it was due, so a start let through _DUST early does
+                # not pull the next one earlier too.
+                state.next_start = max(now, state.next_start) + state.interval
             if not state.starts:
                 state.first_start = now
             state.starts += 1
             state.last_start = now
 
-    async def _unpaused(self, state: _State) -> None:
+    async def _due(self) -> None:
+        """Sleep until no limit is paused and every limit's next start is due.  A pause
+        may begin (or grow) during the sleep, so the moment is recomputed after each."""
         loop = asyncio.get_running_loop()
-        # A deadline that may move later while we sleep: re-check after each sleep.
-        while self._paused(state, now := loop.time()):  # noqa: ASYNC110
-            await asyncio.sleep(state.paused_until - now)
-
-    @staticmethod
-    def _paused(state: _State, now: float) -> bool:
-        return state.paused_until - now > _DUST
+        while True:
+            now = loop.time()
+            due = max(max(s.paused_until, s.next_start) for s in self._states.values())
+            if due - now <= _DUST:
+                return
+            await asyncio.sleep(due - now)
 
     def release(self) -> None:
         for state in self._states.values():

@@ -1,14 +1,21 @@
 """Showing a run as it goes: a live display on a terminal, one line per event otherwise.
 
-The live display counts the round's units done (of the total once the selection has
-ended, of those selected so far while it streams), running, queued and failed, with the
-rate, an ETA as soon as one unit has settled (``at least`` while the selection streams:
-only the units known so far are counted), what sets the pace (the tightest rate limit
-or the worker slots), and with SSH hosts a line of hosts (busy/slots, up, lost or
-quarantined).  It prints a line above itself for every failure and host change.
-Without a terminal (cron, CI, a pipe) each finished attempt, settled unit and host
-change is one plain, greppable line, and the live line's text is printed as a
-``progress:`` line once a minute.
+The live display is a ``rich.progress.Progress`` with one task per round: a bar (pulsing
+while the total is unknown), the units done (of the total once the selection has ended,
+of those selected so far while it streams), the rate, the round's elapsed time and the
+time remaining (``at least`` while the selection streams: only the units known so far
+are counted).  Below it, the units running, queued, failed and interrupted, what sets
+the pace (the tightest rate limit or the worker slots) and each paused limit's
+countdown; with SSH hosts a line of hosts (busy/slots, up, lost or quarantined).  It
+prints a line above itself for every failure, notice and host change.  Without a
+terminal (cron, CI, a pipe) each finished attempt, settled unit and host change is one
+plain, greppable line, and the live display's text is printed as a ``progress:`` line
+once a minute.
+
+The rate is the round's own (units settled in this stretch of the round over its time
+so far), not ``Task.speed``: rich's speed averages the last 30 s of samples, and an
+agent's unit takes minutes, so its window is empty most of the time (no rate, no ETA)
+and it freezes while nothing settles.
 
 The counts come from events only (see ``backlog``, ``dispatch`` and the SSH transport
 for who emits what): ``round.selecting`` (units selected so far), ``round.selected``
@@ -26,19 +33,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
-from rich.live import Live
+from rich.console import Console, RenderableType
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
+from rich.table import Column, Table
 from rich.text import Text
 
 from . import safetext
 from .quantities import format_duration
 
-# Without a terminal, how often the live line's text is printed as a progress line.
+# Without a terminal, how often the live display's text is printed as a progress line.
 PROGRESS_EVERY = 60.0
 
 
@@ -47,6 +55,96 @@ class _Host:
     slots: int
     state: str = "up"  # up, lost or quarantined
     busy: int = 0
+
+
+def _rate(task: Task) -> float:
+    """Units settled per second over this stretch of the round (a resumed run's earlier
+    units took no time of it), up to now while units remain, else up to the last one."""
+    settled = task.fields["settled"]
+    if not settled or task.start_time is None:
+        return 0.0
+    end = task.get_time() if task.fields["remain"] else task.fields["last_settled"]
+    spent = end - task.start_time
+    return settled / spent if spent > 0 else 0.0
+
+
+class _Done(ProgressColumn):
+    """Units done, of the total once the selection has ended."""
+
+    def render(self, task: Task) -> Text:
+        done, selected = int(task.completed), task.fields["selected"]
+        if task.total is not None:
+            return Text(f"{done}/{int(task.total)} done")
+        if not selected and not task.fields["running"]:
+            return Text("selecting units")
+        return Text(f"{done} done, {selected} selected so far")
+
+
+class _Rate(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        rate = _rate(task)
+        if not rate:
+            return Text("")
+        return Text(f"{rate:.1f}/s" if rate >= 1 else f"{rate * 60:.1f}/min")
+
+
+class _Elapsed(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        return Text(format_duration(task.elapsed or 0.0))
+
+
+class _Remaining(ProgressColumn):
+    """Time remaining at the round's rate; ``at least`` while the total is unknown."""
+
+    def render(self, task: Task) -> Text:
+        rate, remain = _rate(task), task.fields["remain"]
+        if not rate or not remain:
+            return Text("")
+        least = "at least " if task.total is None else ""
+        return Text(f"eta {least}{format_duration(remain / rate)}")
+
+
+# Elapsed before the rate: the rate and the ETA are empty until a unit settles, and an
+# empty column at the end leaves no gap in the line.
+_WORDS = (_Done, _Elapsed, _Rate, _Remaining)
+
+
+class _RunProgress(Progress):
+    """rich's progress table, and under it the lines ``below`` renders."""
+
+    def __init__(self, below: Callable[[], list[Text]], **options: Any) -> None:
+        self._below = below
+        self._last: list[RenderableType] = []
+        super().__init__(
+            TextColumn("{task.description}", markup=False),
+            BarColumn(bar_width=20),
+            *(column(table_column=Column(no_wrap=True)) for column in _WORDS),
+            **options,
+        )
+
+    def make_tasks_table(self, tasks: Iterable[Task]) -> Table:
+        table = super().make_tasks_table(tasks)
+        table.padding = (0, 2)  # words apart as on the progress line, not one space
+        return table
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        # Rendered by rich's refresh thread, while the event loop's thread may change the
+        # counts: a rendering caught mid-change (a dict changed size) is simply skipped.
+        with contextlib.suppress(RuntimeError):
+            self._last = [self.make_tasks_table(self.tasks), *self._below()]
+        return self._last
+
+    def line(self) -> str:
+        """The display as one line of text (the ``progress:`` line of a log)."""
+        words = [
+            rendered.plain  # the bar is no text: it is left out
+            for task in self.tasks
+            for column in self.columns
+            if isinstance(column, ProgressColumn)
+            and isinstance(rendered := column.render(task), Text)
+        ]
+        below = [text.plain for text in self._below()]
+        return "  ".join(word for word in [*words, *below] if word).replace("\n", "  ")
 
 
 class Display:
@@ -58,6 +156,7 @@ class Display:
         verbose: bool = False,
         prefix: str = "",
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = datetime.now,
     ) -> None:
         self.console = console
         terminal = console.is_terminal  # an isatty call: asked once, not per line
@@ -66,70 +165,76 @@ class Display:
         self.verbose = verbose
         self.prefix = f"{prefix}: " if prefix else ""
         self.clock = clock
-        self.started = clock()
-        self._progress_at = self.started + PROGRESS_EVERY
-        self.round = 1
-        self._new_round(self.started)
+        self.wall = wall
+        self._progress_at = clock() + PROGRESS_EVERY
         self.concurrency: int | None = None
         self.pace: tuple[str, float] | None = None  # the tightest limit, starts a minute
         self.hosts: dict[str, _Host] = {}
         self.paused: dict[str, float] = {}
         self._durations = 0.0
         self._finished = 0
-        self._live: Live | None = None
-        self._last = Text("")
+        self._started = False
+        self.round = 1
+        self._task: TaskID | None = None
+        self._new_counts()
+        # Rendered afresh at each refresh (four a second), so the clock, the ETA and a
+        # pause's countdown move while no event comes (an agent's unit can take minutes).
+        self.progress = _RunProgress(
+            self._below,
+            console=console,
+            get_time=clock,
+            refresh_per_second=4,
+            transient=True,
+        )
+        self._new_round()
 
-    def _new_round(self, now: float) -> None:
-        self.round_started = now
+    def _new_round(self) -> None:
+        self._new_counts()
+        # A task's total cannot go back to unknown: each round is a task of its own.
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+        self._task = self.progress.add_task(f"round {self.round}", total=None, **self._fields())
+
+    def _new_counts(self) -> None:
         self.total: int | None = None  # known once the round's selection has ended
         self.selected = 0
         self.before = 0  # units an earlier stretch of a resumed run settled
         self.succeeded = 0
         self.failed = 0
         self.interrupted = 0
-        self.last_settled = now
+        self.last_settled = self.clock()
         # Unit id -> the host its running attempt was placed on ("" until placed).
         self.running: dict[str, str] = {}
 
     def __enter__(self) -> Display:
         if self.live_mode:
-            # Rendered afresh at each refresh, so the clock, the ETA and a pause's
-            # countdown move while no event comes (an agent's unit can take minutes).
-            self._live = Live(
-                get_renderable=self._refreshed,
-                console=self.console,
-                refresh_per_second=4,
-                transient=True,
-            )
-            self._live.__enter__()
+            self.progress.start()
+            self._started = True
         return self
 
-    def _refreshed(self) -> Text:
-        """The live display, for rich's refresh thread: the event loop's thread may change
-        the counts meanwhile; a rendering caught mid-change is simply skipped."""
-        with contextlib.suppress(RuntimeError):  # a dict changed size while it was read
-            self._last = self.renderable()
-        return self._last
-
     def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
-            self._live = None
+        if self._started:
+            self.progress.stop()
+            self._started = False
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["event"]
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
         if handler is not None:
             handler(event)
-        # A live display redraws itself (see __enter__); a log gets a progress line a minute.
-        if self._live is None and not self.live_mode and self.clock() >= self._progress_at:
+            if self._task is not None:
+                self.progress.update(
+                    self._task, total=self.total, completed=self._done(), **self._fields()
+                )
+        # A live display redraws itself (see __init__); a log gets a progress line a minute.
+        if not self._started and not self.live_mode and self.clock() >= self._progress_at:
             self._progress_at = self.clock() + PROGRESS_EVERY
-            self._line("progress: " + self.renderable().plain.replace("\n", "  "))
+            self._line("progress: " + self.progress.line())
 
     def _line(self, text: str, style: str = "") -> None:
-        stamp = datetime.now().strftime("%H:%M:%S")
+        stamp = self.wall().strftime("%H:%M:%S")
         line = safetext.for_terminal(f"{stamp} {self.prefix}{text}")
-        if self._live is None and self._plain_lines:
+        if not self._started and self._plain_lines:
             # A line per attempt in a log: plain text, without rich's rendering per line
             # (a tenth of a millisecond each, on the coordinator's one thread).
             self.console.file.write(line + "\n")
@@ -152,7 +257,7 @@ class Display:
 
     def _on_round_started(self, event: dict[str, Any]) -> None:
         self.round = event["round"]
-        self._new_round(self.clock())
+        self._new_round()
         self.concurrency = event.get("concurrency", self.concurrency)
         if event.get("tightestLimit"):
             self.pace = (event["tightestLimit"], event["tightestPerMinute"])
@@ -299,6 +404,26 @@ class Display:
     def _done(self) -> int:
         return self.before + self.succeeded + self.failed
 
+    def _running(self) -> int:
+        # With hosts, an attempt runs once placed on one; until then it waits for a host
+        # slot (the dispatcher's slots outnumber the hosts' when hosts are down): queued.
+        if self.hosts:
+            return sum(1 for host in list(self.running.values()) if host)
+        return len(self.running)
+
+    def _queued(self) -> int:
+        return max(0, self.selected - self._done() - self._running() - self.interrupted)
+
+    def _fields(self) -> dict[str, Any]:
+        """What the round's task carries besides done and total (see the columns)."""
+        return {
+            "selected": self.selected,
+            "running": self._running(),
+            "settled": self.succeeded + self.failed,
+            "last_settled": self.last_settled,
+            "remain": self._queued() + self._running(),
+        }
+
     def _pacer(self) -> str:
         """What bounds the pace now: the tightest rate limit, when its starts per second
         are fewer than the slots can take at the attempts' mean duration so far (before
@@ -314,56 +439,30 @@ class Display:
                 return f"paced by limit {name} {per_minute:g}/min"
         return f"paced by {slots} slot(s)" if slots else ""
 
-    def renderable(self) -> Text:
-        """The live display: the counts line, and a hosts line when hosts are used."""
+    def _below(self) -> list[Text]:
+        """The lines under the bar: units per state, the pace and the pauses; the hosts."""
         now = self.clock()
-        done = self._done()
-        # With hosts, an attempt runs once placed on one; until then it waits for a host
-        # slot (the dispatcher's slots outnumber the hosts' when hosts are down): queued.
-        running = (
-            sum(1 for host in list(self.running.values()) if host)
-            if self.hosts
-            else len(self.running)
-        )
-        queued = max(0, self.selected - done - running - self.interrupted)
-        settled_now = self.succeeded + self.failed
-        # Over this stretch of the round (a resumed run's earlier units took no time of
-        # it), up to now while units remain, else up to the last unit's end.
-        remain = queued + running
-        spent = (now if remain else self.last_settled) - self.round_started
-        rate = settled_now / spent if settled_now and spent > 0 else 0.0
-        if self.total is None and not self.selected and not running:
-            counts = "selecting units"
-        elif self.total is None:
-            counts = f"{done} done, {self.selected} selected so far"
-        else:
-            counts = f"{done}/{self.total} done"
-        parts = [f"round {self.round}", counts, f"{running} running", f"{queued} queued"]
-        parts.append(f"{self.failed} failed")
+        parts = [f"{self._running()} running", f"{self._queued()} queued", f"{self.failed} failed"]
         if self.interrupted:
             parts.append(f"{self.interrupted} interrupted")
-        if rate:
-            parts.append(f"{rate:.1f}/s" if rate >= 1 else f"{rate * 60:.1f}/min")
-        parts.append(format_duration(now - self.started))
-        if rate and remain:
-            least = "at least " if self.total is None else ""
-            parts.append(f"eta {least}{format_duration(remain / rate)}")
         pacer = self._pacer()
         if pacer:
             parts.append(pacer)
-        text = Text(safetext.for_terminal("  ".join(parts)))
+        states = Text(safetext.for_terminal("  ".join(parts)))
         for name, until in list(self.paused.items()):
             if until > now:
-                text.append(
+                states.append(
                     f"  [{safetext.for_terminal(name)} paused {format_duration(until - now)}]",
                     style="yellow",
                 )
+        lines = [states]
         if self.hosts:
-            text.append("\nhosts")
+            hosts = Text("hosts")
             for name, host in list(self.hosts.items()):
                 style = {"up": "", "lost": "yellow", "quarantined": "red"}.get(host.state, "")
-                text.append(
+                hosts.append(
                     f"  {safetext.for_terminal(name)} {host.busy}/{host.slots} {host.state}",
                     style=style,
                 )
-        return text
+            lines.append(hosts)
+        return lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -69,13 +70,37 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
     }
 
 
-def _records(journal: Journal, run_id: str, rows: Iterable[UnitRow]) -> Iterator[dict[str, Any]]:
-    """Report records of ``rows``, with their changes, fetched a page at a time."""
+def _summary_record(row: sqlite3.Row) -> dict[str, Any]:
+    """``unit_record`` with the output tail, of a ``Journal.unit_summaries`` row."""
+    collected = row["collected"]
+    return {
+        "unit": row["id"],
+        "round": row["round"],
+        "state": row["state"],
+        "rung": row["rung"],
+        "attempts": row["attempts"],
+        "workerSeconds": round(row["worker_seconds"], 3),
+        "reason": row["reason"],
+        "origin": row["origin"],
+        "collected": [] if collected == "[]" else [c["path"] for c in json.loads(collected)],
+        "tail": row["tail"],
+    }
+
+
+def _row_record(row: UnitRow) -> dict[str, Any]:
+    return {**unit_record(row), "tail": row.tail}
+
+
+def _records(
+    journal: Journal, run_id: str, records: Iterable[dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """Report records (with a ``tail`` key, dropped here), with their changes and the
+    output tail of the units that did not succeed, fetched a page at a time."""
     with_changes = journal.has_changes(run_id)
-    for page in _pages(rows, 500):
+    for page in _pages(records, 500):
         by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
         if with_changes:
-            for change in journal.changes(run_id, [(r.round, r.unit.id) for r in page]):
+            for change in journal.changes(run_id, [(r["round"], r["unit"]) for r in page]):
                 by_unit.setdefault((change["round"], change["unit"]), []).append(
                     {
                         "path": change["path"],
@@ -84,23 +109,23 @@ def _records(journal: Journal, run_id: str, rows: Iterable[UnitRow]) -> Iterator
                         "state": change["state"],
                     }
                 )
-        for row in page:
-            record = unit_record(row)
-            record["changes"] = by_unit.get((row.round, row.unit.id), [])
-            if row.state is not UnitState.SUCCEEDED:
-                record["outputTail"] = row.tail
+        for record in page:
+            tail = record.pop("tail")
+            record["changes"] = by_unit.get((record["round"], record["unit"]), [])
+            if record["state"] != UnitState.SUCCEEDED:
+                record["outputTail"] = tail
             yield record
 
 
-def _pages(rows: Iterable[UnitRow], size: int) -> Iterator[list[UnitRow]]:
-    iterator = iter(rows)
+def _pages(records: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    iterator = iter(records)
     while page := list(itertools.islice(iterator, size)):
         yield page
 
 
 def unit_records(journal: Journal, run_id: str) -> Iterator[dict[str, Any]]:
     """Every unit of every round of the run, in order, as report.json lists them."""
-    return _records(journal, run_id, journal.units(run_id))
+    return _records(journal, run_id, map(_summary_record, journal.unit_summaries(run_id)))
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
@@ -126,10 +151,14 @@ def write_json(journal: Journal, run_id: str, out: TextIO) -> None:
     out.write("\n}\n")
 
 
+# One encoder for every unit: ``json.dumps`` with an option builds a new one per call.
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _write_list(out: TextIO, values: Iterable[Any]) -> None:
     first = True
     for value in values:
-        out.write(("[\n    " if first else ",\n    ") + json.dumps(value, ensure_ascii=False))
+        out.write(("[\n    " if first else ",\n    ") + _ENCODE(value))
         first = False
     out.write("[]" if first else "\n  ]")
 
@@ -149,7 +178,7 @@ def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
     rows = sorted(chosen.values(), key=lambda r: (r.round, r.unit.index))
     return {
         **summary(journal, run_id),
-        "units": list(_records(journal, run_id, rows)),
+        "units": list(_records(journal, run_id, map(_row_record, rows))),
         "failed": [r.unit.id for r in failed],
         "unitCount": journal.unit_count(run_id),
         "failedCount": failed_count,
@@ -260,7 +289,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     for unit in data["units"][:SHOWN_UNITS]:
         lines.append(
             f"| {code(unit['unit'])} | {unit['round']} | {md(unit['state'])} "
-            f"| {md(unit['rung'])} | {unit['attempts']} "
+            f"| {md(unit['rung']) or '-'} | {unit['attempts']} "
             f"| {format_duration(unit['workerSeconds'])} |"
         )
     total = data.get("unitCount", len(data["units"]))
