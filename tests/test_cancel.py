@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fanout import spec
+from fanout.errors import InputFailed
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.run import CLOSE_BOUND_S, Options, Runner
@@ -257,3 +258,59 @@ def test_the_cancel_tests_kill_what_they_start() -> None:
         os.killpg(sleeper.pid, signal.SIGKILL)
         sleeper.wait()
     assert _group(sleeper.pid) == []
+
+
+def _command_runner(tmp_path: Path, inputs: str) -> Runner:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "listing"
+            [inputs]
+            {inputs}
+            [task]
+            command = ["agent"]
+            """,
+        )
+    )
+    return Runner(
+        spec=job,
+        transport=FakeTransport(delay=0.0),
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={"PATH": os.environ["PATH"]},
+        events=Events(),
+    )
+
+
+async def test_a_run_s_input_command_times_out_located_at_inputs_timeout(tmp_path: Path) -> None:
+    pidfile = tmp_path / "input.pid"
+    runner = _command_runner(
+        tmp_path,
+        f'command = ["sh", "-c", "{SLOW_COMMAND.format(pidfile=pidfile)}"]\n'
+        '            format = "lines"\n'
+        '            timeout = "1s"',
+    )
+    with pytest.raises(InputFailed) as caught:
+        await runner.execute(Options())
+    (run,) = runner.journal.runs()
+    assert str(caught.value).splitlines() == [
+        f"{runner.spec.file}:7:1: inputs.timeout: input command timed out after 1s: sh -c "
+        f"'{SLOW_COMMAND.format(pidfile=pidfile)}'",
+        f"run {run.id} stopped; `fanout run {runner.spec.file}` continues it",
+    ]
+    assert _group_gone(int(pidfile.read_text())) == []
+    assert _recorded(runner)[0] == "stopped"
+
+
+async def test_a_run_stopped_by_units_limit_kills_its_input_command(tmp_path: Path) -> None:
+    pidfile = tmp_path / "input.pid"
+    listing = f"echo $$ > {pidfile}; echo u1; echo u2; echo u3; sleep 60"
+    runner = _command_runner(
+        tmp_path,
+        f'command = ["sh", "-c", "{listing}"]\n            format = "lines"\n'
+        "            [units]\n            limit = 2",
+    )
+    summary = await runner.execute(Options())
+    assert summary.counts == {"succeeded": 2}
+    assert _group_gone(int(pidfile.read_text())) == []

@@ -208,7 +208,9 @@ async def running(
                 command.check(returncode, timed_out, stderr)
 
             name = f"output of {command.argv[0]}"
-            yield Started(stdout=_text(io.BufferedReader(stream)), name=name, check_exit=check_exit)
+            yield Started(
+                stdout=_text(io.BufferedReader(stream, 1 << 16)), name=name, check_exit=check_exit
+            )
         finally:
             deadline.cancel()
             proc.kill()
