@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Generator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 
 from . import inputcommand, limits
 from .dispatch import Round
@@ -71,13 +71,17 @@ def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
 async def _streamed(
     ctx: Round, tally: Tally, environ: Mapping[str, str]
 ) -> AsyncIterator[tuple[Unit, Progress]]:
-    async for unit in _select_into_journal(ctx, tally, environ, resumed=False, streaming=True):
-        yield unit, Progress()
+    # Closed with this generator (dispatch closes it when the round stops), not left
+    # to the garbage collector's task: its input command ends then, not later.
+    selecting = _select_into_journal(ctx, tally, environ, resumed=False, streaming=True)
+    async with contextlib.aclosing(selecting):
+        async for unit in selecting:
+            yield unit, Progress()
 
 
 async def _select_into_journal(
     ctx: Round, tally: Tally, environ: Mapping[str, str], *, resumed: bool, streaming: bool
-) -> AsyncIterator[Unit]:
+) -> AsyncGenerator[Unit, None]:
     _started(ctx, resumed=resumed, streaming=streaming)
     batches = _Batches()
     try:
