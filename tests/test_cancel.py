@@ -116,6 +116,47 @@ def test_ctrl_c_during_a_slow_input_command_kills_its_group_at_once(tmp_path: Pa
     assert stderr.endswith(f"`fanout run {job} --resume` continues run {run_id}\n")
 
 
+def test_ctrl_c_is_prompt_when_a_daemon_outside_the_group_holds_the_output_pipe(
+    tmp_path: Path,
+) -> None:
+    """The selection's thread must not be left reading a pipe that a process fanout
+    cannot kill (it left the group with setsid) keeps open."""
+    pidfile, escaped = tmp_path / "input.pid", tmp_path / "escaped.pid"
+    script = tmp_path / "list.sh"
+    script.write_text(
+        f"setsid sh -c 'echo $$ > {escaped}; exec sleep 60' &\n"
+        + SLOW_COMMAND.format(pidfile=pidfile)
+        + "\n"
+    )
+    job = write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "escaped-input"
+        [inputs]
+        command = ["sh", "{script}"]
+        format = "lines"
+        [task]
+        command = ["true"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    coordinator = subprocess.Popen(
+        [*FANOUT, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    pgid = _pid_when_written(pidfile, coordinator)
+    outsider = _pid_when_written(escaped, coordinator)
+    try:
+        assert outsider not in _group(pgid)
+        latency, stderr = _interrupt(coordinator, "an input command whose daemon holds stdout")
+        assert coordinator.returncode == 130, stderr
+        assert latency < 5, stderr
+        assert _group_gone(pgid) == []
+    finally:
+        os.killpg(outsider, signal.SIGKILL)
+
+
 def test_ctrl_c_during_a_slow_aggregate_kills_its_group_and_keeps_the_journal(
     tmp_path: Path,
 ) -> None:
