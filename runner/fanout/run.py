@@ -128,7 +128,19 @@ class Runner:
         journal's reserve."""
         secrets = self.secrets()
         if self.workers is not None:
-            await asyncio.to_thread(commands.refuse, self.spec, self.workers)
+            # In a thread (it probes the sandbox), awaited to its end even when
+            # cancelled: its probes are bounded, and a thread left running would hold
+            # the interpreter's exit just the same.
+            check = asyncio.get_running_loop().run_in_executor(
+                None, commands.refuse, self.spec, self.workers
+            )
+            try:
+                await asyncio.shield(check)
+            except asyncio.CancelledError:
+                await asyncio.wait([check])
+                if not check.cancelled():
+                    check.exception()  # retrieved: the cancel is what this run raises
+                raise
         apply = self.spec.collect.apply if options.apply is None else options.apply
         self.journal.keep_reserve()
         return secrets, apply
