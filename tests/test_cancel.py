@@ -277,6 +277,22 @@ async def test_a_second_cancel_aborts_the_close_but_the_journal_is_written(
 
 
 @pytest.mark.looptime
+async def test_an_interrupted_run_s_close_is_bounded_too(tmp_path: Path) -> None:
+    transport = FakeTransport(delay=100.0, close_delay=3600.0)
+    runner = _runner(tmp_path, transport)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    run = asyncio.create_task(runner.execute(Options()))
+    await asyncio.sleep(1)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    # The bound counts from the interrupt's drain, which is immediate here.
+    assert loop.time() - started == 1.0 + CLOSE_BOUND_S
+    assert _recorded(runner)[0] == "interrupted"
+
+
+@pytest.mark.looptime
 async def test_a_cancel_during_the_close_of_a_finished_run_keeps_it_finished(
     tmp_path: Path,
 ) -> None:
