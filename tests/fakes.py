@@ -29,6 +29,8 @@ class FakeTransport:
     peak: int = 0
     started: bool = False
     closed: bool = False
+    # Seconds ``close`` takes (virtual under looptime): a host that stopped answering.
+    close_delay: float = 0.0
 
     @property
     def capacity(self) -> int:
@@ -38,6 +40,8 @@ class FakeTransport:
         self.started = True
 
     async def close(self) -> None:
+        if self.close_delay:
+            await asyncio.sleep(self.close_delay)
         self.closed = True
 
     async def run(self, attempt: Attempt) -> AttemptResult:

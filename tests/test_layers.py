@@ -36,6 +36,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "events",
             "throttle",
             "lock",
+            "child",
+            "feed",
         ),
     ),
     ("fates", ("outcome",)),
@@ -76,7 +78,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("round", ("round",)),
     ("backlog", ("backlog",)),
     ("dispatch", ("dispatch",)),
-    ("report", ("fleet", "report")),
+    ("report", ("fleet", "report", "aggregate")),
     ("run", ("run",)),
     # TODO(lead): the scheduler fires runs through launch, so it belongs with the front
     # ends above launch; it is here because launch.run_fire takes schedule.Fire (a value

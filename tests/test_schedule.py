@@ -131,6 +131,19 @@ async def test_overlap_replace_interrupts_the_running_run(tmp_path: Path) -> Non
     assert recorder.interrupted[:2] == ["10:00", "10:10"]
 
 
+async def test_a_stopped_scheduler_leaves_no_task_behind(tmp_path: Path) -> None:
+    clock = LoopClock(ORIGIN)
+    recorder = Recorder(clock, 1)
+    job = _job(tmp_path, 'schedule = "*/10 * * * *"')
+    scheduler = Scheduler([job], start_run=recorder, clock=clock, log=lambda message: None)
+    # 10:07:30: the 10:00 run is over and the scheduler sleeps until 10:10.
+    asyncio.get_running_loop().call_later(12.5 * 60, scheduler.stop)
+    await scheduler.run()
+    assert recorder.started == [("10:00", "10:00")]
+    # Its sleep was cancelled and awaited, not left pending.
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
 async def _after_downtime(job: spec.Spec) -> tuple[Recorder, list[str]]:
     """Run the scheduler from ORIGIN (09:55) to 10:30 after a downtime: the job's
     trigger last fired at 04:00.  What it started, and what it logged."""

@@ -7,14 +7,13 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Generator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 
-from . import limits
+from . import inputcommand, limits
 from .ladder import Progress
 from .outcome import UnitState
 from .round import Round
-from .units import Unit, select
+from .units import Unit, base_context, select
 
 # Units read from the selection per trip to a worker thread.
 _BATCH = 200
@@ -74,49 +73,96 @@ def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
 async def _streamed(
     ctx: Round, tally: Tally, environ: Mapping[str, str]
 ) -> AsyncIterator[tuple[Unit, Progress]]:
-    async for unit in _select_into_journal(ctx, tally, environ, resumed=False, streaming=True):
-        yield unit, Progress()
+    # Closed with this generator (dispatch closes it when the round stops), not left
+    # to the garbage collector's task: its input command ends then, not later.
+    selecting = _select_into_journal(ctx, tally, environ, resumed=False, streaming=True)
+    async with contextlib.aclosing(selecting):
+        async for unit in selecting:
+            yield unit, Progress()
 
 
 async def _select_into_journal(
     ctx: Round, tally: Tally, environ: Mapping[str, str], *, resumed: bool, streaming: bool
-) -> AsyncIterator[Unit]:
-    selection = select(ctx.spec, environ=environ, trigger=ctx.trigger)
-    stream = iter(selection)
+) -> AsyncGenerator[Unit, None]:
     _started(ctx, resumed=resumed, streaming=streaming)
-    warned = 0
+    batches = _Batches()
     try:
-        while True:
-            batch = await asyncio.to_thread(_take, stream, _BATCH)
-            for warning in selection.warnings[warned:]:
-                ctx.events.emit("notice", message=warning)
-            warned = len(selection.warnings)
-            ended = len(batch) < _BATCH  # _take stops short only at the stream's end
-            if batch:
-                ctx.journal.add_units(ctx.run_id, ctx.number, batch)
-                # Units selected so far (in the journal, so queued for real): the
-                # display's count while the total is not known yet.
-                ctx.events.emit("round.selecting", round=ctx.number, units=tally.count + len(batch))
-            if ended:
-                # Every unit is in the journal: the total is known now, before the last
-                # batch is dispatched (a stop from here on resumes from the journal).
-                ctx.journal.set_round(
-                    ctx.run_id, ctx.number, records=selection.records, selected=selection.selected
-                )
-                ctx.journal.selection_done(ctx.run_id, ctx.number)
-                tally.done = True
-                _selected(ctx, selection.records, tally.count + len(batch), resumed=resumed)
-            for unit in batch:
-                tally.add(unit)
-                yield unit
-            if ended:
-                break
+        async with _input_command(ctx, environ) as command:
+            selection = select(ctx.spec, environ=environ, trigger=ctx.trigger, command=command)
+            batches.stream = iter(selection)
+            warned = 0
+            while True:
+                batch = await batches.take(_BATCH)
+                for warning in selection.warnings[warned:]:
+                    ctx.events.emit("notice", message=warning)
+                warned = len(selection.warnings)
+                ended = len(batch) < _BATCH  # _take stops short only at the stream's end
+                if batch:
+                    ctx.journal.add_units(ctx.run_id, ctx.number, batch)
+                    # Units selected so far (in the journal, so queued for real): the
+                    # display's count while the total is not known yet.
+                    ctx.events.emit(
+                        "round.selecting", round=ctx.number, units=tally.count + len(batch)
+                    )
+                if ended:
+                    # Every unit is in the journal: the total is known now, before the
+                    # last batch is dispatched (a stop from here on resumes from the
+                    # journal).
+                    ctx.journal.set_round(
+                        ctx.run_id,
+                        ctx.number,
+                        records=selection.records,
+                        selected=selection.selected,
+                    )
+                    ctx.journal.selection_done(ctx.run_id, ctx.number)
+                    tally.done = True
+                    _selected(ctx, selection.records, tally.count + len(batch), resumed=resumed)
+                for unit in batch:
+                    tally.add(unit)
+                    yield unit
+                if ended:
+                    break
     finally:
-        # A round that stopped early ends its input command now, not at garbage collection.
-        if isinstance(stream, Generator):
-            # Still running in its thread if a cancel came mid-batch: it ends with it.
-            with contextlib.suppress(ValueError):
-                stream.close()
+        # After the input command's end (above), which wakes a thread still reading it.
+        await batches.close()
+
+
+def _input_command(
+    ctx: Round, environ: Mapping[str, str]
+) -> contextlib.AbstractAsyncContextManager[inputcommand.Started | None]:
+    """The round's input command, owned here so that a round that stops (cancelled,
+    failed, at ``units.limit``) kills it at once; nothing for the other sources."""
+    if ctx.spec.inputs.source != "command":
+        return contextlib.nullcontext()
+    context = base_context(ctx.spec, ctx.trigger)
+    return inputcommand.running(ctx.spec, environ, context)
+
+
+class _Batches:
+    """The selection, read a batch at a time in a worker thread.  A cancel while a
+    batch is read does not leave the thread behind: ``close`` waits for it (the input
+    command's end has woken it by then), then closes the selection's generators."""
+
+    def __init__(self) -> None:
+        self.stream: Iterator[Unit] = iter(())
+        self._pending: asyncio.Future[list[Unit]] | None = None
+
+    async def take(self, count: int) -> list[Unit]:
+        loop = asyncio.get_running_loop()
+        self._pending = loop.run_in_executor(None, _take, self.stream, count)
+        # Shielded: a cancel leaves the thread's future to ``close``, which awaits it.
+        batch = await asyncio.shield(self._pending)
+        self._pending = None
+        return batch
+
+    async def close(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # the round is ending for another reason: not raised
+        if isinstance(self.stream, Generator):
+            self.stream.close()
 
 
 async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
@@ -133,7 +179,7 @@ async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
         )
 
 
-def _take(stream: Any, count: int) -> list[Unit]:
+def _take(stream: Iterator[Unit], count: int) -> list[Unit]:
     batch = []
     for unit in stream:
         batch.append(unit)

@@ -7,10 +7,26 @@ Its stderr, which a failure quotes, is redacted of the values of ``task.secrets`
 message goes to the console and into the journal.  Every failure is located at the
 job file's ``inputs.command`` (or ``inputs.timeout``), and an exit status that
 ``okExitCodes`` refuses comes with the exact TOML line that would accept it.
+
+Two ways to start it, one set of rules (``_Command``: the argv, what messages show, the
+exit check).  A run uses ``running``: the command is an asyncio subprocess (``child``)
+in its own process group, and a cancelled run (Ctrl-C, SIGTERM, a replaced scheduled
+run) kills that group at once.  Its stdout is read on the event loop into a bounded
+``Feed`` that the selection's parsers, which stay synchronous generators, read in a
+worker thread.  Decision: the parsers stay synchronous rather than the whole source
+becoming async, because the same parsers read files and ``fanout plan`` selects without
+an event loop, and one parser per format is what keeps the formats' rules in one
+place; the cost is one thread hop per batch of units, which the selection paid already.
+What makes the thread safe to leave: it never blocks on the pipe itself but on the
+feed, which the leaving owner abandons (the thread raises at once, whether or not a
+process outside the group still holds the pipe), and the owner then waits for it.
+``fanout plan`` uses ``started``: a plain process read by the calling thread, where a
+Ctrl-C is a KeyboardInterrupt in that thread, which kills the group on its way out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -19,12 +35,14 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from . import child
 from .errors import InputFailed, Problem
+from .feed import Feed
 from .redact import Redactor, redact_text
 from .spec import Spec
 from .templates import RenderError
@@ -43,29 +61,75 @@ _PYLINT_FINDINGS = tuple(range(0, 31, 2))
 @dataclass(frozen=True, slots=True)
 class Started:
     """A running input command: its stdout as text, a name for record origins, and the
-    check of how it ended (call it once stdout is read)."""
+    check of how it ended (call it once stdout is read).  Read and checked by one thread
+    at a time: the caller's, or the selection's worker thread in a run."""
 
     stdout: IO[str]
     name: str
-    check_exit: _Check
+    check_exit: Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """The command as rendered for this selection, and what its messages may show."""
+
+    spec: Spec
+    argv: list[str]
+    shown: str
+    secrets: list[str]
+
+    def start_failed(self, exc: OSError) -> InputFailed:
+        message = f"input command did not start ({exc.strerror or exc}): {self.shown}"
+        return _failed(self.spec, "command", message)
+
+    def check(self, returncode: int, timed_out: bool, stderr: IO[bytes]) -> None:
+        """Raise InputFailed unless the command ended with an accepted status."""
+        spec = self.spec
+        if timed_out:
+            key = "timeout" if _written(spec, ("inputs", "timeout")) else "command"
+            seconds = spec.inputs.timeout
+            message = f"input command timed out after {seconds:g}s: {self.shown}"
+            raise _failed(spec, key, message)
+        ok = spec.inputs.ok_exit_codes
+        if returncode in ok:
+            return
+        excerpt = stderr_excerpt(stderr, self.secrets)
+        detail = f":\n{excerpt}" if excerpt else " (it printed nothing on stderr)"
+        if returncode < 0:
+            what = f"was killed by {_signal_name(-returncode)}"
+            raise _failed(spec, "command", f"input command {what}: {self.shown}{detail}")
+        advice = exit_advice(self.argv, returncode, ok)
+        message = f"input command exited with status {returncode}: {self.shown}{detail}"
+        raise _failed(spec, "command", f"{message}\n{advice}")
+
+
+def _prepare(spec: Spec, environ: Mapping[str, str], context: Mapping[str, Any]) -> _Command:
+    secrets = [environ[name] for name in spec.task.secrets if name in environ]
+    try:
+        argv = [part.render(context) for part in spec.inputs.command]
+    except RenderError as exc:
+        raise _failed(spec, "command", str(exc)) from None
+    return _Command(
+        spec=spec, argv=argv, shown=redact_text(shlex.join(argv), secrets), secrets=secrets
+    )
+
+
+def _text(stream: IO[bytes]) -> IO[str]:
+    return io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
 
 
 @contextlib.contextmanager
 def started(
     spec: Spec, environ: Mapping[str, str], context: Mapping[str, Any]
 ) -> Iterator[Started]:
-    """Start ``spec``'s input command; on leaving, a command still running is killed
-    with its process group (a ``units.limit`` stops reading early)."""
-    secrets = [environ[name] for name in spec.task.secrets if name in environ]
-    try:
-        argv = [part.render(context) for part in spec.inputs.command]
-    except RenderError as exc:
-        raise _failed(spec, "command", str(exc)) from None
-    shown = redact_text(shlex.join(argv), secrets)
+    """Start ``spec``'s input command for a caller without an event loop (``fanout
+    plan``); on leaving, a command still running is killed with its process group (a
+    ``units.limit`` stops reading early, a Ctrl-C unwinds the reading thread itself)."""
+    command = _prepare(spec, environ, context)
     with tempfile.TemporaryFile() as stderr:
         try:
             process = subprocess.Popen(
-                argv,
+                command.argv,
                 cwd=spec.runtime.workspace,
                 env=dict(environ),
                 stdin=subprocess.DEVNULL,
@@ -74,16 +138,20 @@ def started(
                 start_new_session=True,
             )
         except OSError as exc:
-            message = f"input command did not start ({exc.strerror or exc}): {shown}"
-            raise _failed(spec, "command", message) from None
+            raise command.start_failed(exc) from None
         deadline = _Deadline(process, spec.inputs.timeout)
         try:
             assert process.stdout is not None
-            stdout = io.TextIOWrapper(
-                process.stdout, encoding="utf-8", errors="replace", newline=""
+
+            def check_exit() -> None:
+                returncode = process.wait()
+                command.check(returncode, deadline.expired, stderr)
+
+            yield Started(
+                stdout=_text(process.stdout),
+                name=f"output of {command.argv[0]}",
+                check_exit=check_exit,
             )
-            check = _Check(spec, process, deadline, stderr, shown, argv, secrets)
-            yield Started(stdout=stdout, name=f"output of {argv[0]}", check_exit=check)
         finally:
             deadline.cancel()
             if process.poll() is None:
@@ -91,11 +159,74 @@ def started(
                 process.wait()
 
 
+@contextlib.asynccontextmanager
+async def running(
+    spec: Spec, environ: Mapping[str, str], context: Mapping[str, Any]
+) -> AsyncIterator[Started]:
+    """Start ``spec``'s input command on the running event loop, for the selection's
+    worker thread to read (see the module docstring).  On leaving (the selection ended,
+    stopped at ``units.limit``, failed, or the run was cancelled) a command still running
+    is killed with its process group at once, and a thread still reading its output or
+    waiting for its exit is woken (it raises)."""
+    command = _prepare(spec, environ, context)
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryFile() as stderr:
+        read_end, write_end = os.pipe()
+        try:
+            proc = await child.start(
+                command.argv,
+                cwd=spec.runtime.workspace,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=stderr,
+            )
+        except OSError as exc:
+            os.close(read_end)
+            raise command.start_failed(exc) from None
+        finally:
+            os.close(write_end)  # the command holds it now: end of file when it is done
+        timed_out = False
+
+        def expire() -> None:
+            nonlocal timed_out
+            timed_out = True
+            proc.kill()
+
+        deadline = loop.call_later(spec.inputs.timeout, expire)
+        stream = Feed(loop)
+        reading = os.fdopen(read_end, "rb", 0)
+        pipe: asyncio.BaseTransport | None = None
+        try:
+            pipe, _ = await loop.connect_read_pipe(stream.protocol, reading)
+
+            def check_exit() -> None:
+                returncode = proc.wait_in_thread()
+                if returncode is None:
+                    raise InputFailed("input command stopped: the run is ending")
+                command.check(returncode, timed_out, stderr)
+
+            name = f"output of {command.argv[0]}"
+            yield Started(
+                stdout=_text(io.BufferedReader(stream, 1 << 16)), name=name, check_exit=check_exit
+            )
+        finally:
+            deadline.cancel()
+            proc.kill()
+            stream.abandon()
+            proc.release()
+            if pipe is not None:
+                pipe.close()
+            else:
+                reading.close()
+            # Prompt: the group was sent SIGKILL (or the command had exited).
+            await proc.reaped()
+
+
 class _Deadline:
     """Kills a process group when ``seconds`` have passed; remembers that it did."""
 
     def __init__(self, process: subprocess.Popen[bytes], seconds: float) -> None:
-        self.seconds = seconds
         self.expired = False
         self._process = process
         self._timer = threading.Timer(seconds, self._expire)
@@ -108,37 +239,6 @@ class _Deadline:
 
     def cancel(self) -> None:
         self._timer.cancel()
-
-
-@dataclass(frozen=True, slots=True)
-class _Check:
-    spec: Spec
-    process: subprocess.Popen[bytes]
-    deadline: _Deadline
-    stderr: IO[bytes]
-    shown: str
-    argv: list[str]
-    secrets: list[str]
-
-    def __call__(self) -> None:
-        """Raise InputFailed unless the command ended with an accepted status."""
-        returncode = self.process.wait()
-        spec = self.spec
-        if self.deadline.expired:
-            key = "timeout" if _written(spec, ("inputs", "timeout")) else "command"
-            message = f"input command timed out after {self.deadline.seconds:g}s: {self.shown}"
-            raise _failed(spec, key, message)
-        ok = spec.inputs.ok_exit_codes
-        if returncode in ok:
-            return
-        excerpt = stderr_excerpt(self.stderr, self.secrets)
-        detail = f":\n{excerpt}" if excerpt else " (it printed nothing on stderr)"
-        if returncode < 0:
-            what = f"was killed by {_signal_name(-returncode)}"
-            raise _failed(spec, "command", f"input command {what}: {self.shown}{detail}")
-        advice = exit_advice(self.argv, returncode, ok)
-        message = f"input command exited with status {returncode}: {self.shown}{detail}"
-        raise _failed(spec, "command", f"{message}\n{advice}")
 
 
 def exit_advice(argv: list[str], returncode: int, ok: tuple[int, ...]) -> str:

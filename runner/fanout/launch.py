@@ -194,17 +194,23 @@ class _RunSeen:
     def __init__(self) -> None:
         self.run: str | None = None
         self.report: str | None = None
+        self.state: str | None = None
 
     def __call__(self, event: dict[str, Any]) -> None:
         if event["event"] in ("run.started", "run.resumed"):
-            self.run = event.get("run")
+            self.run, self.state = event.get("run"), None
         elif event["event"] == "run.finished":
             self.run, self.report = event.get("run"), event.get("report")
+            self.state = event.get("state")
 
     def interrupted(self, job: Spec) -> str:
         if self.run is None:
             return "interrupted before the run started: nothing ran"
         report = f"; report: {self.report}" if self.report else ""
+        if self.state == "finished":
+            # Ctrl-C while the transport closed or the aggregate command ran: the run's
+            # end was recorded first, so there is nothing to continue.
+            return f"interrupted after run {self.run} finished{report}"
         return (
             f"interrupted: running units were stopped and their sandboxes removed{report};"
             f" `fanout run {job.file} --resume` continues run {self.run}"

@@ -16,14 +16,13 @@ import asyncio
 import contextlib
 import json
 import random
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import backlog, commands, limits, report, staging
+from . import aggregate, backlog, commands, limits, report, staging
 from .dispatch import dispatch
 from .errors import (
     EnvironmentProblem,
@@ -40,6 +39,13 @@ from .round import Round
 from .spec import Spec
 from .transport import Transport
 from .units import Unit
+
+# How long the end of a run waits for the transport to close once the journal and the
+# report are written.  Closing removes sandboxes and ends SSH connections, which takes
+# well under a second when all is well; a host that stopped answering must not keep the
+# user (or the next scheduled fire) waiting, and whatever is left behind is either
+# removed by the next run (local sandboxes) or by the host (a dropped connection).
+CLOSE_BOUND_S = 10.0
 
 
 @dataclass(kw_only=True)
@@ -124,7 +130,19 @@ class Runner:
         journal's reserve."""
         secrets = self.secrets()
         if self.workers is not None:
-            await asyncio.to_thread(commands.refuse, self.spec, self.workers)
+            # In a thread (it probes the sandbox), awaited to its end even when
+            # cancelled: its probes are bounded, and a thread left running would hold
+            # the interpreter's exit just the same.
+            check = asyncio.get_running_loop().run_in_executor(
+                None, commands.refuse, self.spec, self.workers
+            )
+            try:
+                await asyncio.shield(check)
+            except asyncio.CancelledError:
+                await asyncio.wait([check])
+                if not check.cancelled():
+                    check.exception()  # retrieved: the cancel is what this run raises
+                raise
         apply = self.spec.collect.apply if options.apply is None else options.apply
         self.journal.keep_reserve()
         return secrets, apply
@@ -203,8 +221,11 @@ class Runner:
             else:  # a bug: still never "finished", so the next run resumes
                 reason, note = StopReason.STOPPED, f"fanout internal error: {type(exc).__name__}"
                 error = exc
-        closing = await self._close(run_id, reason.state, note, self.monotonic() - started)
         self._current = self._stop = None  # a stop asked for stops one run
+        # The journal and the report first: whatever happens to the close (it hangs, a
+        # second Ctrl-C aborts it), the run's end is recorded.
+        closing = self._record_end(run_id, reason.state, note, self.monotonic() - started)
+        await self._close_transport()
         if isinstance(error, FanoutError):
             error.hint = f"run {run_id} stopped; `fanout run {self.spec.file}` continues it"
         if error is not None:
@@ -212,11 +233,19 @@ class Runner:
         if closing is not None:
             raise closing
         if self.spec.aggregate is not None:
-            results = "".join(
-                json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
-                for row in self.journal.units(run_id)
+            await aggregate.run(
+                self.spec,
+                run_id=run_id,
+                run_dir=self.run_dir(run_id),
+                results=(
+                    json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
+                    for row in self.journal.units(run_id)
+                ),
+                trigger=options.trigger,
+                secrets=secrets,
+                environ=self.environ,
+                events=self.events,
             )
-            await asyncio.to_thread(self._aggregate, run_id, results, options.trigger, secrets)
         return Summary(
             run_id=run_id,
             reason=reason,
@@ -264,15 +293,29 @@ class Runner:
                 return StopReason.NO_CHANGE, number
             number += 1
 
-    async def _close(
+    async def _close_transport(self) -> None:
+        """Close the transport (sandboxes removed, connections ended), bounded by
+        ``CLOSE_BOUND_S``.  It runs even when the run was cancelled (that cancel has been
+        caught), but a new one, a second Ctrl-C, aborts it: the run's end is recorded
+        already, so only the cleanup is cut short."""
+        try:
+            async with asyncio.timeout(CLOSE_BOUND_S):
+                await self.transport.close()
+        except TimeoutError:
+            self.events.emit(
+                "notice",
+                message=f"the transport did not close within {CLOSE_BOUND_S:g}s; fanout"
+                " stopped waiting (a sandbox or a connection may be left behind)",
+            )
+
+    def _record_end(
         self, run_id: str, state: RunState, note: str, wall: float
     ) -> FanoutError | None:
-        """Close the transport, record the run's end and write its report.  Never
-        raises (the run's own error, if any, is the one to show); a failure here is
-        returned.  When the journal cannot record the end (a full disk), the run stays
-        marked running and the next ``fanout run`` resumes it as a killed one."""
+        """Record the run's end and write its report.  Never raises (the run's own
+        error, if any, is the one to show); a failure here is returned.  When the journal
+        cannot record the end (a full disk), the run stays marked running and the next
+        ``fanout run`` resumes it as a killed one."""
         problem: FanoutError | None = None
-        await self.transport.close()
         try:
             self.journal.finish_run(
                 run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
@@ -332,74 +375,6 @@ class Runner:
                     )
             written += sum(1 for c in changes if c.state is staging.ChangeState.APPLIED)
         return written
-
-    def _aggregate(
-        self,
-        run_id: str,
-        results: str,
-        trigger: Mapping[str, Any] | None,
-        secrets: Mapping[str, str],
-    ) -> None:
-        """Run the aggregate command with the results JSONL on stdin (in a thread).
-
-        Its environment is a worker's, not the coordinator's: ``PATH``, ``HOME`` (tools
-        that post the report keep their login there), ``LANG``, ``FANOUT_RUN_ID``,
-        ``FANOUT_REPORT`` (this run's report.md) and the values of ``task.secrets`` (a
-        team may need a token to post the report).  Its output is redacted of those
-        values before ``aggregate.out`` is written.  A failure here (a template, the
-        command, the disk) is an ``aggregate.failed`` event: the units have settled and
-        the report is written, so it changes nothing of the run.
-        """
-        assert self.spec.aggregate is not None
-        import os
-
-        from .redact import redact_bytes
-        from .templates import RenderError
-        from .units import base_context
-
-        events = self.events
-        try:
-            context = base_context(self.spec, trigger)
-            argv = [part.render(context) for part in self.spec.aggregate.command]
-        except RenderError as exc:
-            events.emit("aggregate.failed", reason=f"template: {exc}")
-            return
-        env = {
-            "PATH": self.environ.get("PATH", os.defpath),
-            "HOME": self.environ.get("HOME", "/nonexistent"),
-            "LANG": "C.UTF-8",
-            "FANOUT_RUN_ID": run_id,
-            "FANOUT_REPORT": str(self.run_dir(run_id) / "report.md"),
-            **secrets,
-        }
-        out = self.run_dir(run_id) / "aggregate.out"
-        failure, code = "", None
-        try:
-            done = subprocess.run(
-                argv,
-                # A lone surrogate in a unit's values must not cost the whole aggregate.
-                input=results.encode("utf-8", "replace"),
-                cwd=self.spec.runtime.workspace,
-                env=env,
-                capture_output=True,
-                timeout=self.spec.aggregate.timeout,
-                check=False,
-            )
-            output, code = [done.stdout, done.stderr], done.returncode
-        except subprocess.TimeoutExpired as exc:
-            failure = f"timed out after {exc.timeout:g}s"
-            output = [exc.stdout or b"", exc.stderr or b""]
-        except OSError as exc:
-            events.emit("aggregate.failed", reason=f"cannot start {argv[0]}: {exc.strerror or exc}")
-            return
-        try:
-            out.write_bytes(b"".join(redact_bytes(o, secrets.values()) for o in output))
-        except OSError as exc:
-            failure = failure or f"cannot write {out}: {exc.strerror or exc}"
-        if failure:
-            events.emit("aggregate.failed", reason=failure, output=str(out))
-        else:
-            events.emit("aggregate.finished", exit=code, output=str(out))
 
     async def retry_failed(self, previous: RunRow, options: Options) -> Summary:
         """A new run over the units that failed in ``previous`` (their latest round)."""

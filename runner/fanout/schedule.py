@@ -153,9 +153,16 @@ class Scheduler:
         while (left := (when - self.clock.now()).total_seconds()) > 0:
             sleeper = asyncio.ensure_future(self.clock.sleep(min(left, _LONGEST_SLEEP)))
             stopper = asyncio.ensure_future(self._stopping.wait())
-            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            sleeper.cancel()
-            stopper.cancel()
+            both = {sleeper, stopper}
+            try:
+                await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # The other one is cancelled and awaited too: nothing outlives this call.
+                for task in both:
+                    task.cancel()
+                await asyncio.wait(both)
+            if not sleeper.cancelled():
+                sleeper.result()  # a clock that failed says so
             if self._stopping.is_set():
                 return False
         return True
@@ -221,20 +228,25 @@ class Scheduler:
             running.cancel()
         else:
             self.log(label)
-        behind = running if busy and overlap == "queue" else None
-        task = asyncio.ensure_future(self._run(fire, behind))
+        # Queued: it waits for the running one to end.  Replacing: so does it, for the
+        # interrupted run to drain (it stays resumable) before its lock is taken.
+        behind = running if busy and overlap in ("queue", "replace") else None
+        in_queue = behind is not None and overlap == "queue"
+        task = asyncio.ensure_future(self._run(fire, behind, queued=in_queue))
+        # Owned by the scheduler: every task is awaited in ``_drain``, whatever ended it.
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if behind is not None:
+        if in_queue:
             self._queued[job.name] = task
         else:
             self._running[job.name] = task
 
-    async def _run(self, fire: Fire, behind: asyncio.Task[Any] | None) -> None:
+    async def _run(self, fire: Fire, behind: asyncio.Task[Any] | None, *, queued: bool) -> None:
         job = fire.job
         try:
             if behind is not None:
                 await asyncio.wait({behind})
+            if queued:
                 self._running[job.name] = self._queued.pop(job.name)
             result = await self.start_run(fire)
         except JobLocked as exc:

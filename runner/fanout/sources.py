@@ -34,9 +34,12 @@ def records(
     environ: Mapping[str, str],
     context: Mapping[str, Any],
     skipped: Callable[[str, str], None] = lambda path, reason: None,
+    command: inputcommand.Started | None = None,
 ) -> Iterator[Record]:
     """The records of ``spec``'s single input source, in source order.  ``skipped``
-    hears of each file the files source refuses (its path and why)."""
+    hears of each file the files source refuses (its path and why).  ``command`` is the
+    input command already started by a caller that owns it (a run, see inputcommand);
+    without it, this starts the command itself."""
     inputs = spec.inputs
     workspace = spec.runtime.workspace
     kind = inputs.source
@@ -57,8 +60,11 @@ def records(
         assert inputs.json is not None
         with _open(workspace, inputs.json) as stream:
             yield from parse_json(stream.read(), inputs.json, inputs.pointer)
+    elif command is not None:
+        yield from _command_records(spec, command)
     else:
-        yield from _command(spec, environ, context)
+        with inputcommand.started(spec, environ, context) as started:
+            yield from _command_records(spec, started)
 
 
 def _open(workspace: Path, name: str) -> IO[str]:
@@ -127,20 +133,17 @@ def parse_lines(stream: IO[str], name: str) -> Iterator[Record]:
 _STREAM_READERS = {"jsonl": parse_jsonl, "csv": parse_csv, "lint": parse_lint, "lines": parse_lines}
 
 
-def _command(
-    spec: Spec, environ: Mapping[str, str], context: Mapping[str, Any]
-) -> Iterator[Record]:
+def _command_records(spec: Spec, command: inputcommand.Started) -> Iterator[Record]:
     """Records from the input command's stdout.  Streaming formats yield while the
     command still runs; a JSON document is parsed once the command has succeeded."""
     inputs = spec.inputs
-    with inputcommand.started(spec, environ, context) as command:
-        if inputs.format == "json":
-            text = command.stdout.read()
-            command.check_exit()
-            yield from parse_json(text, command.name, inputs.pointer)
-        else:
-            yield from _STREAM_READERS[str(inputs.format)](command.stdout, command.name)
-            command.check_exit()
+    if inputs.format == "json":
+        text = command.stdout.read()
+        command.check_exit()
+        yield from parse_json(text, command.name, inputs.pointer)
+    else:
+        yield from _STREAM_READERS[str(inputs.format)](command.stdout, command.name)
+        command.check_exit()
 
 
 def _files(spec: Spec, skipped: Callable[[str, str], None]) -> Iterator[Record]:

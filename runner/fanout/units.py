@@ -23,6 +23,7 @@ from typing import Any
 
 from . import sources
 from .errors import JobError, Problem
+from .inputcommand import Started
 from .schema import key_name
 from .spec import Spec
 from .templates import Expression, RenderError
@@ -88,12 +89,14 @@ def select(
     environ: Mapping[str, str],
     trigger: Mapping[str, Any] | None = None,
     count_all: bool = False,
+    command: Started | None = None,
 ) -> Selection:
     """The units ``spec`` selects now.  With ``count_all`` the stream keeps reading past
-    ``units.limit`` so ``records`` counts the whole backlog (``fanout plan`` shows it)."""
+    ``units.limit`` so ``records`` counts the whole backlog (``fanout plan`` shows it).
+    ``command``: the input command, started by a caller that owns it (see sources)."""
     context = base_context(spec, trigger)
     selection = Selection(units=iter(()))
-    selection.units = _select(spec, environ, context, selection, count_all)
+    selection.units = _select(spec, environ, context, selection, count_all, command)
     return selection
 
 
@@ -103,6 +106,7 @@ def _select(
     context: dict[str, Any],
     selection: Selection,
     count_all: bool,
+    command: Started | None,
 ) -> Iterator[Unit]:
     limit = spec.units.limit
 
@@ -112,7 +116,9 @@ def _select(
             f"{spec.file}:{line}:{col}: inputs.files: skipped {path!a}: {reason}"
         )
 
-    stream = sources.records(spec, environ=environ, context=context, skipped=skipped)
+    stream = sources.records(
+        spec, environ=environ, context=context, skipped=skipped, command=command
+    )
     seen: dict[str, str] = {}
     kept = _kept(spec, stream, selection, context)
     for draft in _drafts(spec, kept, selection):
