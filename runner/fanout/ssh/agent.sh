@@ -97,23 +97,25 @@ while IFS=' ' read -r verb rest <&3; do
         case $backstop$length in ''|*[!0-9]*) exit 72 ;; esac
         case $mark in ''|*[!0-9a-f]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
+        # The stdin, read whole before the lifeline reads fd 3, into shell memory (never
+        # disk), ends in a '.' from fanout that $(...) cannot take away with the newlines.
+        stdin=''
         if [ "$length" -gt 0 ]; then
-            head -c "$length" <&3 > "$base/stdin" || exit 76
-        else
-            : > "$base/stdin"
+            stdin=$(head -c "$((length + 1))" <&3) || exit 76
+            stdin=${stdin%.}
         fi
-        # The step: exactly the environment it is given, its stdin, its argv, behind
-        # a deadline of its own for when fanout can no longer reach this host (fanout's
-        # own deadline is earlier and the one that counts).  timeout makes it a process
-        # group of its own, which teardown kills whole.
-        (
+        # The step: exactly the environment it is given, its stdin on a pipe (as a local
+        # step has it), its argv, behind a deadline of its own for when fanout can no
+        # longer reach this host (fanout's own deadline is earlier and the one that
+        # counts).  timeout makes it a process group of its own, which teardown kills.
+        printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (
             trap - PIPE
             unset PATH
             eval "$rest"
-            exec timeout -k 2 "$backstop" "$@" < "$base/stdin" 3<&- 4>&-
+            exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
         ) &
         step=$!
-        unset rest
+        unset rest stdin
         # The lifeline: EOF on stdin while the step runs TERMs this shell (its trap
         # tears down).  Nothing else arrives on stdin until the step's answer.
         (trap - PIPE; while IFS= read -r _; do :; done; kill -s TERM $$) <&3 > /dev/null 2>&1 4>&- &

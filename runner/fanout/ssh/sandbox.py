@@ -112,7 +112,12 @@ class SshSandbox:
             await self._send(wire.listing(roots))
             found = await wire.entries(self._agent.process.stdout)
         self._unsure = False
-        return found
+        # In the local listing's order (each root in turn, then depth first by name),
+        # not in the host's directory order: what is collected comes out the same.
+        order = {root: index for index, root in enumerate(roots)}
+        return sorted(
+            found, key=lambda e: (order.get(e.path.split("/", 1)[0], 0), e.path.split("/"))
+        )
 
     async def fetch(self, names: Sequence[str], destination: Path) -> None:
         # Spooled to a file beside the collected files, never held in memory whole.

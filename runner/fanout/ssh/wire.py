@@ -10,7 +10,7 @@ memory and the step's environment only: never argv, never disk.
 
     open TOKEN CODE          CODE: set -- DIR...      make $root/fanout-TOKEN and DIRs
     put LENGTH               + LENGTH bytes of tar    extracted into work/
-    run BACKSTOP MARK LENGTH CODE  + LENGTH bytes of stdin
+    run BACKSTOP MARK LENGTH CODE  + LENGTH bytes of stdin, and a '.' if LENGTH > 0
                              CODE: cd, exports, set -- ARGV
     cat LIMIT CODE           CODE: set -- NAME        a regular file of the sandbox
     list CODE                CODE: set -- ROOT...     find -P ROOT... under work/
@@ -78,14 +78,16 @@ def open_sandbox(token: str, directories: Sequence[str]) -> bytes:
 def run(command: Command, *, backstop: int, mark: str) -> bytes:
     """A step for the agent: its line, then its stdin.  Raises ValueError for an
     environment name the shell cannot export (the schema allows none)."""
-    words = [f"cd {quote(command.cwd)} || exit 126"]
+    # cd sets (and dash exports) PWD and OLDPWD: the step gets exactly ``env``.
+    words = [f"cd {quote(command.cwd)} || exit 126", "unset OLDPWD PWD"]
     for name, value in command.env.items():
         if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"env: {name!r} is not an environment variable name")
         words.append(f"export {name}={quote(value)}")
     words.append(_set(command.argv))
     line = f"run {backstop} {mark} {len(command.stdin)} " + "; ".join(words) + "\n"
-    return line.encode() + command.stdin
+    # The agent reads stdin with $(...), which drops trailing newlines: a '.' keeps them.
+    return line.encode() + (command.stdin + b"." if command.stdin else b"")
 
 
 def cat(name: str, limit: int) -> bytes:
