@@ -65,6 +65,18 @@ teardown() {
 trap teardown EXIT
 trap 'exit 143' HUP INT TERM
 say() { printf '%s\n' "$*" >&4; }
+# hand LIMIT NAME: the sandbox's regular file NAME, never through a symlink (the steps
+# that could swap one in are gone), as "data LENGTH" and at most LIMIT bytes; or "none".
+hand() {
+    case $2 in ''|*/*|.|..) exit 72 ;; esac
+    if [ -f "$base/$2" ] && [ ! -L "$base/$2" ]; then
+        head -c "$1" "$base/$2" > "$base/.answer" 2>/dev/null
+        say "data $(wc -c < "$base/.answer")"
+        cat "$base/.answer" >&4
+    else
+        say none
+    fi
+}
 
 while IFS=' ' read -r verb rest <&3; do
     case $verb in
@@ -94,7 +106,9 @@ while IFS=' ' read -r verb rest <&3; do
         backstop=${rest%% *} rest=${rest#* }
         mark=${rest%% *} rest=${rest#* }
         length=${rest%% *} rest=${rest#* }
-        case $backstop$length in ''|*[!0-9]*) exit 72 ;; esac
+        limit=${rest%% *} rest=${rest#* }
+        then=${rest%% *} rest=${rest#* }
+        case $backstop$length$limit in ''|*[!0-9]*) exit 72 ;; esac
         case $mark in ''|*[!0-9a-f]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
         # The stdin, read whole before the lifeline reads fd 3, into shell memory (never
@@ -130,21 +144,16 @@ while IFS=' ' read -r verb rest <&3; do
         # The end of this step's output; MARK is never shown to the step.
         printf '\n\036fanout-end %s\n' "$mark"
         say "ran $rc"
+        # A file fanout reads after a step (its control file), sent along: one round
+        # trip less.
+        [ "$limit" -gt 0 ] && hand "$limit" "$then"
         ;;
     cat)
         limit=${rest%% *}
         case $limit in ''|*[!0-9]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
         eval "${rest#* }"  # set -- NAME
-        file=$base/$1
-        # A regular file, never a symlink (the steps that could swap it are gone).
-        if [ -f "$file" ] && [ ! -L "$file" ]; then
-            head -c "$limit" "$file" > "$base/.answer" 2>/dev/null
-            say "data $(wc -c < "$base/.answer")"
-            cat "$base/.answer" >&4
-        else
-            say none
-        fi
+        hand "$limit" "$1"
         ;;
     list)
         [ -n "$base" ] || exit 72

@@ -52,6 +52,8 @@ class SshSandbox:
         self._opening = wire.open_sandbox(token, LAYOUT.directories)
         self._opened = False  # something was sent: there is a sandbox to close
         self._unsure = False  # a command's answer did not arrive whole
+        # The control file as the last step left it, once read along with its answer.
+        self._control: tuple[bytes | None] | None = None
 
     # The Sandbox protocol -------------------------------------------------------
 
@@ -74,7 +76,12 @@ class SshSandbox:
         kills the step, and returns when the host has cleaned up (bounded)."""
         mark = secrets.token_hex(8)
         try:
-            message = wire.run(command, backstop=math.ceil(backstop), mark=mark)
+            message = wire.run(
+                command,
+                backstop=math.ceil(backstop),
+                mark=mark,
+                then=(_CONTROL_LIMIT, LAYOUT.control),
+            )
         except ValueError as exc:
             capture.feed(f"fanout: {exc}\n".encode())
             return 126
@@ -86,6 +93,9 @@ class SshSandbox:
                 await self._send(message)
                 code = await wire.status(process.stdout)
                 await pump  # the end mark was printed before the answer
+                # The control file, read along with the answer: ``attempt`` reads it
+                # after the last step, and nothing runs in between.
+                self._control = (await wire.data(process.stdout),)
         except asyncio.CancelledError:
             await asyncio.shield(self._pool._retire(self._agent))
             raise
@@ -99,6 +109,8 @@ class SshSandbox:
     async def read(self, name: str) -> bytes | None:
         if self._unsure or self._agent.retired:
             return None  # after a deadline: the agent took the sandbox down
+        if name == LAYOUT.control and self._control is not None:
+            return self._control[0]
         self._unsure = True
         async with self._talking():
             await self._send(wire.cat(name, _CONTROL_LIMIT))
