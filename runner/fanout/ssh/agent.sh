@@ -119,15 +119,25 @@ while IFS=' ' read -r verb rest <&3; do
             stdin=${stdin%.}
         fi
         # The step: exactly the environment it is given, its stdin on a pipe (as a local
-        # step has it), its argv, behind a deadline of its own for when fanout can no
-        # longer reach this host (fanout's own deadline is earlier and the one that
-        # counts).  timeout makes it a process group of its own, which teardown kills.
-        printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (
-            trap - PIPE
-            unset PATH
-            eval "$rest"
-            exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
-        ) &
+        # step has it; none at all: /dev/null, one process less), its argv, behind a
+        # deadline of its own for when fanout can no longer reach this host (fanout's
+        # own deadline is earlier and the one that counts).  timeout makes it a process
+        # group of its own, which teardown kills whole.
+        if [ "$length" -gt 0 ]; then
+            printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (
+                trap - PIPE
+                unset PATH
+                eval "$rest"
+                exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
+            ) &
+        else
+            (
+                trap - PIPE
+                unset PATH
+                eval "$rest"
+                exec timeout -k 2 "$backstop" "$@" < /dev/null 3<&- 4>&-
+            ) &
+        fi
         step=$!
         unset rest stdin
         # The lifeline: EOF on stdin while the step runs TERMs this shell (its trap
