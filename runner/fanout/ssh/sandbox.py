@@ -196,8 +196,31 @@ class SshSandbox:
             else:
                 reason = str(exc) if isinstance(exc, Lost) else describe(exc)
             if agent.connection_alive():
-                raise Lost(
-                    f"the agent on {state.name} stopped: {reason}", host=state.name
-                ) from None
+                # An agent that could not open the sandbox said why and exited, maybe
+                # while the staged tar was still on its way.
+                refusal = await _refusal(agent)
+                if refusal is not None:
+                    await self._pool._quarantine(state, f"{state.name}: {refusal}")
+                    refused = f"{state.name} cannot run units: {refusal}"
+                    raise Lost(refused, host=state.name) from None
+                stopped = f"the agent on {state.name} stopped: {reason}"
+                raise Lost(stopped, host=state.name) from None
             await self._pool._host_failed(state, reason)
             raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
+
+
+# How long a stopped agent's last words may take to arrive.
+_LAST_WORDS = 2.0
+
+
+async def _refusal(agent: Agent) -> str | None:
+    """The ``error`` an agent said before its channel closed, if it said one."""
+    try:
+        async with asyncio.timeout(_LAST_WORDS):
+            while line := await agent.process.stdout.readline():
+                words = line.decode(errors="replace").split()
+                if words[:1] == ["error"]:
+                    return " ".join(words[1:])
+    except (TimeoutError, OSError, asyncssh.Error, EOFError):
+        pass
+    return None
