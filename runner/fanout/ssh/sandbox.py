@@ -1,9 +1,11 @@
 """One attempt's sandbox on an SSH host: ``transport.Sandbox`` spoken to the agent on
 one channel in its wire format (``wire``).
 
-Round trips are what a remote unit costs, so commands that need no answer are not
-waited for: ``open`` goes out with the staged tar or with the first step, in one
-write, and only the step's answer is read (an ``error`` from ``open`` arrives there).
+Writes and round trips are what a remote unit costs, so commands that need no answer
+are not waited for: ``open``, the staged tar (all of a small one, the last chunk of a
+large one) and the first step go out in one write, and only the step's answer is read
+(an ``error`` from ``open`` arrives there); the control file comes back with the
+step's answer.
 Any command whose answer did not arrive whole (a lost channel, a cancellation, a
 deadline) leaves the channel in an unknown state: the sandbox is then left by retiring
 the agent (its lifeline cut: it kills everything and removes the sandbox itself),
@@ -17,7 +19,7 @@ import contextlib
 import math
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,8 +51,9 @@ class SshSandbox:
         self._pool = pool
         self._state = state
         self._agent = agent
-        self._opening = wire.open_sandbox(token, LAYOUT.directories)
-        self._opened = False  # something was sent: there is a sandbox to close
+        # What goes out with the next write: ``open`` first, the staged tar after it.
+        self._pending = wire.open_sandbox(token, LAYOUT.directories)
+        self._opened = False  # something was written: there is a sandbox to close
         self._unsure = False  # a command's answer did not arrive whole
         # The control file as the last step left it, once read along with its answer.
         self._control: tuple[bytes | None] | None = None
@@ -58,16 +61,22 @@ class SshSandbox:
     # The Sandbox protocol -------------------------------------------------------
 
     async def stage(self, files: Sequence[StagedFile]) -> None:
+        """The staged tar, streamed as the files are read.  Nothing is written here for
+        a tar of one chunk: it goes out with the first step, with ``open``, in one
+        write; a larger one keeps only its last chunk for that write."""
         if not files:
             return
-        tar = await asyncio.to_thread(wire.StagedTar, files)  # OSError: nothing sent yet
-        chunks = tar.chunks()
+        # OSError (a file gone, unreadable, changed): nothing is on its way yet.
+        tar, chunks, first = await asyncio.to_thread(_begin, files)
         self._unsure = True
-        async with self._talking():
-            await self._send(f"put {tar.size}\n".encode())
-        while chunk := await asyncio.to_thread(next, chunks, b""):  # OSError: a changed file
+        self._pending += f"put {tar.size}\n".encode() + first
+        sent = len(first)
+        while sent < tar.size:
+            chunk = await asyncio.to_thread(next, chunks)  # OSError: a changed file
             async with self._talking():
-                await self._send(chunk)
+                await self._send(b"")
+            self._pending += chunk
+            sent += len(chunk)
         self._unsure = False
 
     async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
@@ -169,8 +178,10 @@ class SshSandbox:
     # The channel ----------------------------------------------------------------
 
     async def _send(self, data: bytes) -> None:
-        if not self._opened:
-            data, self._opened = self._opening + data, True
+        """``data`` after what is pending, in one write."""
+        if self._pending:
+            data, self._pending = self._pending + data, b""
+        self._opened = True
         stdin = self._agent.process.stdin
         try:
             stdin.write(data)
@@ -207,6 +218,13 @@ class SshSandbox:
                 raise Lost(stopped, host=state.name) from None
             await self._pool._host_failed(state, reason)
             raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
+
+
+def _begin(files: Sequence[StagedFile]) -> tuple[wire.StagedTar, Iterator[bytes], bytes]:
+    """The staged tar and its first chunk, in one trip to a thread."""
+    tar = wire.StagedTar(files)
+    chunks = tar.chunks()
+    return tar, chunks, next(chunks)
 
 
 # How long a stopped agent's last words may take to arrive.
