@@ -1,0 +1,571 @@
+"""One attempt, any transport: the same behaviour tests over every transport (local with
+sandbox none and bwrap, SSH with none and bwrap over a real sshd, and the fake
+sandboxes of ``fakes``), each building the same attempt and asserting the same outcome.
+A new transport passes this file before it is merged.
+
+Each test states exact values.  Where they differ between transports, the transport is
+wrong, not the test: a transport only moves bytes, ``attempt`` decides what they mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.attempt import Attempt
+from fanout.outcome import AttemptResult, Status
+from fanout.sandbox import Containment
+from fanout.transport import Sandboxes, StagedFile
+
+from fakes import FakeSandboxes
+from helpers import make_attempt
+from procs import marker, pids_with, wait_until_present
+
+TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake"]
+# Small enough to keep the suite fast, large enough that starting a step under load
+# (bwrap, an SSH channel) never eats the part of it a test gives its steps.
+TIMEOUT = 3.0
+
+
+@dataclass(frozen=True)
+class Harness:
+    """A started transport and what a test needs to know about where it runs."""
+
+    name: str
+    transport: Sandboxes
+    root: Path  # where its sandboxes' directories appear, one per running attempt
+    path: str  # the PATH its workers get
+    containment: Containment
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[tuple[Any, Any]]:
+    """One real sshd for the whole module (a pool and its one host, h1)."""
+    from sshd import make_pool
+
+    pool = make_pool()
+    try:
+        yield pool, pool.add("h1")
+    finally:
+        pool.close()
+
+
+def _login_path(pool: Any, server: Any) -> str:
+    """The PATH a non-interactive login to ``server`` has, asked with OpenSSH's own
+    client: what the remote agent keeps for workers."""
+    ran = subprocess.run(
+        [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(pool.client_key),
+            "-p",
+            str(server.port),
+            "-o",
+            f"UserKnownHostsFile={pool.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            f"{pool.user}@127.0.0.1",
+            'printf %s "$PATH"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return ran.stdout
+
+
+@pytest.fixture(params=TRANSPORTS)
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    name: str = request.param
+    path = os.environ["PATH"]
+    if name == "fake":
+        root = tmp_path / "sandboxes"
+        root.mkdir()
+        yield Harness(name, FakeSandboxes(root=root, path=path), root, path, Containment.GROUP)
+        return
+    if name.startswith("local-"):
+        from fanout.local import LocalTransport
+
+        root = tmp_path / "sandboxes"
+        root.mkdir()
+        local = LocalTransport(
+            slots=4, sandbox_kind=name.removeprefix("local-"), root=root, path=path
+        )
+        await local.start()
+        yield Harness(name, local, root, path, local.containment)
+        await local.close()
+        return
+    from fanout.ssh import SshTransport
+
+    pool, server = request.getfixturevalue("sshd")
+    host = pool.host(server)
+    remote = SshTransport(
+        [host],
+        known_hosts=[pool.known_hosts],
+        sandbox_kind=name.removeprefix("ssh-"),
+        keepalive_interval=1.0,
+        keepalive_count=2,
+        connect_timeout=3.0,
+        rng=random.Random(3),
+    )
+    await remote.start()
+    login_path = await asyncio.to_thread(_login_path, pool, server)
+    kind = name.removeprefix("ssh-")
+    # The same machine: a PID namespace there exactly when there is one here.
+    containment = Containment.BWRAP if kind == "bwrap" else Containment.UNSHARE
+    try:
+        yield Harness(name, remote, Path(host.sandbox_root), login_path, containment)
+    finally:
+        await remote.close()
+
+
+def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
+    return make_attempt(tmp_path, argv, **{"timeout": TIMEOUT, **options})
+
+
+def _sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+def _outcome(result: AttemptResult) -> tuple[Status, str, int | None, str]:
+    return (result.status, result.reason, result.exit_code, result.output_tail)
+
+
+def _sandboxes(harness: Harness) -> list[str]:
+    return sorted(entry.name for entry in harness.root.iterdir())
+
+
+def _collected(tmp_path: Path) -> dict[str, str]:
+    """Every file under the unit folder (``collected``), relative, with its text."""
+    folder = tmp_path / "collected"
+    if not folder.exists():
+        return {}
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() or path.is_symlink():
+            found[str(path.relative_to(folder))] = path.read_text() if path.is_file() else "->"
+    return found
+
+
+def _assert_left_nothing(harness: Harness, token: str) -> None:
+    """The sandbox directory is gone from its root and no process of the attempt is
+    left, when ``run`` returned (not eventually)."""
+    assert (_sandboxes(harness), pids_with(token)) == ([], [])
+
+
+@contextlib.contextmanager
+def _reaping(token: str) -> Iterator[None]:
+    """After the test, SIGKILL what a failing transport left running with ``token`` in
+    its argv (processes this test started, by their id)."""
+    try:
+        yield
+    finally:
+        for pid in pids_with(token):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# --- verify gating -----------------------------------------------------------------
+
+
+async def test_verify_runs_after_a_worker_that_succeeded(harness: Harness, tmp_path: Path) -> None:
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("echo worker"), verify=_sh("echo verify"))
+    )
+    assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "worker\nverify\n")
+
+
+async def test_verify_never_runs_after_a_worker_that_failed(
+    harness: Harness, tmp_path: Path
+) -> None:
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("echo worker says no; exit 3"), verify=_sh("echo verify ran"))
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "worker exited with status 3: worker says no",
+        3,
+        "worker says no\n",
+    )
+
+
+async def test_a_failing_verify_fails_the_attempt(harness: Harness, tmp_path: Path) -> None:
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("echo worker"), verify=_sh("echo still broken; exit 5"))
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "verify exited with status 5: still broken",
+        5,
+        "worker\nstill broken\n",
+    )
+
+
+# --- environment ---------------------------------------------------------------------
+
+
+async def test_the_environment_is_exactly_what_the_attempt_decides(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COORDINATOR_ONLY", "leak")
+    result = await harness.transport.run(
+        _attempt(
+            tmp_path,
+            ["env"],
+            env={"NO_COLOR": "1", "JOB_VALUE": "a b $x"},
+            secrets={"API_TOKEN": "s3cr3t-value"},
+        )
+    )
+    assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
+    env = dict(line.split("=", 1) for line in result.output_tail.splitlines())
+    base = env["HOME"].removesuffix("/home")
+    # A POSIX shell on the way to the worker (the local guard and namespace init are
+    # sh) exports PWD, as the worker's true cwd; a transport without one does not.
+    assert env.pop("PWD", f"{base}/work") == f"{base}/work"
+    assert env == {
+        "PATH": harness.path,
+        "HOME": f"{base}/home",
+        "TMPDIR": f"{base}/tmp",
+        "FANOUT_RUN_ID": "r1",
+        "FANOUT_UNIT_ID": "u1",
+        "FANOUT_ROUND": "1",
+        "FANOUT_ATTEMPT": "1",
+        "FANOUT_RUNG": "default",
+        "FANOUT_CONTROL": f"{base}/control.json",
+        "LANG": "C.UTF-8",
+        "NO_COLOR": "1",
+        "JOB_VALUE": "a b $x",
+        "API_TOKEN": "[secret]",
+    }
+    assert os.path.isabs(base)
+
+
+async def test_home_and_tmpdir_are_inside_the_sandbox_and_never_collected(
+    harness: Harness, tmp_path: Path
+) -> None:
+    script = (
+        'echo cache > "$HOME/cache.md"; echo scratch > "$TMPDIR/scratch.md";'
+        ' echo out > out.md; test -w "$HOME" && test -w "$TMPDIR" && pwd -P'
+    )
+    result = await harness.transport.run(_attempt(tmp_path, _sh(script), collect=["**"]))
+    assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
+    assert result.output_tail.endswith("/work\n")
+    assert [c.path for c in result.collected] == ["out.md"]
+    assert _collected(tmp_path) == {"out.md": "out\n"}
+
+
+# --- the deadline ----------------------------------------------------------------------
+
+
+async def test_one_deadline_covers_the_worker_and_verify(harness: Harness, tmp_path: Path) -> None:
+    token = marker()
+    part = f"{TIMEOUT * 0.6:g}"
+    with _reaping(token):
+        result = await harness.transport.run(
+            _attempt(
+                tmp_path,
+                _sh(f"sleep {part}; echo worker done"),
+                verify=_sh(f"echo verify started; sleep {part}; : {token}"),
+            )
+        )
+        assert _outcome(result) == (
+            Status.TIMEOUT,
+            f"timed out after {TIMEOUT:g}s",
+            None,
+            "worker done\nverify started\n",
+        )
+        _assert_left_nothing(harness, token)
+
+
+async def test_a_worker_exiting_124_failed_and_did_not_time_out(
+    harness: Harness, tmp_path: Path
+) -> None:
+    result = await harness.transport.run(_attempt(tmp_path, _sh("exit 124")))
+    assert _outcome(result) == (Status.FAILED, "worker exited with status 124", 124, "")
+
+
+# --- teardown --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ending", "status", "reason", "code"),
+    [
+        ("exit 0", Status.SUCCEEDED, "ok", 0),
+        ("exit 7", Status.FAILED, "worker exited with status 7: child started", 7),
+        ("wait", Status.TIMEOUT, "timed out after 1s", None),
+    ],
+    ids=["success", "failure", "timeout"],
+)
+async def test_teardown_leaves_nothing(
+    harness: Harness, tmp_path: Path, ending: str, status: Status, reason: str, code: int | None
+) -> None:
+    token = marker()
+    with _reaping(token):
+        result = await harness.transport.run(
+            _attempt(tmp_path, _sh(f"sleep {token} & echo child started; {ending}"), timeout=1)
+        )
+        assert _outcome(result) == (status, reason, code, "child started\n")
+        _assert_left_nothing(harness, token)
+
+
+async def test_teardown_on_cancel_leaves_nothing(harness: Harness, tmp_path: Path) -> None:
+    token = marker()
+    with _reaping(token):
+        task = asyncio.create_task(
+            harness.transport.run(_attempt(tmp_path, _sh(f"sleep {token} & wait"), timeout=60))
+        )
+        assert await asyncio.to_thread(wait_until_present, token)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        _assert_left_nothing(harness, token)
+
+
+# A daemon the way a careless tool leaves one: its own session, every descriptor
+# closed, out of the sandbox directory; started for sure before the worker exits.
+ESCAPEE = (
+    'setsid sh -c \'exec >/dev/null 2>&1 </dev/null; cd /; echo up > "$OLDPWD/up";'
+    ' sleep {token}; touch "$OLDPWD/side-effect"\' &'
+    " while [ ! -e up ]; do sleep 0.01; done; echo worker exits"
+)
+
+
+async def test_an_escaped_process_does_not_survive(harness: Harness, tmp_path: Path) -> None:
+    if harness.containment is Containment.GROUP:
+        pytest.skip(
+            f"{harness.name} contains a step by its process group only (no PID namespace):"
+            " a process that calls setsid leaves it by design"
+        )
+    token = marker()
+    with _reaping(token):
+        result = await harness.transport.run(
+            _attempt(tmp_path, _sh(ESCAPEE.format(token=token)), collect=["**"])
+        )
+        assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "worker exits\n")
+        assert [c.path for c in result.collected] == ["up"]
+        _assert_left_nothing(harness, token)
+
+
+# --- collected names -------------------------------------------------------------------
+
+NAMES = ["notes[draft.md", "with space.md", "ünïcødé ✓.md", "a\nb.md"]
+
+
+async def test_collected_names_with_brackets_spaces_unicode_and_newlines(
+    harness: Harness, tmp_path: Path
+) -> None:
+    script = (
+        'for name in "$@"; do printf "content of %s" "$name" > "$name"; done;'
+        " mkdir -p 'sub dir[1]'; echo deep > 'sub dir[1]/inner [x].md'; echo no > skip.txt"
+    )
+    result = await harness.transport.run(
+        _attempt(tmp_path, [*_sh(script), "sh", *NAMES], collect=["*.md", "sub dir[[]1]/*.md"])
+    )
+    assert (result.status, result.reason, result.exit_code) == (Status.SUCCEEDED, "ok", 0)
+    # In pattern order, and in name order within a pattern.
+    expected = [*sorted(NAMES), "sub dir[1]/inner [x].md"]
+    assert [c.path for c in result.collected] == expected
+    assert _collected(tmp_path) == {
+        **{name: f"content of {name}" for name in NAMES},
+        "sub dir[1]/inner [x].md": "deep\n",
+    }
+    assert [c.size for c in result.collected] == [
+        len(f"content of {name}".encode()) for name in sorted(NAMES)
+    ] + [5]
+
+
+async def test_a_bracket_escaped_in_a_pattern_collects_the_file(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A plain ``notes[draft.md`` is an unclosed glob (refused when the job is loaded,
+    on every transport alike); ``[[]`` is a literal ``[``."""
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("echo draft > 'notes[draft.md'"), collect=["notes[[]draft.md"])
+    )
+    assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
+    assert _collected(tmp_path) == {"notes[draft.md": "draft\n"}
+
+
+# --- symlinks the worker planted -------------------------------------------------------
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A directory outside the sandbox and the unit folder with a file a worker wants."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.md").write_text("untouched\n")
+    return outside
+
+
+async def test_a_planted_symlink_matched_by_a_glob_is_not_collected(
+    harness: Harness, tmp_path: Path
+) -> None:
+    outside = _outside(tmp_path)
+    script = (
+        f"ln -s /etc/passwd leak.md; ln -s {outside} linked; ln -s {outside}/victim.md"
+        " victim.md; echo real > real.md"
+    )
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh(script), collect=["*.md", "**/*.md", "**"])
+    )
+    assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "")
+    assert [c.path for c in result.collected] == ["real.md"]
+    assert _collected(tmp_path) == {"real.md": "real\n"}
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.md"]
+    assert (outside / "victim.md").read_text() == "untouched\n"
+
+
+async def test_a_named_collect_path_through_a_planted_symlink_fails_the_unit(
+    harness: Harness, tmp_path: Path
+) -> None:
+    outside = _outside(tmp_path)
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh(f"ln -s {outside} up"), collect=["up/victim.md"])
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "collect: 'up/victim.md' goes through a symlink the worker made ('up');"
+        " fanout never follows one",
+        0,
+        "",
+    )
+    assert _collected(tmp_path) == {}
+    assert (outside / "victim.md").read_text() == "untouched\n"
+
+
+async def test_a_named_collect_path_that_is_a_planted_symlink_fails_the_unit(
+    harness: Harness, tmp_path: Path
+) -> None:
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("ln -s /etc/passwd report.md"), collect=["report.md"])
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "collect: 'report.md' goes through a symlink the worker made ('report.md');"
+        " fanout never follows one",
+        0,
+        "",
+    )
+    assert _collected(tmp_path) == {}
+
+
+async def test_nothing_is_written_outside_the_unit_folder(harness: Harness, tmp_path: Path) -> None:
+    """A symlink in the unit folder (fanout makes none, so something else did) is never
+    written through, whatever the sandbox sends."""
+    outside = _outside(tmp_path)
+    folder = tmp_path / "collected"
+    folder.mkdir()
+    (folder / "sub").symlink_to(outside)
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("mkdir sub; echo evil > sub/victim.md"), collect=["sub/*.md"])
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "collect: 'sub/victim.md' leaves the unit folder",
+        0,
+        "",
+    )
+    assert (outside / "victim.md").read_text() == "untouched\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.md"]
+
+
+# --- staging, stdin, output ------------------------------------------------------------
+
+
+async def test_staged_files_keep_their_exec_bit(harness: Harness, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "bin").mkdir(parents=True)
+    script = workspace / "bin" / "run me.sh"
+    script.write_text("#!/bin/sh\necho staged script ran\n")
+    script.chmod(0o755)
+    data = workspace / "data.txt"
+    data.write_text("data\n")
+    data.chmod(0o644)
+    result = await harness.transport.run(
+        _attempt(
+            tmp_path,
+            _sh("'./bin/run me.sh' && stat -c '%a %n' 'bin/run me.sh' data.txt && cat data.txt"),
+            staged=(
+                StagedFile(path="bin/run me.sh", source=script),
+                StagedFile(path="data.txt", source=data),
+            ),
+        )
+    )
+    assert _outcome(result) == (
+        Status.SUCCEEDED,
+        "ok",
+        0,
+        "staged script ran\n755 bin/run me.sh\n644 data.txt\ndata\n",
+    )
+
+
+async def test_the_prompt_reaches_the_worker_s_stdin(harness: Harness, tmp_path: Path) -> None:
+    result = await harness.transport.run(
+        _attempt(tmp_path, ["cat"], prompt="line one\nünïcødé line two\n")
+    )
+    assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "line one\nünïcødé line two\n")
+
+
+async def test_a_prompt_larger_than_a_pipe_reaches_the_worker_whole(
+    harness: Harness, tmp_path: Path
+) -> None:
+    prompt = "".join(f"line {n:06d}\n" for n in range(30000))  # 360 000 bytes
+    result = await harness.transport.run(_attempt(tmp_path, _sh("wc -c; tail -n 1"), prompt=prompt))
+    assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "360000\n")
+
+
+async def test_a_worker_that_ignores_its_prompt_is_fine(harness: Harness, tmp_path: Path) -> None:
+    prompt = "x" * 360000
+    result = await harness.transport.run(_attempt(tmp_path, _sh("echo not reading"), prompt=prompt))
+    assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "not reading\n")
+
+
+async def test_output_is_captured_and_secrets_redacted(harness: Harness, tmp_path: Path) -> None:
+    script = 'echo "the key is $API_TOKEN"; echo "on stderr $API_TOKEN" >&2; exit 2'
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh(script), secrets={"API_TOKEN": "s3cr3t-value"})
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "worker exited with status 2: on stderr [secret]",
+        2,
+        "the key is [secret]\non stderr [secret]\n",
+    )
+    log = (tmp_path / "logs" / "a1.log").read_text()
+    assert log == "the key is [secret]\non stderr [secret]\n"
+
+
+# --- the control file ------------------------------------------------------------------
+
+
+async def test_the_throttle_control_file_is_read(harness: Harness, tmp_path: Path) -> None:
+    script = 'printf \'{"throttled": true, "retryAfter": 3}\' > "$FANOUT_CONTROL"; exit 75'
+    result = await harness.transport.run(_attempt(tmp_path, _sh(script)))
+    assert _outcome(result) == (Status.THROTTLED, "throttled (control file)", 75, "")
+    assert (result.retry_after, result.throttled_limit) == (3.0, None)
+
+
+async def test_a_planted_control_symlink_is_not_followed(harness: Harness, tmp_path: Path) -> None:
+    """``control.json`` is outside ``work/``, but the worker can write there: a symlink
+    to a file that says "throttled" is not read (it would requeue the unit forever)."""
+    fake = tmp_path / "outside.json"
+    fake.write_text('{"throttled": true, "retryAfter": 9}')
+    fake.chmod(0o644)
+    script = f'ln -s {fake} "$FANOUT_CONTROL"; exit 4'
+    result = await harness.transport.run(_attempt(tmp_path, _sh(script)))
+    assert _outcome(result) == (Status.FAILED, "worker exited with status 4", 4, "")
