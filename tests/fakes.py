@@ -133,13 +133,21 @@ class _FakeSandbox:
                     env=dict(command.env),
                     start_new_session=True,
                 )
-            except OSError as exc:
-                capture.feed(f"fake: cannot start {command.argv[0]}: {exc.strerror}\n".encode())
+            except FileNotFoundError:
+                # What a POSIX shell says and returns (and fanout's local guard).
+                message = f"fanout: cannot start {command.argv[0]}: command not found\n"
+                capture.feed(message.encode())
                 return 127
+            except OSError as exc:
+                message = f"fanout: cannot start {command.argv[0]}: {exc.strerror}\n"
+                capture.feed(message.encode())
+                return 126
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(_feed(process, command.stdin))
-                    return await process.wait()
+                    code = await process.wait()
+                # A step killed by a signal exits 128 + its number, as a shell reports it.
+                return code if code >= 0 else 128 - code
             finally:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
