@@ -15,6 +15,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from fanout.transport import Sandboxes, StagedFile
 
 from fakes import FakeSandboxes
 from helpers import make_attempt
-from procs import marker, pids_with, wait_until_present
+from procs import marker, pids_with
 
 TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake"]
 # Small enough to keep the suite fast, large enough that starting a step under load
@@ -336,7 +337,7 @@ async def test_teardown_on_cancel_leaves_nothing(harness: Harness, tmp_path: Pat
         task = asyncio.create_task(
             harness.transport.run(_attempt(tmp_path, _sh(f"sleep {token} & wait"), timeout=60))
         )
-        assert await asyncio.to_thread(wait_until_present, token)
+        assert await asyncio.to_thread(_until_sleeping, token, 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -344,28 +345,70 @@ async def test_teardown_on_cancel_leaves_nothing(harness: Harness, tmp_path: Pat
 
 
 # A daemon the way a careless tool leaves one: its own session, every descriptor
-# closed, out of the sandbox directory; started for sure before the worker exits.
+# closed, out of the sandbox directory; started for sure before the worker goes on.
 ESCAPEE = (
     'setsid sh -c \'exec >/dev/null 2>&1 </dev/null; cd /; echo up > "$OLDPWD/up";'
     ' sleep {token}; touch "$OLDPWD/side-effect"\' &'
-    " while [ ! -e up ]; do sleep 0.01; done; echo worker exits"
+    " while [ ! -e up ]; do sleep 0.01; done; echo daemon up; {then}"
 )
 
 
-async def test_an_escaped_process_does_not_survive(harness: Harness, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("then", "status", "reason", "code"),
+    [
+        ("exit 0", Status.SUCCEEDED, "ok", 0),
+        ("exit 3", Status.FAILED, "worker exited with status 3: daemon up", 3),
+        ("sleep {token}", Status.TIMEOUT, f"timed out after {TIMEOUT:g}s", None),
+        ("sleep {token}", None, "", None),  # cancelled once both sleeps are up
+    ],
+    ids=["success", "failure", "timeout", "cancel"],
+)
+async def test_an_escaped_process_does_not_survive(
+    harness: Harness,
+    tmp_path: Path,
+    then: str,
+    status: Status | None,
+    reason: str,
+    code: int | None,
+) -> None:
     if harness.containment is Containment.GROUP:
         pytest.skip(
             f"{harness.name} contains a step by its process group only (no PID namespace):"
             " a process that calls setsid leaves it by design"
         )
     token = marker()
+    script = ESCAPEE.format(token=token, then=then.format(token=token))
     with _reaping(token):
-        result = await harness.transport.run(
-            _attempt(tmp_path, _sh(ESCAPEE.format(token=token)), collect=["**"])
-        )
-        assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "worker exits\n")
-        assert [c.path for c in result.collected] == ["up"]
+        running = asyncio.create_task(harness.transport.run(_attempt(tmp_path, _sh(script))))
+        if status is None:
+            assert await asyncio.to_thread(_until_sleeping, token, 2)
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+        else:
+            result = await running
+            assert _outcome(result) == (status, reason, code, "daemon up\n")
         _assert_left_nothing(harness, token)
+
+
+def _sleeping(token: str) -> list[int]:
+    """The ``sleep TOKEN`` processes (not the shells whose scripts mention it)."""
+    found = []
+    for pid in pids_with(token):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == f"sleep\0{token}\0".encode():
+                found.append(pid)
+    return found
+
+
+def _until_sleeping(token: str, count: int) -> bool:
+    """Whether ``count`` ``sleep TOKEN`` processes run within 20 s (a loaded machine)."""
+    deadline = time.monotonic() + 20
+    while len(_sleeping(token)) < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 # --- collected names -------------------------------------------------------------------
@@ -664,3 +707,80 @@ async def test_a_name_that_is_not_utf8_fails_the_unit_naming_it(
         0,
         "",
     )
+
+
+async def test_a_retry_after_line_in_the_output_throttles(harness: Harness, tmp_path: Path) -> None:
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh("echo 'HTTP 429'; echo 'Retry-After: 7'; exit 1"))
+    )
+    assert _outcome(result) == (
+        Status.THROTTLED,
+        "throttled (Retry-After)",
+        1,
+        "HTTP 429\nRetry-After: 7\n",
+    )
+    assert result.retry_after == 7.0
+
+
+async def test_a_long_output_keeps_its_tail_and_a_capped_log(
+    harness: Harness, tmp_path: Path
+) -> None:
+    script = "i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done; printf no-newline"
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh(script), log_limit=1000, tail_limit=200)
+    )
+    assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
+    assert result.output_tail.endswith("line-2998\nline-2999\nno-newline")
+    assert len(result.output_tail) <= 200
+    log = (tmp_path / "logs" / "a1.log").read_text()
+    assert log.startswith("line-0\nline-1\n")
+    assert log.endswith("[fanout: log truncated at 1000 bytes]\n")
+
+
+async def test_attempts_at_once_each_have_a_sandbox_of_their_own(
+    harness: Harness, tmp_path: Path
+) -> None:
+    script = 'echo "$FANOUT_UNIT_ID" > mine.txt; sleep 0.2; cat mine.txt; ls'
+    results = await asyncio.gather(
+        *(
+            harness.transport.run(
+                _attempt(tmp_path / f"u{n}", _sh(script), unit_id=f"u{n}", collect=["*.txt"])
+            )
+            for n in range(4)
+        )
+    )
+    assert [_outcome(r) for r in results] == [
+        (Status.SUCCEEDED, "ok", 0, f"u{n}\nmine.txt\n") for n in range(4)
+    ]
+    assert [_collected(tmp_path / f"u{n}") for n in range(4)] == [
+        {"mine.txt": f"u{n}\n"} for n in range(4)
+    ]
+    assert _sandboxes(harness) == []
+
+
+async def test_a_secret_is_in_no_argv_and_no_file_of_the_sandbox_root(
+    harness: Harness, tmp_path: Path
+) -> None:
+    token = marker()
+    value = f"sk-test-{token.replace('.', '')}"
+    with _reaping(token):
+        task = asyncio.create_task(
+            harness.transport.run(
+                _attempt(tmp_path, _sh(f"sleep {token}"), secrets={"API_KEY": value}, timeout=60)
+            )
+        )
+        assert await asyncio.to_thread(_until_sleeping, token, 1)
+        holding = await asyncio.to_thread(_files_holding, harness.root, value.encode())
+        assert (pids_with(value), holding) == ([], [])
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def _files_holding(root: Path, value: bytes) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink() and value in path.read_bytes():
+                found.append(str(path))
+    return found
