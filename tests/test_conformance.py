@@ -575,7 +575,7 @@ async def test_a_prompt_larger_than_a_pipe_reaches_the_worker_whole(
     harness: Harness, tmp_path: Path
 ) -> None:
     prompt = "".join(f"line {n:06d}\n" for n in range(30000))  # 360 000 bytes
-    result = await harness.transport.run(_attempt(tmp_path, _sh("wc -c; tail -n 1"), prompt=prompt))
+    result = await harness.transport.run(_attempt(tmp_path, ["wc", "-c"], prompt=prompt))
     assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "360000\n")
 
 
