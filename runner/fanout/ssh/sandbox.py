@@ -1,0 +1,186 @@
+"""One attempt's sandbox on an SSH host: ``transport.Sandbox`` spoken to the agent on
+one channel in its wire format (``wire``).
+
+Round trips are what a remote unit costs, so commands that need no answer are not
+waited for: ``open`` goes out with the staged tar or with the first step, in one
+write, and only the step's answer is read (an ``error`` from ``open`` arrives there).
+Any command whose answer did not arrive whole (a lost channel, a cancellation, a
+deadline) leaves the channel in an unknown state: the sandbox is then left by retiring
+the agent (its lifeline cut: it kills everything and removes the sandbox itself),
+never by talking to it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import asyncssh
+
+from ..attempt import LAYOUT
+from ..capture import OutputCapture
+from ..collecting import Entry
+from ..sandbox import Containment
+from ..transport import Command, Lost, Place, StagedFile
+from . import wire
+from .agent import Agent
+from .connection import describe
+
+if TYPE_CHECKING:
+    from .transport import SshTransport, _Host
+
+# A control file is a few bytes of JSON; a worker cannot make fanout read more.
+_CONTROL_LIMIT = 1 << 16
+
+
+class SshSandbox:
+    """``$root/fanout-$TOKEN`` on one host, through one agent."""
+
+    def __init__(
+        self, pool: SshTransport, state: _Host, agent: Agent, token: str, place: Place
+    ) -> None:
+        self.place = place
+        self._pool = pool
+        self._state = state
+        self._agent = agent
+        self._opening = wire.open_sandbox(token, LAYOUT.directories)
+        self._opened = False  # something was sent: there is a sandbox to close
+        self._unsure = False  # a command's answer did not arrive whole
+
+    # The Sandbox protocol -------------------------------------------------------
+
+    async def stage(self, files: Sequence[StagedFile]) -> None:
+        if not files:
+            return
+        tar = await asyncio.to_thread(wire.StagedTar, files)  # OSError: nothing sent yet
+        chunks = tar.chunks()
+        self._unsure = True
+        async with self._talking():
+            await self._send(f"put {tar.size}\n".encode())
+        while chunk := await asyncio.to_thread(next, chunks, b""):  # OSError: a changed file
+            async with self._talking():
+                await self._send(chunk)
+        self._unsure = False
+
+    async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
+        """The step on the host; its output comes on stderr up to an end mark only this
+        call knows.  Cancelled (fanout's deadline, Ctrl-C), it retires the agent, which
+        kills the step, and returns when the host has cleaned up (bounded)."""
+        mark = secrets.token_hex(8)
+        try:
+            message = wire.run(command, backstop=math.ceil(backstop), mark=mark)
+        except ValueError as exc:
+            capture.feed(f"fanout: {exc}\n".encode())
+            return 126
+        process = self._agent.process
+        self._unsure = True
+        pump = asyncio.create_task(wire.read_output(process.stderr, mark, capture))
+        try:
+            async with self._talking():
+                await self._send(message)
+                code = await wire.status(process.stdout)
+                await pump  # the end mark was printed before the answer
+        except asyncio.CancelledError:
+            await asyncio.shield(self._pool._retire(self._agent))
+            raise
+        finally:
+            if not pump.done():
+                pump.cancel()
+                await asyncio.wait([pump])
+        self._unsure = False
+        return code
+
+    async def read(self, name: str) -> bytes | None:
+        if self._unsure or self._agent.retired:
+            return None  # after a deadline: the agent took the sandbox down
+        self._unsure = True
+        async with self._talking():
+            await self._send(wire.cat(name, _CONTROL_LIMIT))
+            data = await wire.data(self._agent.process.stdout)
+        self._unsure = False
+        return data
+
+    async def listing(self, roots: Sequence[str]) -> list[Entry]:
+        self._unsure = True
+        async with self._talking():
+            await self._send(wire.listing(roots))
+            found = await wire.entries(self._agent.process.stdout)
+        self._unsure = False
+        return found
+
+    async def fetch(self, names: Sequence[str], destination: Path) -> None:
+        # Spooled to a file beside the collected files, never held in memory whole.
+        with tempfile.TemporaryFile(dir=destination, prefix=".fetch-") as spool:
+            self._unsure = True
+            async with self._talking():
+                await self._send(wire.get(names))
+                await wire.data_to(self._agent.process.stdout, spool)
+            self._unsure = False
+            spool.seek(0)
+            await asyncio.to_thread(wire.extract, spool, names, destination)
+
+    # Leaving --------------------------------------------------------------------
+
+    async def leave(self, clean: bool) -> None:
+        """Back to idle after a ``close`` the agent confirmed; otherwise the agent is
+        retired and its teardown awaited (bounded).  Never raises, but for a
+        cancellation while it waits."""
+        agent = self._agent
+        if clean and not self._unsure and agent.usable():
+            if not self._opened:
+                self._state.idle.append(agent)  # nothing reached the host
+                return
+            sweep = self.place.containment is Containment.GROUP
+            try:
+                await self._send(wire.close(sweep))
+                await wire.done(agent.process.stdout)
+            except (Lost, wire.Closed, wire.Refused, OSError, asyncssh.Error, EOFError):
+                pass
+            else:
+                self._state.idle.append(agent)
+                return
+            if not agent.connection_alive():
+                await self._pool._host_failed(self._state, "the connection closed")
+        await asyncio.shield(self._pool._retire(agent))
+
+    # The channel ----------------------------------------------------------------
+
+    async def _send(self, data: bytes) -> None:
+        if not self._opened:
+            data, self._opened = self._opening + data, True
+        stdin = self._agent.process.stdin
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (OSError, asyncssh.Error) as exc:
+            raise Lost(describe(exc)) from None
+
+    @contextlib.asynccontextmanager
+    async def _talking(self) -> AsyncIterator[None]:
+        """The agent's failures as ``transport.Lost``, the host's bookkeeping done."""
+        agent, state = self._agent, self._state
+        try:
+            yield
+        except wire.Refused as exc:
+            await self._pool._quarantine(state, f"{state.name}: {exc}")
+            raise Lost(f"{state.name} cannot run units: {exc}", host=state.name) from None
+        except (Lost, wire.Closed, OSError, asyncssh.Error, EOFError) as exc:
+            if isinstance(exc, wire.Closed | EOFError):
+                reason = (
+                    "the channel closed during the unit"
+                    f" (agent exit status {agent.process.exit_status})"
+                )
+            else:
+                reason = str(exc) if isinstance(exc, Lost) else describe(exc)
+            if agent.connection_alive():
+                raise Lost(
+                    f"the agent on {state.name} stopped: {reason}", host=state.name
+                ) from None
+            await self._pool._host_failed(state, reason)
+            raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
