@@ -33,6 +33,10 @@ from helpers import make_attempt
 from procs import marker, pids_with
 
 TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake"]
+SSH = ("ssh-none", "ssh-bwrap")
+# Collect.select keeps the order of the sandbox's listing, and the SSH agent lists with
+# find (directory order) where the others sort by name.
+UNORDERED = "collected files come in the SSH agent's find order, not in name order"
 # Small enough to keep the suite fast, large enough that starting a step under load
 # (bwrap, an SSH channel) never eats the part of it a test gives its steps.
 TIMEOUT = 3.0
@@ -228,8 +232,12 @@ async def test_a_failing_verify_fails_the_attempt(harness: Harness, tmp_path: Pa
 
 
 async def test_the_environment_is_exactly_what_the_attempt_decides(
-    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    harness: Harness,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
+    _finding(request, harness, dict.fromkeys(SSH, "agent.sh's cd exports OLDPWD=/ to the step"))
     monkeypatch.setenv("COORDINATOR_ONLY", "leak")
     result = await harness.transport.run(
         _attempt(
@@ -338,10 +346,40 @@ async def test_teardown_on_cancel_leaves_nothing(harness: Harness, tmp_path: Pat
             harness.transport.run(_attempt(tmp_path, _sh(f"sleep {token} & wait"), timeout=60))
         )
         assert await asyncio.to_thread(_until_sleeping, token, 1)
+        assert len(_sandboxes(harness)) == 1  # so that "gone" is not vacuous
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         _assert_left_nothing(harness, token)
+
+
+async def test_a_running_sandbox_is_laid_out_as_the_attempt_says(
+    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    _finding(
+        request,
+        harness,
+        dict.fromkeys(
+            SSH,
+            "the SSH sandbox also holds 'stdin' (the prompt, on the host's disk) beside"
+            " work/, home/ and tmp/",
+        ),
+    )
+    token = marker()
+    with _reaping(token):
+        task = asyncio.create_task(
+            harness.transport.run(
+                _attempt(tmp_path, _sh(f"sleep {token}"), prompt="the prompt\n", timeout=60)
+            )
+        )
+        try:
+            assert await asyncio.to_thread(_until_sleeping, token, 1)
+            (sandbox,) = _sandboxes(harness)
+            assert sorted(os.listdir(harness.root / sandbox)) == ["home", "tmp", "work"]
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 # A daemon the way a careless tool leaves one: its own session, every descriptor
@@ -417,8 +455,9 @@ NAMES = ["notes[draft.md", "with space.md", "ünïcødé ✓.md", "a\nb.md"]
 
 
 async def test_collected_names_with_brackets_spaces_unicode_and_newlines(
-    harness: Harness, tmp_path: Path
+    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    _finding(request, harness, dict.fromkeys(SSH, UNORDERED))
     script = (
         'for name in "$@"; do printf "content of %s" "$name" > "$name"; done;'
         " mkdir -p 'sub dir[1]'; echo deep > 'sub dir[1]/inner [x].md'; echo no > skip.txt"
@@ -639,10 +678,11 @@ async def test_a_missing_command_fails_with_127_and_says_so(
     _finding(
         request,
         harness,
-        {
-            "local-bwrap": "the local guard checks that bwrap exists, not the worker: bwrap"
-            " says 'bwrap: execvp no-such-program-xyz: No such file or directory', exit 1"
-        },
+        dict.fromkeys(
+            ("local-bwrap", "ssh-bwrap"),
+            "under bwrap nothing checks the worker exists (the local guard checks bwrap):"
+            " bwrap says 'bwrap: execvp no-such-program-xyz: No such file or directory', exit 1",
+        ),
     )
     result = await harness.transport.run(_attempt(tmp_path, ["no-such-program-xyz"]))
     said = "fanout: cannot start no-such-program-xyz: command not found"
@@ -660,10 +700,11 @@ async def test_a_worker_killed_by_a_signal_exits_128_plus_its_number(
     _finding(
         request,
         harness,
-        {
-            "local-none": "the namespace init (dash) reports its child's death on the"
-            " worker's output: 'Killed' is added to the output and becomes the reason"
-        },
+        dict.fromkeys(
+            ("local-none", "ssh-none"),
+            "the namespace init (dash) reports its child's death on the worker's output:"
+            " 'Killed' is added to the output and becomes the reason",
+        ),
     )
     result = await harness.transport.run(_attempt(tmp_path, _sh("echo dying; kill -KILL $$")))
     assert _outcome(result) == (
@@ -675,8 +716,9 @@ async def test_a_worker_killed_by_a_signal_exits_128_plus_its_number(
 
 
 async def test_a_named_directory_is_collected_whole_without_links_or_fifos(
-    harness: Harness, tmp_path: Path
+    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    _finding(request, harness, dict.fromkeys(SSH, UNORDERED))
     script = (
         "mkdir -p results/deep; echo 1 > results/a.md; echo 2 > results/.hidden;"
         " echo 3 > results/deep/b.txt; ln -s /etc/passwd results/link;"
