@@ -22,15 +22,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from fanout.attempt import Attempt
+from fanout.local import LocalTransport
 from fanout.outcome import AttemptResult, Status
 from fanout.sandbox import Containment
+from fanout.ssh import SshTransport
+from fanout.ssh.probe import GROUP_ONLY
 from fanout.transport import Sandboxes, StagedFile
 
 from fakes import FakeSandboxes
 from helpers import make_attempt
 from procs import marker, pids_with
+
+# One event loop for the module: the SSH transports are started once (see ``remotes``).
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake"]
 SSH = ("ssh-none", "ssh-bwrap")
@@ -53,6 +60,16 @@ class Harness:
     containment: Containment
 
 
+@dataclass(frozen=True)
+class Remote:
+    """A started SSH transport over the module's sshd, and what its workers get."""
+
+    transport: SshTransport
+    root: Path
+    path: str
+    containment: Containment
+
+
 @pytest.fixture(scope="module")
 def sshd() -> Iterator[tuple[Any, Any]]:
     """One real sshd for the whole module (a pool and its one host, h1)."""
@@ -63,6 +80,42 @@ def sshd() -> Iterator[tuple[Any, Any]]:
         yield pool, pool.add("h1")
     finally:
         pool.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def remotes(sshd: tuple[Any, Any]) -> AsyncIterator[dict[str, Remote]]:
+    """One SSH transport per sandbox kind for the whole module, as one run uses one
+    for all its attempts (so each test also checks the one before left it usable)."""
+    pool, server = sshd
+    host = pool.host(server)
+    login_path = await asyncio.to_thread(_login_path, pool, server)
+    started: dict[str, Remote] = {}
+    try:
+        for kind in ("none", "bwrap"):
+            notices: list[str] = []
+            transport = SshTransport(
+                [host],
+                known_hosts=[pool.known_hosts],
+                sandbox_kind=kind,
+                keepalive_interval=1.0,
+                keepalive_count=2,
+                connect_timeout=3.0,
+                notice=notices.append,
+                rng=random.Random(3),
+            )
+            await transport.start()
+            if kind == "bwrap":
+                containment = Containment.BWRAP
+            elif any(GROUP_ONLY in notice for notice in notices):
+                containment = Containment.GROUP
+            else:
+                containment = Containment.UNSHARE
+            root = Path(host.sandbox_root)
+            started[f"ssh-{kind}"] = Remote(transport, root, login_path, containment)
+        yield started
+    finally:
+        for remote in started.values():
+            await remote.transport.close()
 
 
 def _login_path(pool: Any, server: Any) -> str:
@@ -94,8 +147,10 @@ def _login_path(pool: Any, server: Any) -> str:
     return ran.stdout
 
 
-@pytest.fixture(params=TRANSPORTS)
-async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+@pytest_asyncio.fixture(params=TRANSPORTS, loop_scope="module")
+async def harness(
+    request: pytest.FixtureRequest, tmp_path: Path, remotes: dict[str, Remote]
+) -> AsyncIterator[Harness]:
     name: str = request.param
     path = os.environ["PATH"]
     if name == "fake":
@@ -104,8 +159,6 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield Harness(name, FakeSandboxes(root=root, path=path), root, path, Containment.GROUP)
         return
     if name.startswith("local-"):
-        from fanout.local import LocalTransport
-
         root = tmp_path / "sandboxes"
         root.mkdir()
         local = LocalTransport(
@@ -115,28 +168,8 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield Harness(name, local, root, path, local.containment)
         await local.close()
         return
-    from fanout.ssh import SshTransport
-
-    pool, server = request.getfixturevalue("sshd")
-    host = pool.host(server)
-    remote = SshTransport(
-        [host],
-        known_hosts=[pool.known_hosts],
-        sandbox_kind=name.removeprefix("ssh-"),
-        keepalive_interval=1.0,
-        keepalive_count=2,
-        connect_timeout=3.0,
-        rng=random.Random(3),
-    )
-    await remote.start()
-    login_path = await asyncio.to_thread(_login_path, pool, server)
-    kind = name.removeprefix("ssh-")
-    # The same machine: a PID namespace there exactly when there is one here.
-    containment = Containment.BWRAP if kind == "bwrap" else Containment.UNSHARE
-    try:
-        yield Harness(name, remote, Path(host.sandbox_root), login_path, containment)
-    finally:
-        await remote.close()
+    remote = remotes[name]
+    yield Harness(name, remote.transport, remote.root, remote.path, remote.containment)
 
 
 def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
