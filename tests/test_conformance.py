@@ -264,14 +264,8 @@ async def test_a_failing_verify_fails_the_attempt(harness: Harness, tmp_path: Pa
 # --- environment ---------------------------------------------------------------------
 
 
-async def test_the_environment_is_exactly_what_the_attempt_decides(
-    harness: Harness,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
-) -> None:
-    _finding(request, harness, dict.fromkeys(SSH, "agent.sh's cd exports OLDPWD=/ to the step"))
-    monkeypatch.setenv("COORDINATOR_ONLY", "leak")
+async def _environment(harness: Harness, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """What ``env`` prints as the worker, and the sandbox's directory it names."""
     result = await harness.transport.run(
         _attempt(
             tmp_path,
@@ -283,9 +277,18 @@ async def test_the_environment_is_exactly_what_the_attempt_decides(
     assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
     env = dict(line.split("=", 1) for line in result.output_tail.splitlines())
     base = env["HOME"].removesuffix("/home")
-    # A POSIX shell on the way to the worker (the local guard and namespace init are
-    # sh) exports PWD, as the worker's true cwd; a transport without one does not.
-    assert env.pop("PWD", f"{base}/work") == f"{base}/work"
+    assert os.path.isabs(base)
+    return base, env
+
+
+async def test_the_environment_is_exactly_what_the_attempt_decides(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COORDINATOR_ONLY", "leak")
+    base, env = await _environment(harness, tmp_path)
+    # What a shell on the way sets (see the next test).
+    env.pop("PWD", None)
+    env.pop("OLDPWD", None)
     assert env == {
         "PATH": harness.path,
         "HOME": f"{base}/home",
@@ -301,7 +304,26 @@ async def test_the_environment_is_exactly_what_the_attempt_decides(
         "JOB_VALUE": "a b $x",
         "API_TOKEN": "[secret]",
     }
-    assert os.path.isabs(base)
+
+
+async def test_a_shell_on_the_way_adds_only_pwd(
+    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A POSIX shell on the way to the worker (the local guard and the namespace init
+    are sh) exports PWD, the worker's true cwd; a transport without one does not.
+    Nothing else of a shell (OLDPWD, SHLVL) reaches the worker."""
+    _finding(request, harness, dict.fromkeys(SSH, "agent.sh's cd exports OLDPWD=/ to the step"))
+    base, env = await _environment(harness, tmp_path)
+    assert env.pop("PWD", f"{base}/work") == f"{base}/work"
+    assert sorted(name for name in env if not name.startswith("FANOUT_")) == [
+        "API_TOKEN",
+        "HOME",
+        "JOB_VALUE",
+        "LANG",
+        "NO_COLOR",
+        "PATH",
+        "TMPDIR",
+    ]
 
 
 async def test_home_and_tmpdir_are_inside_the_sandbox_and_never_collected(
