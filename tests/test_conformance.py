@@ -374,22 +374,27 @@ async def test_a_worker_exiting_124_failed_and_did_not_time_out(
 
 
 @pytest.mark.parametrize(
-    ("ending", "status", "reason", "code"),
+    ("ending", "seconds", "status", "reason", "code"),
     [
-        ("exit 0", Status.SUCCEEDED, "ok", 0),
-        ("exit 7", Status.FAILED, "worker exited with status 7: child started", 7),
-        ("wait", Status.TIMEOUT, "timed out after 1s", None),
+        ("exit 0", TIMEOUT, Status.SUCCEEDED, "ok", 0),
+        ("exit 7", TIMEOUT, Status.FAILED, "worker exited with status 7: child started", 7),
+        ("wait", 1.0, Status.TIMEOUT, "timed out after 1s", None),
     ],
     ids=["success", "failure", "timeout"],
 )
 async def test_teardown_leaves_nothing(
-    harness: Harness, tmp_path: Path, ending: str, status: Status, reason: str, code: int | None
+    harness: Harness,
+    tmp_path: Path,
+    ending: str,
+    seconds: float,
+    status: Status,
+    reason: str,
+    code: int | None,
 ) -> None:
     token = marker()
     with _reaping(token):
-        result = await harness.transport.run(
-            _attempt(tmp_path, _sh(f"sleep {token} & echo child started; {ending}"), timeout=1)
-        )
+        script = f"sleep {token} & echo child started; {ending}"
+        result = await harness.transport.run(_attempt(tmp_path, _sh(script), timeout=seconds))
         assert _outcome(result) == (status, reason, code, "child started\n")
         _assert_left_nothing(harness, token)
 
