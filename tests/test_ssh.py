@@ -687,3 +687,68 @@ def test_a_frozen_host_is_given_up_after_15_seconds_of_silence() -> None:
     assert (options["keepalive_interval"], options["keepalive_count_max"]) == (5.0, 2)
     assert connector.silence_limit == 15.0
     assert Connector(known_hosts=[], keepalive_interval=1.0, keepalive_count=2).silence_limit == 2.0
+
+
+async def test_an_unwritable_sandbox_root_quarantines_the_host_even_when_staging(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """The agent refuses at ``open`` and exits while the staged tar is still on its
+    way: the host is quarantined for it, not retried as a lost attempt forever."""
+    server = ssh_pool.add("h1")
+    root = ssh_pool.base / "read-only"
+    root.mkdir(mode=0o555)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "big.bin").write_bytes(bytes(4 << 20))
+    notices: list[str] = []
+    transport = _transport(
+        ssh_pool, [_host(ssh_pool, server, sandbox_root=str(root))], notice=notices.append
+    )
+    await transport.start()
+    try:
+        result = await transport.run(
+            _attempt(
+                tmp_path,
+                ["true"],
+                staged=(StagedFile(path="big.bin", source=workspace / "big.bin"),),
+            )
+        )
+        quarantined = transport._hosts[0].quarantined
+    finally:
+        await transport.close()
+    refusal = f"cannot create a sandbox in {root} (sandboxRoot must be a writable directory)"
+    assert (result.status, result.reason) == (Status.LOST, f"h1 cannot run units: {refusal}")
+    assert quarantined
+    assert f"host h1 quarantined: h1: {refusal}" in notices
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_home_and_tmpdir_are_the_sandboxs_own_on_every_kind(
+    ssh_pool: Any, tmp_path: Path, sandbox: str
+) -> None:
+    """Issue 11: HOME and TMPDIR were /tmp under bwrap and both $base/home without it;
+    the attempt decides them, the same as locally: home/ and tmp/ beside work/."""
+    transport = await _started(ssh_pool, sandbox_kind=sandbox)
+    script = 'echo "$HOME $TMPDIR $FANOUT_CONTROL $(pwd)"; touch "$HOME/h" "$TMPDIR/t"'
+    try:
+        result = await transport.run(_attempt(tmp_path, ["sh", "-c", script], collect=("**",)))
+    finally:
+        await transport.close()
+    assert result.status is Status.SUCCEEDED, result.reason
+    home, tmp, control, work = result.output_tail.split()
+    base = home.removesuffix("/home")
+    assert base.startswith(str(ssh_pool.base / "sandboxes" / "fanout-"))
+    assert (home, tmp, control, work) == (
+        f"{base}/home",
+        f"{base}/tmp",
+        f"{base}/control.json",
+        f"{base}/work",
+    )
+    assert result.collected == ()  # nothing the worker's tools keep at home is collected
+
+
+def test_the_agent_decides_nothing_an_attempt_decides() -> None:
+    """No bwrap argv, verify rule, HOME or TMPDIR choice, glob or regex of its own."""
+    script = wire.agent_script()
+    for decided in ("bwrap", "verify", "HOME", "TMPDIR", "-regex", "-name '", "control.json"):
+        assert decided not in script, decided

@@ -65,6 +65,18 @@ teardown() {
 trap teardown EXIT
 trap 'exit 143' HUP INT TERM
 say() { printf '%s\n' "$*" >&4; }
+# hand LIMIT NAME: the sandbox's regular file NAME, never through a symlink (the steps
+# that could swap one in are gone), as "data LENGTH" and at most LIMIT bytes; or "none".
+hand() {
+    case $2 in ''|*/*|.|..) exit 72 ;; esac
+    if [ -f "$base/$2" ] && [ ! -L "$base/$2" ]; then
+        head -c "$1" "$base/$2" > "$base/.answer" 2>/dev/null
+        say "data $(wc -c < "$base/.answer")"
+        cat "$base/.answer" >&4
+    else
+        say none
+    fi
+}
 
 while IFS=' ' read -r verb rest <&3; do
     case $verb in
@@ -94,26 +106,40 @@ while IFS=' ' read -r verb rest <&3; do
         backstop=${rest%% *} rest=${rest#* }
         mark=${rest%% *} rest=${rest#* }
         length=${rest%% *} rest=${rest#* }
-        case $backstop$length in ''|*[!0-9]*) exit 72 ;; esac
+        limit=${rest%% *} rest=${rest#* }
+        then=${rest%% *} rest=${rest#* }
+        case $backstop$length$limit in ''|*[!0-9]*) exit 72 ;; esac
         case $mark in ''|*[!0-9a-f]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
+        # The stdin, read whole before the lifeline reads fd 3, into shell memory (never
+        # disk), ends in a '.' from fanout that $(...) cannot take away with the newlines.
+        stdin=''
         if [ "$length" -gt 0 ]; then
-            head -c "$length" <&3 > "$base/stdin" || exit 76
-        else
-            : > "$base/stdin"
+            stdin=$(head -c "$((length + 1))" <&3) || exit 76
+            stdin=${stdin%.}
         fi
-        # The step: exactly the environment it is given, its stdin, its argv, behind
-        # a deadline of its own for when fanout can no longer reach this host (fanout's
+        # The step: exactly the environment it is given, its stdin on a pipe (as a local
+        # step has it; none at all: /dev/null, one process less), its argv, behind a
+        # deadline of its own for when fanout can no longer reach this host (fanout's
         # own deadline is earlier and the one that counts).  timeout makes it a process
         # group of its own, which teardown kills whole.
-        (
-            trap - PIPE
-            unset PATH
-            eval "$rest"
-            exec timeout -k 2 "$backstop" "$@" < "$base/stdin" 3<&- 4>&-
-        ) &
+        if [ "$length" -gt 0 ]; then
+            printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (
+                trap - PIPE
+                unset PATH
+                eval "$rest"
+                exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
+            ) &
+        else
+            (
+                trap - PIPE
+                unset PATH
+                eval "$rest"
+                exec timeout -k 2 "$backstop" "$@" < /dev/null 3<&- 4>&-
+            ) &
+        fi
         step=$!
-        unset rest
+        unset rest stdin
         # The lifeline: EOF on stdin while the step runs TERMs this shell (its trap
         # tears down).  Nothing else arrives on stdin until the step's answer.
         (trap - PIPE; while IFS= read -r _; do :; done; kill -s TERM $$) <&3 > /dev/null 2>&1 4>&- &
@@ -128,21 +154,16 @@ while IFS=' ' read -r verb rest <&3; do
         # The end of this step's output; MARK is never shown to the step.
         printf '\n\036fanout-end %s\n' "$mark"
         say "ran $rc"
+        # A file fanout reads after a step (its control file), sent along: one round
+        # trip less.
+        [ "$limit" -gt 0 ] && hand "$limit" "$then"
         ;;
     cat)
         limit=${rest%% *}
         case $limit in ''|*[!0-9]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
         eval "${rest#* }"  # set -- NAME
-        file=$base/$1
-        # A regular file, never a symlink (the steps that could swap it are gone).
-        if [ -f "$file" ] && [ ! -L "$file" ]; then
-            head -c "$limit" "$file" > "$base/.answer" 2>/dev/null
-            say "data $(wc -c < "$base/.answer")"
-            cat "$base/.answer" >&4
-        else
-            say none
-        fi
+        hand "$limit" "$1"
         ;;
     list)
         [ -n "$base" ] || exit 72

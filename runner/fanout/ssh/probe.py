@@ -73,6 +73,7 @@ class Facilities:
     root: bool = False  # the login is root there
     home: str = ""
     keys: str | None = None  # the login's ~/.ssh, when it is a directory
+    root_path: str | None = None  # the sandbox root asked about, resolved; None: missing
 
     def containment(self, sandbox: str) -> str:
         """What keeps a unit's processes from outliving it, for units run under ``sandbox``."""
@@ -91,11 +92,16 @@ class Facilities:
 
 
 async def facilities(
-    conn: asyncssh.SSHClientConnection, commands: Sequence[str] = ()
+    conn: asyncssh.SSHClientConnection, commands: Sequence[str] = (), root: str | None = None
 ) -> Facilities:
     """Ask a host (one command) for the agent's tools, which containment works, the
-    login's facts, and which of ``commands`` (the job's argv[0]s) it cannot start."""
+    login's facts, which of ``commands`` (the job's argv[0]s) it cannot start, and
+    where the sandbox root ``root`` really is (its physical path, if it exists)."""
     script = _PROBE_CONTAINMENT
+    if root is not None:
+        # The path the kernel reports as a process's cwd: the agent finds a sandbox's
+        # escapees by comparing with it.
+        script += f'; cd -- {shlex.quote(root)} 2>/dev/null && printf "root %s\\n" "$(pwd -P)"'
     if commands:
         # The PATH a login's non-interactive shell has is the one the agent keeps.
         script += (
@@ -123,6 +129,7 @@ async def facilities(
         root=fact("uid") == "0",
         home=fact("home") or "",
         keys=fact("keys"),
+        root_path=fact("root"),
     )
 
 

@@ -52,6 +52,8 @@ class SshSandbox:
         self._opening = wire.open_sandbox(token, LAYOUT.directories)
         self._opened = False  # something was sent: there is a sandbox to close
         self._unsure = False  # a command's answer did not arrive whole
+        # The control file as the last step left it, once read along with its answer.
+        self._control: tuple[bytes | None] | None = None
 
     # The Sandbox protocol -------------------------------------------------------
 
@@ -74,7 +76,12 @@ class SshSandbox:
         kills the step, and returns when the host has cleaned up (bounded)."""
         mark = secrets.token_hex(8)
         try:
-            message = wire.run(command, backstop=math.ceil(backstop), mark=mark)
+            message = wire.run(
+                command,
+                backstop=math.ceil(backstop),
+                mark=mark,
+                then=(_CONTROL_LIMIT, LAYOUT.control),
+            )
         except ValueError as exc:
             capture.feed(f"fanout: {exc}\n".encode())
             return 126
@@ -86,6 +93,9 @@ class SshSandbox:
                 await self._send(message)
                 code = await wire.status(process.stdout)
                 await pump  # the end mark was printed before the answer
+                # The control file, read along with the answer: ``attempt`` reads it
+                # after the last step, and nothing runs in between.
+                self._control = (await wire.data(process.stdout),)
         except asyncio.CancelledError:
             await asyncio.shield(self._pool._retire(self._agent))
             raise
@@ -99,6 +109,8 @@ class SshSandbox:
     async def read(self, name: str) -> bytes | None:
         if self._unsure or self._agent.retired:
             return None  # after a deadline: the agent took the sandbox down
+        if name == LAYOUT.control and self._control is not None:
+            return self._control[0]
         self._unsure = True
         async with self._talking():
             await self._send(wire.cat(name, _CONTROL_LIMIT))
@@ -112,7 +124,12 @@ class SshSandbox:
             await self._send(wire.listing(roots))
             found = await wire.entries(self._agent.process.stdout)
         self._unsure = False
-        return found
+        # In the local listing's order (each root in turn, then depth first by name),
+        # not in the host's directory order: what is collected comes out the same.
+        order = {root: index for index, root in enumerate(roots)}
+        return sorted(
+            found, key=lambda e: (order.get(e.path.split("/", 1)[0], 0), e.path.split("/"))
+        )
 
     async def fetch(self, names: Sequence[str], destination: Path) -> None:
         # Spooled to a file beside the collected files, never held in memory whole.
@@ -179,8 +196,31 @@ class SshSandbox:
             else:
                 reason = str(exc) if isinstance(exc, Lost) else describe(exc)
             if agent.connection_alive():
-                raise Lost(
-                    f"the agent on {state.name} stopped: {reason}", host=state.name
-                ) from None
+                # An agent that could not open the sandbox said why and exited, maybe
+                # while the staged tar was still on its way.
+                refusal = await _refusal(agent)
+                if refusal is not None:
+                    await self._pool._quarantine(state, f"{state.name}: {refusal}")
+                    refused = f"{state.name} cannot run units: {refusal}"
+                    raise Lost(refused, host=state.name) from None
+                stopped = f"the agent on {state.name} stopped: {reason}"
+                raise Lost(stopped, host=state.name) from None
             await self._pool._host_failed(state, reason)
             raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
+
+
+# How long a stopped agent's last words may take to arrive.
+_LAST_WORDS = 2.0
+
+
+async def _refusal(agent: Agent) -> str | None:
+    """The ``error`` an agent said before its channel closed, if it said one."""
+    try:
+        async with asyncio.timeout(_LAST_WORDS):
+            while line := await agent.process.stdout.readline():
+                words = line.decode(errors="replace").split()
+                if words[:1] == ["error"]:
+                    return " ".join(words[1:])
+    except (TimeoutError, OSError, asyncssh.Error, EOFError):
+        pass
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import posixpath
 import random
 import secrets
 import shlex
@@ -168,7 +169,7 @@ class SshTransport:
         state.healthy, state.failures, state.reason = True, 0, ""
 
     async def _choose_sandbox(self, state: _Host, connection: Connection) -> str:
-        offered = await facilities(connection.conn, self._commands)
+        offered = await facilities(connection.conn, self._commands, state.host.sandbox_root)
         if offered.missing:
             missing = ", ".join(offered.missing)
             raise Refused(f"{state.name} lacks {missing} (needed by fanout's agent)")
@@ -416,11 +417,13 @@ class SshTransport:
 
 
 def _host_place(state: _Host, kind: str, offered: Facilities) -> tuple[str, Place]:
-    """The host's sandbox root made absolute (relative: to the login's home, where
-    the agent starts) and the facts its sandboxes' commands are built from."""
-    root = state.host.sandbox_root
+    """The host's sandbox root as the kernel names it (resolved on the host; a missing
+    one made absolute against the login's home, as a login shell would read it) and
+    the facts its sandboxes' commands are built from."""
+    root = offered.root_path or state.host.sandbox_root
     if not root.startswith("/"):
         root = f"{offered.home.rstrip('/')}/{root}"
+    root = posixpath.normpath(root)
     path = offered.path or "/usr/bin:/bin"
     if kind == "bwrap":
         containment = sandbox.Containment.BWRAP

@@ -10,8 +10,8 @@ memory and the step's environment only: never argv, never disk.
 
     open TOKEN CODE          CODE: set -- DIR...      make $root/fanout-TOKEN and DIRs
     put LENGTH               + LENGTH bytes of tar    extracted into work/
-    run BACKSTOP MARK LENGTH CODE  + LENGTH bytes of stdin
-                             CODE: cd, exports, set -- ARGV
+    run BACKSTOP MARK LENGTH LIMIT NAME CODE   + LENGTH bytes of stdin (and a '.')
+                             CODE: cd, exports, set -- ARGV; LIMIT > 0: then cat NAME
     cat LIMIT CODE           CODE: set -- NAME        a regular file of the sandbox
     list CODE                CODE: set -- ROOT...     find -P ROOT... under work/
     get CODE                 CODE: set -- NAME...     a tar of those regular files
@@ -60,6 +60,7 @@ def agent_script() -> str:
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 def quote(value: str) -> str:
@@ -75,17 +76,26 @@ def open_sandbox(token: str, directories: Sequence[str]) -> bytes:
     return f"open {token} {_set(directories)}\n".encode()
 
 
-def run(command: Command, *, backstop: int, mark: str) -> bytes:
-    """A step for the agent: its line, then its stdin.  Raises ValueError for an
+def run(
+    command: Command, *, backstop: int, mark: str, then: tuple[int, str] | None = None
+) -> bytes:
+    """A step for the agent: its line, then its stdin; ``then``: (LIMIT, NAME) of a
+    file to ``cat`` right after the step's answer.  Raises ValueError for an
     environment name the shell cannot export (the schema allows none)."""
-    words = [f"cd {quote(command.cwd)} || exit 126"]
+    # cd sets (and dash exports) PWD and OLDPWD: the step gets exactly ``env``.
+    words = [f"cd {quote(command.cwd)} || exit 126", "unset OLDPWD PWD"]
     for name, value in command.env.items():
         if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"env: {name!r} is not an environment variable name")
         words.append(f"export {name}={quote(value)}")
     words.append(_set(command.argv))
-    line = f"run {backstop} {mark} {len(command.stdin)} " + "; ".join(words) + "\n"
-    return line.encode() + command.stdin
+    limit, name = then or (0, "-")
+    if not _FILE_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a name of the sandbox's layout")
+    head = f"run {backstop} {mark} {len(command.stdin)} {limit} {name} "
+    line = head + "; ".join(words) + "\n"
+    # The agent reads stdin with $(...), which drops trailing newlines: a '.' keeps them.
+    return line.encode() + (command.stdin + b"." if command.stdin else b"")
 
 
 def cat(name: str, limit: int) -> bytes:
