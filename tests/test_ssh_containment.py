@@ -247,9 +247,9 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
 
     real = probe.facilities
 
-    async def without_unshare(conn: Any, commands: Any = ()) -> Facilities:
-        offered = await real(conn, commands)
-        return Facilities(bwrap=offered.bwrap, missing=offered.missing, unshare=None)
+    async def without_unshare(conn: Any, commands: Any = (), root: Any = None) -> Facilities:
+        offered = await real(conn, commands, root)
+        return dataclasses.replace(offered, unshare=None)
 
     monkeypatch.setattr(transport_module, "facilities", without_unshare)
     notices: list[str] = []

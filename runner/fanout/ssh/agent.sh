@@ -40,10 +40,10 @@ nl='
 base='' step='' lifeline=''
 
 # sweep: SIGKILL what works in the sandbox or carries its FANOUT_CONTROL (the local
-# rule, local._kill_escapees), as this agent's /proc shows it (its own PID namespace
-# where it has one): a worker's setsid'd process where the host has no PID namespace,
-# or bwrap's sandbox process when bwrap was killed before it had armed
-# --die-with-parent.  Compared as strings: a sandbox root is never a pattern here.
+# rule, local._kill_escapees), among the processes this login may signal: a worker's
+# setsid'd process where the host has no PID namespace, or bwrap's sandbox process
+# when bwrap was killed before it had armed --die-with-parent.  Compared as strings:
+# a sandbox root is never a pattern here.
 sweep() {
     find /proc -mindepth 2 -maxdepth 2 -name cwd -printf '%h %l\n' 2>/dev/null \
         | while IFS=' ' read -r proc dir; do

@@ -30,12 +30,11 @@ from .connection import (
 
 # The PID namespace fanout's agent runs in where the host allows one, so that a killed
 # agent takes its sandbox's whole tree along (the kernel kills a namespace when its
-# first process ends).  --mount-proc gives the agent a /proc of its own namespace: it
-# sees and signals nothing else when it looks for a sandbox's escapees.
-PID_NAMESPACE = "--pid --fork --kill-child --mount-proc"
-# Each step's own, inside the agent's: without --mount-proc, because ``sandbox._INIT``
-# (the namespace's first process) reads /proc to check that its parent is unshare.
-_STEP_NAMESPACE = "--pid --fork --kill-child"
+# first process ends), and each step's own inside it.  A step's namespace mounts no
+# /proc of its own: ``sandbox._INIT`` (its first process) reads /proc to check that its
+# parent is unshare, as on the coordinator (the agent adds --mount-proc for bwrap
+# hosts only: bwrap needs a /proc of the namespace it starts in).
+PID_NAMESPACE = "--pid --fork --kill-child"
 # The unshare flags tried, in order: root needs no user namespace; a non-root user needs
 # one, keeping its own uid and gid where util-linux can map them (2.36+), else mapped to
 # root inside (which only the worker's `id` notices).  The probe runs exactly the nesting
@@ -44,8 +43,8 @@ _STEP_NAMESPACE = "--pid --fork --kill-child"
 _PROBE_CONTAINMENT = (
     "for tool in bwrap timeout head tar find grep unshare; do command -v $tool; done;"
     ' for user in "" "--user --map-user=$(id -u) --map-group=$(id -g)" "--user --map-root-user";'
-    f' do flags="${{user:+$user }}{PID_NAMESPACE}" step="${{user:+$user }}{_STEP_NAMESPACE}";'
-    ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init true\' sh "$step"'
+    f' do flags="${{user:+$user }}{PID_NAMESPACE}";'
+    ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init true\' sh "$flags"'
     f" {shlex.quote(_INIT)} </dev/null >/dev/null 2>&1;"
     ' then echo "unshare $flags"; break; fi; done;'
     ' printf "uid %s\\n" "$(id -u)"; printf "home %s\\n" "$HOME";'
@@ -65,7 +64,7 @@ class Facilities:
 
     bwrap: bool
     missing: tuple[str, ...]
-    unshare: str | None  # the agent's unshare flags that work there, None: no PID namespace
+    unshare: str | None  # the unshare flags that work there, None: no PID namespace
     # The job's commands (argv[0]s) the host cannot start, and the PATH looked on.
     lacking: tuple[str, ...] = ()
     path: str = ""
@@ -87,8 +86,7 @@ class Facilities:
         """The unshare prefix that gives a step its own PID namespace there, or ()."""
         if self.unshare is None:
             return ()
-        flags = self.unshare.removesuffix(" --mount-proc")
-        return (self.unshare_path, *flags.split())
+        return (self.unshare_path, *self.unshare.split())
 
 
 async def facilities(

@@ -381,7 +381,11 @@ class SshTransport:
             self._retire(agent)
         # The agent runs in a PID namespace of its own where the host allows one: if it
         # dies (killed, out of memory), the kernel kills its sandbox's whole tree with it.
-        contained = f"unshare {state.unshare} " if state.unshare else ""
+        # bwrap needs a /proc of the namespace it starts in (it opens its own
+        # /proc/PID/ns); without bwrap, steps see the host's /proc, as a local step does
+        # (``sandbox._INIT`` reads it).
+        mount = " --mount-proc" if state.sandbox == "bwrap" else ""
+        contained = f"unshare {state.unshare}{mount} " if state.unshare else ""
         command = (
             f"exec {contained}sh -c {shlex.quote(self._script)} fanout {shlex.quote(state.root)}"
         )
