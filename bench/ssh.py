@@ -1,5 +1,6 @@
 """500 no-op units over one loopback sshd host with 8 slots: fanout's full path (agent,
-staging, journal, sandbox none, then bwrap) against GNU parallel -S, with and without a
+staging, journal, sandbox none, then bwrap; then units that stage a file, read a
+prompt, run verify and have the file collected) against GNU parallel -S, with and without a
 warm ControlMaster, in the same run.  Then how long fanout takes, with its default
 keepalives, to notice that a host froze under a running unit (``Sshd.freeze``: SIGSTOP
 on sshd and everything under it), for three hosts frozen at once.  Needs root (it starts
@@ -21,13 +22,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fanout import spec
+from fanout.attempt import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import Status
 from fanout.run import Options, Runner
 from fanout.spec import Host
 from fanout.ssh import SshTransport
-from fanout.attempt import Attempt
 
 from helpers import make_attempt
 from procs import marker, wait_until_present
@@ -62,6 +63,54 @@ def fanout_rate(
         runner = Runner(
             spec=job,
             transport=SshTransport([host], known_hosts=[pool.known_hosts], sandbox_kind=sandbox),
+            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+            environ={"PATH": "/usr/bin:/bin"},
+            events=Events(),
+        )
+        start = time.perf_counter()
+        summary = await runner.execute(Options())
+        elapsed = time.perf_counter() - start
+        assert summary.counts == {"succeeded": units}, summary.counts
+        return elapsed
+
+    return asyncio.run(run())
+
+
+def fanout_full_rate(pool: Pool, port: int, units: int, slots: int, scratch: Path) -> float:
+    """Units that use the whole attempt: a prompt, a staged file, a worker that edits
+    it, verify, and the file collected back (sandbox none)."""
+    root = pool.base / "sandboxes"
+    root.mkdir(mode=0o777, exist_ok=True)
+    root.chmod(0o777)
+    host = Host(
+        name="h1",
+        address="127.0.0.1",
+        port=port,
+        user=pool.user,
+        identity=str(pool.client_key),
+        slots=slots,
+        sandbox_root=str(root),
+    )
+    workdir = scratch / "full"
+    (workdir / "src").mkdir(parents=True)
+    for number in range(units):
+        (workdir / "src" / f"f{number:05d}.txt").write_text("x" * 2000 + "\n")
+    (workdir / "job.toml").write_text(
+        'version = 1\nname = "ssh-full"\n[inputs]\nfiles = ["src/*.txt"]\n'
+        '[units]\nstage = ["{{ unit.id }}"]\ncollect = ["{{ unit.id }}"]\n'
+        '[task]\nprompt = "Edit {{ unit.id }}, please.\\n"\n'
+        'command = ["sh", "-c", "cat > /dev/null; echo edited >> \\"$1\\"", "sh",'
+        ' "{{ unit.id }}"]\n'
+        'verify = ["grep", "-q", "edited", "{{ unit.id }}"]\n'
+        f'[runtime]\nmaxConcurrentTasks = {slots}\nsandbox = "none"\n'
+        "[collect]\napply = false\n"
+    )
+    job = spec.load(workdir / "job.toml")
+
+    async def run() -> float:
+        runner = Runner(
+            spec=job,
+            transport=SshTransport([host], known_hosts=[pool.known_hosts], sandbox_kind="none"),
             journal=Journal(job.runtime.state_dir / "journal.sqlite"),
             environ={"PATH": "/usr/bin:/bin"},
             events=Events(),
@@ -171,6 +220,10 @@ def main() -> None:
             (
                 "fanout, sandbox bwrap",
                 fanout_rate(pool, server.port, units, slots, "bwrap", scratch),
+            ),
+            (
+                "fanout, none, prompt + stage + verify + collect",
+                fanout_full_rate(pool, server.port, units, slots, scratch),
             ),
             ("GNU parallel -S", parallel_rate(pool, server.port, units, slots, False, scratch)),
             (

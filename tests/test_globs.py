@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fanout import protocol, spec, staging
-from fanout.globs import compile_glob, to_find_regex
+from fanout import spec
+from fanout.collecting import Collect, Entry, Kind
+from fanout.globs import compile_glob
 from fanout.units import select
 
 
@@ -64,10 +65,9 @@ def test_malformed(pattern: str, message: str) -> None:
     ],
 )
 def test_malformed_classes(pattern: str, message: str) -> None:
-    for translate in (compile_glob, to_find_regex):
-        with pytest.raises(ValueError) as caught:
-            translate(pattern)
-        assert str(caught.value) == message
+    with pytest.raises(ValueError) as caught:
+        compile_glob(pattern)
+    assert str(caught.value) == message
 
 
 @pytest.mark.parametrize(
@@ -88,22 +88,6 @@ def test_malformed_classes(pattern: str, message: str) -> None:
 )
 def test_class_members(pattern: str, path: str, matches: bool) -> None:
     assert bool(compile_glob(pattern).match(path)) is matches
-
-
-def test_classes_select_the_same_files_through_find(tmp_path: Path) -> None:
-    names = ["]x", "ax", "-", "^", "b", "[", "a.c", "a-c"]
-    for name in names:
-        (tmp_path / name).write_text("")
-    for pattern in ["[]]x", "[!]]x", "[a-]", "[^a]", "[[]", "[.^-]", "[\\^]", "a[.-]c"]:
-        found = subprocess.run(
-            ["find", ".", "-regextype", "posix-extended", "-regex", to_find_regex(pattern)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        expected = sorted(f"./{n}" for n in names if compile_glob(pattern).match(n))
-        assert sorted(found) == expected, pattern
 
 
 # Hidden names (issue 10 defect 10): wildcards never match a leading '.', as in bash
@@ -168,21 +152,6 @@ HIDDEN_TREE = [
     ".github/workflows/ci.yml",
     ".venv/lib/site.py",
 ]
-HIDDEN_PATTERNS = [
-    "**",
-    "**/*.py",
-    "src/**",
-    "src/**/*.py",
-    "*.py",
-    "*x",
-    "[,-0]x",
-    "[!a]*",
-    "?*",
-    ".*",
-    "**/.*",
-    "src/.*/*.py",
-    ".github/**/*.yml",
-]
 
 
 def _tree(root: Path) -> None:
@@ -191,34 +160,20 @@ def _tree(root: Path) -> None:
         (root / name).write_text("")
 
 
-@pytest.mark.parametrize("pattern", HIDDEN_PATTERNS)
-def test_find_on_a_host_selects_the_same_hidden_files(tmp_path: Path, pattern: str) -> None:
-    """SSH hosts collect with ``find -regex``: the same rule, from the same translation."""
-    _tree(tmp_path)
-    found = subprocess.run(
-        [
-            "find",
-            ".",
-            "-regextype",
-            "posix-extended",
-            "-type",
-            "f",
-            "-regex",
-            to_find_regex(pattern),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    expected = sorted(f"./{n}" for n in HIDDEN_TREE if compile_glob(pattern).match(n))
-    assert sorted(found) == expected
+def _entries(root: Path) -> list[Entry]:
+    """What a sandbox lists for ``root``: every path below it and its kind."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        kind = Kind.DIR if path.is_dir() else Kind.FILE
+        found.append(Entry(path.relative_to(root).as_posix(), kind))
+    return found
 
 
 def test_collect_takes_a_workers_hidden_output_only_when_named(tmp_path: Path) -> None:
     """``collect = ["**"]`` brings back what the worker wrote, not its tools' caches
     (.pytest_cache, .mypy_cache); a hidden file is collected when a pattern names it,
-    and a plain directory is taken whole, locally and through the agent's find."""
+    and a plain directory is taken whole: one rule, on the coordinator, for every
+    transport."""
     sandbox = tmp_path / "sandbox"
     _tree(sandbox)
     cases = {
@@ -226,22 +181,9 @@ def test_collect_takes_a_workers_hidden_output_only_when_named(tmp_path: Path) -
         ("**", ".env"): ["a.py", "-x", "src/a.py", "src/pkg/b.py", ".env"],
         ("src",): ["src/a.py", "src/.cache/e.py", "src/pkg/.e.py", "src/pkg/b.py"],
     }
-    for number, (patterns, expected) in enumerate(cases.items()):
-        destination = tmp_path / "out" / str(number)
-        collected = staging.copy_collected(sandbox, patterns, destination)
-        assert sorted(c.path for c in collected) == sorted(expected), patterns
-        agent = subprocess.run(
-            [
-                "sh",
-                "-c",
-                f"find . -regextype posix-extended \\( {protocol._collect_tests(patterns)} \\) -print",
-            ],
-            cwd=sandbox,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        assert sorted(agent) == sorted(f"./{n}" for n in expected), patterns
+    for patterns, expected in cases.items():
+        chosen = Collect.compile(patterns).select(_entries(sandbox))
+        assert sorted(chosen) == sorted(expected), patterns
 
 
 def test_input_files_skip_hidden_folders_unless_named(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ agent dies; ``hosts check`` says which containment a host gives."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -246,9 +247,9 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
 
     real = probe.facilities
 
-    async def without_unshare(conn: Any, commands: Any = ()) -> Facilities:
-        offered = await real(conn, commands)
-        return Facilities(bwrap=offered.bwrap, missing=offered.missing, unshare=None)
+    async def without_unshare(conn: Any, commands: Any = (), root: Any = None) -> Facilities:
+        offered = await real(conn, commands, root)
+        return dataclasses.replace(offered, unshare=None)
 
     monkeypatch.setattr(transport_module, "facilities", without_unshare)
     notices: list[str] = []
@@ -270,3 +271,44 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
         " namespaces): process group only: a process that calls setsid can outlive its unit"
     ]
     assert await asyncio.to_thread(_wait_empty, ssh_pool) == []
+
+
+async def test_without_pid_namespaces_escapees_in_the_sandbox_die_at_its_end(
+    ssh_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Process groups only (no unshare): a setsid'd daemon that stays in the sandbox
+    (its environment cleared), or carries its FANOUT_CONTROL elsewhere, is found by the local rule when the sandbox
+    is closed, even under a sandbox root reached through a symlink (the kernel names
+    a cwd by its real path)."""
+    from fanout.ssh import probe
+    from fanout.ssh import transport as transport_module
+
+    real = probe.facilities
+
+    async def without_unshare(conn: Any, commands: Any = (), root: Any = None) -> Facilities:
+        offered = await real(conn, commands, root)
+        return dataclasses.replace(offered, unshare=None)
+
+    monkeypatch.setattr(transport_module, "facilities", without_unshare)
+    real_root = ssh_pool.base / "real-root"
+    real_root.mkdir(mode=0o777)
+    real_root.chmod(0o777)
+    linked = ssh_pool.base / "linked-root"
+    linked.symlink_to(real_root)
+    server = ssh_pool.add("h1")
+    host = _host(ssh_pool, server, sandbox_root=str(linked))
+    transport = _transport(ssh_pool, [host], sandbox_kind="none")
+    await transport.start()
+    staying, leaving = marker(), marker()
+    script = (
+        f"env -i setsid sleep {staying} & cd /; setsid sh -c 'cd /; exec sleep {leaving}' &"
+        " sleep 0.2; echo started"
+    )
+    try:
+        result = await transport.run(make_attempt(tmp_path, ["sh", "-c", script]))
+    finally:
+        await transport.close()
+    assert (result.status, result.output_tail) == (Status.SUCCEEDED, "started\n")
+    assert pids_with(staying) == []
+    assert pids_with(leaving) == []
+    assert list(real_root.iterdir()) == []

@@ -1,4 +1,5 @@
-"""The wheel carries the schema: install it into a fresh venv and validate from there."""
+"""The wheel carries the schema and the SSH agent: install it into a fresh venv and use
+them from there."""
 
 from __future__ import annotations
 
@@ -62,6 +63,16 @@ def test_installed_wheel_validates_with_its_own_schema(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert (done.returncode, done.stdout) == (0, "1 job file(s) valid\n"), done.stderr
+    # The SSH agent is package data of fanout.ssh, read by importlib.resources.
+    agent = subprocess.run(
+        [str(python), "-c", "from fanout.ssh import wire; print(wire.agent_script())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
+    assert "fanout-end" in agent
+    assert not (Path(site) / "fanout" / "wrapper.sh").exists()
     printed = subprocess.run(
         [str(fresh / "bin" / "fanout"), "schema"], capture_output=True, text=True, check=True
     ).stdout

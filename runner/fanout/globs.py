@@ -17,18 +17,6 @@ means every one of them, also inside a hidden folder an include named explicitly
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class _Dialect:
-    """Python's ``re`` or POSIX extended (for ``find -regex``): how literals are quoted
-    and how a group opens; the translation is otherwise one and the same."""
-
-    escape: Callable[[str], str]
-    group: str
-    ere: bool
 
 
 def compile_glob(pattern: str, *, hidden: bool = False) -> re.Pattern[str]:
@@ -38,7 +26,7 @@ def compile_glob(pattern: str, *, hidden: bool = False) -> re.Pattern[str]:
     Raises ValueError naming what is wrong with the pattern.
     """
     parts = _parts(pattern)
-    return re.compile(_translate(pattern, parts, _PYTHON, hidden=hidden) + r"\Z")
+    return re.compile(_translate(pattern, parts, hidden=hidden) + r"\Z")
 
 
 def _parts(pattern: str) -> list[str]:
@@ -52,7 +40,7 @@ def _parts(pattern: str) -> list[str]:
     return parts
 
 
-def _translate(pattern: str, parts: list[str], dialect: _Dialect, *, hidden: bool) -> str:
+def _translate(pattern: str, parts: list[str], *, hidden: bool) -> str:
     """The components of a glob as one regex."""
     # One visible (or, with ``hidden``, any) path component, and a '/' after each one.
     name = "[^/]+" if hidden else "[^/.][^/]*"
@@ -62,13 +50,13 @@ def _translate(pattern: str, parts: list[str], dialect: _Dialect, *, hidden: boo
         if part == "**":
             # Last, it is every path below (one component or more); else zero or more
             # whole directories.
-            regex += f"{name}{dialect.group}/{name})*" if last else f"{dialect.group}{name}/)*"
+            regex += f"{name}(?:/{name})*" if last else f"(?:{name}/)*"
             continue
         if "**" in part:
             raise ValueError(
                 f"{pattern!r}: '**' must be a whole path component, as in 'src/**/*.py'"
             )
-        regex += _component(part, pattern, dialect, hidden=hidden) + ("" if last else "/")
+        regex += _component(part, pattern, hidden=hidden) + ("" if last else "/")
     return regex
 
 
@@ -76,13 +64,13 @@ def is_glob(pattern: str) -> bool:
     return any(ch in pattern for ch in "*?[")
 
 
-def _component(part: str, pattern: str, dialect: _Dialect, *, hidden: bool) -> str:
+def _component(part: str, pattern: str, *, hidden: bool) -> str:
     """One path component of a glob as a regex.  Unless ``hidden`` or the component
     starts with a literal '.', its first character may not be a '.'."""
     pieces = _pieces(part, pattern)
     if hidden or part.startswith("."):
-        return "".join(_piece_regex(t, dialect) for t in pieces)
-    regex = _visible(pieces, dialect)
+        return "".join(_piece_regex(t) for t in pieces)
+    regex = _visible(pieces)
     if regex is None:
         raise ValueError(
             f"{pattern!r}: {part!r} can only match a name starting with '.', and such names "
@@ -109,30 +97,30 @@ def _pieces(part: str, pattern: str) -> list[_Piece]:
     return pieces
 
 
-def _piece_regex(piece: _Piece, dialect: _Dialect) -> str:
+def _piece_regex(piece: _Piece) -> str:
     if isinstance(piece, tuple):
-        return _class_regex(*piece, ere=dialect.ere)
+        return _class_regex(*piece)
     if piece == "*":
         return "[^/]*"
     if piece == "?":
         return "[^/]"
-    return dialect.escape(piece)
+    return re.escape(piece)
 
 
-def _visible(pieces: list[_Piece], dialect: _Dialect) -> str | None:
+def _visible(pieces: list[_Piece]) -> str | None:
     """``pieces`` as a regex whose first character is not '.', or None if none can be.
 
-    Without lookahead (POSIX has none), a leading '*' becomes two branches: it matches
+    Without lookahead, a leading '*' becomes two branches: it matches
     something starting with a visible character, or nothing and the rest starts
     visibly.  Only the second branch recurses, so the regex stays linear in length."""
     if not pieces:
         return ""
     first, rest = pieces[0], pieces[1:]
-    tail = "".join(_piece_regex(t, dialect) for t in rest)
+    tail = "".join(_piece_regex(t) for t in rest)
     if first == "*":
         some = "[^/.][^/]*" + tail
-        none = _visible(rest, dialect)
-        return some if none is None else f"{dialect.group}{some}|{none})"
+        none = _visible(rest)
+        return some if none is None else f"(?:{some}|{none})"
     if first == "?":
         return "[^/.]" + tail
     if isinstance(first, tuple):
@@ -140,8 +128,8 @@ def _visible(pieces: list[_Piece], dialect: _Dialect) -> str | None:
         members = [*members, (".", ".")] if negated else _without_dot(members)
         if not members:
             return None
-        return _class_regex(negated, members, ere=dialect.ere) + tail
-    return None if first == "." else dialect.escape(first) + tail
+        return _class_regex(negated, members) + tail
+    return None if first == "." else re.escape(first) + tail
 
 
 def _without_dot(members: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -201,42 +189,10 @@ def _bracket(part: str, start: int, pattern: str) -> tuple[int, bool, list[tuple
     return i, negated, members
 
 
-def _class_regex(negated: bool, members: list[tuple[str, str]], *, ere: bool) -> str:
-    """A bracket expression in Python's or POSIX's dialect; a negated class never
-    matches '/', so it stays inside its path component like '*' and '?'."""
+def _class_regex(negated: bool, members: list[tuple[str, str]]) -> str:
+    """A bracket expression; a negated class never matches '/', so it stays inside its
+    path component like '*' and '?'."""
     if negated:
         members = [*members, ("/", "/")]
-    if not ere:
-        quoted = (re.escape(a) if a == b else f"{re.escape(a)}-{re.escape(b)}" for a, b in members)
-        return "[" + ("^" if negated else "") + "".join(quoted) + "]"
-    # POSIX brackets have no escapes: ']' goes first, '-' last, '^' never first, and
-    # '[' last before '-' (so it cannot start '[:' or '[.').
-    late = {"]": 0, "^": 2, "[": 3, "-": 4}
-    ordered = sorted(members, key=lambda m: late.get(m[0], 1) if m[0] == m[1] else 1)
-    if ordered and ordered[0] == ("^", "^") and not negated and len(ordered) == 1:
-        return "\\^"
-    if ordered and ordered[0] == ("^", "^") and not negated:
-        ordered = [*ordered[1:2], ordered[0], *ordered[2:]]
-    text = "".join(a if a == b else f"{a}-{b}" for a, b in ordered)
-    return "[" + ("^" if negated else "") + text + "]"
-
-
-_ERE_SPECIAL = set(".^$*+?()[]{}|\\")
-
-
-def _ere_literal(text: str) -> str:
-    return "".join("\\" + ch if ch in _ERE_SPECIAL else ch for ch in text)
-
-
-_PYTHON = _Dialect(escape=re.escape, group="(?:", ere=False)
-_ERE = _Dialect(escape=_ere_literal, group="(", ere=True)
-
-
-def to_find_regex(pattern: str) -> str:
-    """A POSIX extended regex for ``find . -regex`` selecting what ``pattern`` selects in
-    ``select_files``: a plain path names a file or a whole directory, a glob matches files
-    (hidden names as ``compile_glob`` does).  Raises ValueError like ``compile_glob``."""
-    parts = _parts(pattern)
-    if not is_glob(pattern):
-        return r"\./" + "/".join(_ere_literal(p) for p in parts) + "(/.*)?"
-    return r"\./" + _translate(pattern, parts, _ERE, hidden=False)
+    quoted = (re.escape(a) if a == b else f"{re.escape(a)}-{re.escape(b)}" for a, b in members)
+    return "[" + ("^" if negated else "") + "".join(quoted) + "]"

@@ -1,16 +1,20 @@
 """Running attempts on a pool of SSH hosts: the only package that imports asyncssh.
 
 Each host gets a few long-lived connections (one handshake serves many units); each
-attempt is one channel running the POSIX sh wrapper (``wrapper.sh``), which creates the
-sandbox, receives the staged files as a tar frame, runs the worker under bwrap (or
-without a sandbox), runs verify, sends back the collected files, and always removes
-the sandbox.  Secrets travel in frames on the channel's stdin, never in argv; no pty is
-requested (a pty echoes stdin).  Each step runs in a PID namespace of its own (bwrap's,
-or unshare's where the host allows one: ``probe.facilities`` finds out once per host),
-and so does the agent, so a step's whole tree dies with the step and with the agent.
-The stdin stays open as a lifeline: when fanout stops, times the attempt out or loses
-the connection, the wrapper sees EOF and kills the unit's steps, and it enforces a hard
-deadline of its own as well.
+slot is one long-lived channel running the remote agent (``agent.sh``), a small
+executor that serves one sandbox at a time.  What an attempt runs is decided on the
+coordinator (``attempt``) and sent whole: the agent makes the sandbox directory,
+extracts the staged tar (streamed, never built in memory), runs each step's argv (bwrap's
+or unshare's, from ``sandbox.command``) with exactly the environment it is sent,
+lists the work directory, hands over the files the coordinator picked, and removes the
+sandbox.  Secrets travel on the channel's stdin into shell memory, never in argv or on
+disk; no pty is requested (a pty echoes stdin).  Each step runs in a PID namespace of
+its own (bwrap's, or unshare's where the host allows one: ``probe.facilities`` finds
+out once per host), and so does the agent, so a step's whole tree dies with the step
+and with the agent.  The stdin stays open as a lifeline: when fanout stops, gives up on
+a step (its deadline) or loses the connection, the agent sees EOF, kills what runs in
+the sandbox, removes it and exits; it also kills a step by itself a little after
+fanout's deadline (a backstop for a host fanout can no longer reach).
 
 sshd's limits shape the pool: at most ``maxSessions - 2`` channels per connection (sshd
 frees a slot late, and refuses channel opens near the limit: those are retried after a
@@ -22,10 +26,11 @@ makes the attempt ``lost`` (the unit is run again elsewhere, no rung used), the 
 reconnects with backoff and is quarantined after repeated failures; when no host is
 left, ``run`` raises HostsUnavailable and the run stops, resumable.
 
-``transport`` is the pool (hosts, connections, placement, attempts), ``agent`` one
-channel running the remote agent loop, ``connection`` how a connection is made and how
-asyncssh's errors become fanout's, ``probe`` what ``fanout hosts check`` and ``fanout
-hosts trust`` ask a host.
+``transport`` is the pool (hosts, connections, placement), ``sandbox`` one attempt's
+sandbox spoken through an agent, ``wire`` the agent's wire format, ``agent`` one agent
+channel and its retirement, ``connection`` how a connection is made and how asyncssh's
+errors become fanout's, ``probe`` what ``fanout hosts check`` and ``fanout hosts
+trust`` ask a host.
 """
 
 from .connection import KnownEntry

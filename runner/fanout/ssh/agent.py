@@ -1,5 +1,4 @@
-"""One long-lived channel running the remote agent loop (``wrapper.sh``): sending it a
-unit, reading the verdict and the output back, and retiring it."""
+"""One long-lived channel running the remote agent (``agent.sh``), and retiring it."""
 
 from __future__ import annotations
 
@@ -9,21 +8,18 @@ from dataclasses import dataclass
 
 import asyncssh
 
-from .. import protocol
-from ..capture import OutputCapture
-from .connection import Connection, describe
+from .connection import Connection
 
-# How long a retired agent may take to kill its unit and remove the sandbox.
+# How long a retired agent may take to kill its sandbox's processes and remove it.
 TEARDOWN_GRACE = 5.0
 
 
 @dataclass(eq=False)
 class Agent:
-    """One long-lived channel running the agent loop, serving one unit at a time."""
+    """One long-lived channel running the agent, serving one sandbox at a time."""
 
     connection: Connection
     process: asyncssh.SSHClientProcess[bytes]
-    network: bool
     retired: bool = False
     reaper: asyncio.Task[None] | None = None
 
@@ -32,33 +28,6 @@ class Agent:
 
     def connection_alive(self) -> bool:
         return not self.connection.closed and not self.connection.conn.is_closed()
-
-
-async def converse(
-    agent: Agent, message: bytes, token: str, mark: str, capture: OutputCapture
-) -> protocol.Report:
-    """Send one unit to the agent and read its verdict and its output."""
-    process = agent.process
-    report = protocol.Report()
-    try:
-        process.stdin.write(message)
-        await process.stdin.drain()
-    except (OSError, asyncssh.Error) as exc:
-        report.lost = describe(exc)
-        return report
-    pump = asyncio.create_task(protocol.read_output(process.stderr, mark, capture))
-    try:
-        await protocol.read_verdict(process.stdout, token, report)
-        if report.complete:
-            await pump
-    except (OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
-        report.lost = describe(exc)
-    finally:
-        pump.cancel()
-    if not report.complete and not report.lost and not report.refused:
-        status = process.exit_status
-        report.lost = f"the channel closed during the unit (agent exit status {status})"
-    return report
 
 
 async def reap(agent: Agent) -> None:
@@ -73,6 +42,7 @@ async def reap(agent: Agent) -> None:
 
 
 def cut_lifeline(process: asyncssh.SSHClientProcess[bytes]) -> None:
-    """EOF on the wrapper's stdin: it kills whatever of the unit still runs."""
+    """EOF on the agent's stdin: it kills whatever of its sandbox still runs, removes
+    the sandbox and exits."""
     with contextlib.suppress(Exception):
         process.stdin.write_eof()

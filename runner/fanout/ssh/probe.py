@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncssh
 
 from ..errors import EnvironmentProblem
+from ..sandbox import _INIT
 from ..spec import Host
 from .connection import (
     Connector,
@@ -27,32 +28,39 @@ from .connection import (
     where,
 )
 
-# The PID namespace each unit step gets where bwrap is not used: the step's whole tree
-# dies with it (the kernel kills a namespace when its first process ends), and fanout's
-# agent runs in one too, so a killed agent takes its unit's tree along.  --mount-proc
-# gives the step a /proc of its own namespace (it sees and signals nothing else).
-PID_NAMESPACE = "--pid --fork --kill-child --mount-proc"
+# The PID namespace fanout's agent runs in where the host allows one, so that a killed
+# agent takes its sandbox's whole tree along (the kernel kills a namespace when its
+# first process ends), and each step's own inside it.  A step's namespace mounts no
+# /proc of its own: ``sandbox._INIT`` (its first process) reads /proc to check that its
+# parent is unshare, as on the coordinator (the agent adds --mount-proc for bwrap
+# hosts only: bwrap needs a /proc of the namespace it starts in).
+PID_NAMESPACE = "--pid --fork --kill-child"
 # The unshare flags tried, in order: root needs no user namespace; a non-root user needs
 # one, keeping its own uid and gid where util-linux can map them (2.36+), else mapped to
 # root inside (which only the worker's `id` notices).  The probe runs exactly the nesting
-# a unit uses (the agent's namespace, a step's inside it), so what it finds works.
+# a step uses (the agent's namespace, a step's inside it, behind ``sandbox._INIT``), so
+# what it finds works.
 _PROBE_CONTAINMENT = (
-    "for tool in bwrap timeout head tar find; do command -v $tool; done;"
+    "for tool in bwrap timeout head tar find grep unshare; do command -v $tool; done;"
     ' for user in "" "--user --map-user=$(id -u) --map-group=$(id -g)" "--user --map-root-user";'
     f' do flags="${{user:+$user }}{PID_NAMESPACE}";'
-    ' if unshare $flags sh -c "unshare $flags true" </dev/null >/dev/null 2>&1;'
-    ' then echo "unshare $flags"; break; fi; done'
+    ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init true\' sh "$flags"'
+    f" {shlex.quote(_INIT)} </dev/null >/dev/null 2>&1;"
+    ' then echo "unshare $flags"; break; fi; done;'
+    ' printf "uid %s\\n" "$(id -u)"; printf "home %s\\n" "$HOME";'
+    ' [ -d "$HOME/.ssh" ] && printf "keys %s\\n" "$HOME/.ssh"; printf "path %s\\n" "$PATH"'
 )
 _UNSHARE_FLAGS = re.compile(
     r"(--user (--map-user=[0-9]+ --map-group=[0-9]+|--map-root-user) )?" + re.escape(PID_NAMESPACE)
 )
-TOOLS = ("timeout", "head", "tar", "find")
+TOOLS = ("timeout", "head", "tar", "find", "grep")
 GROUP_ONLY = "process group only: a process that calls setsid can outlive its unit"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Facilities:
-    """What a host offers fanout's agent: its tools, and how units can be contained."""
+    """What a host offers fanout's agent: its tools, how units can be contained, and
+    the facts a sandbox's commands are built from (``transport.Place``)."""
 
     bwrap: bool
     missing: tuple[str, ...]
@@ -60,6 +68,11 @@ class Facilities:
     # The job's commands (argv[0]s) the host cannot start, and the PATH looked on.
     lacking: tuple[str, ...] = ()
     path: str = ""
+    unshare_path: str = "unshare"
+    root: bool = False  # the login is root there
+    home: str = ""
+    keys: str | None = None  # the login's ~/.ssh, when it is a directory
+    root_path: str | None = None  # the sandbox root asked about, resolved; None: missing
 
     def containment(self, sandbox: str) -> str:
         """What keeps a unit's processes from outliving it, for units run under ``sandbox``."""
@@ -69,33 +82,52 @@ class Facilities:
             return "pid namespace (unshare)"
         return GROUP_ONLY
 
+    def step_namespace(self) -> tuple[str, ...]:
+        """The unshare prefix that gives a step its own PID namespace there, or ()."""
+        if self.unshare is None:
+            return ()
+        return (self.unshare_path, *self.unshare.split())
+
 
 async def facilities(
-    conn: asyncssh.SSHClientConnection, commands: Sequence[str] = ()
+    conn: asyncssh.SSHClientConnection, commands: Sequence[str] = (), root: str | None = None
 ) -> Facilities:
-    """Ask a host (one command) for the agent's tools, which containment works, and
-    which of ``commands`` (the job's argv[0]s) it cannot start."""
+    """Ask a host (one command) for the agent's tools, which containment works, the
+    login's facts, which of ``commands`` (the job's argv[0]s) it cannot start, and
+    where the sandbox root ``root`` really is (its physical path, if it exists)."""
     script = _PROBE_CONTAINMENT
+    if root is not None:
+        # The path the kernel reports as a process's cwd: the agent finds a sandbox's
+        # escapees by comparing with it.
+        script += f'; cd -- {shlex.quote(root)} 2>/dev/null && printf "root %s\\n" "$(pwd -P)"'
     if commands:
         # The PATH a login's non-interactive shell has is the one the agent keeps.
         script += (
             f"; for cmd in {shlex.join(commands)};"
-            ' do command -v "$cmd" >/dev/null 2>&1 || printf "lacks %s\\n" "$cmd"; done;'
-            ' printf "path %s\\n" "$PATH"'
+            ' do command -v "$cmd" >/dev/null 2>&1 || printf "lacks %s\\n" "$cmd"; done'
         )
     try:
         answer = await conn.run(script, check=False)
     except (OSError, asyncssh.Error) as exc:
         raise Lost(describe(exc)) from None
     lines = str(answer.stdout or "").splitlines()
-    found = {line.rsplit("/", 1)[-1] for line in lines if line.startswith("/")}
+    found = {line.rsplit("/", 1)[-1]: line for line in lines if line.startswith("/")}
     flags = [line.removeprefix("unshare ") for line in lines if line.startswith("unshare ")]
+
+    def fact(name: str) -> str | None:
+        return next((line[len(name) + 1 :] for line in lines if line.startswith(f"{name} ")), None)
+
     return Facilities(
         bwrap="bwrap" in found,
         missing=tuple(t for t in TOOLS if t not in found),
         unshare=flags[0] if flags and _UNSHARE_FLAGS.fullmatch(flags[0]) else None,
         lacking=tuple(c for c in commands if f"lacks {c}" in lines),
-        path=next((line.removeprefix("path ") for line in lines if line.startswith("path ")), ""),
+        path=fact("path") or "",
+        unshare_path=found.get("unshare", "unshare"),
+        root=fact("uid") == "0",
+        home=fact("home") or "",
+        keys=fact("keys"),
+        root_path=fact("root"),
     )
 
 

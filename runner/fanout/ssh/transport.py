@@ -6,25 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import posixpath
 import random
 import secrets
 import shlex
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from .. import fanin, protocol
+from .. import sandbox, transport
+from ..attempt import Attempt, execute
 from ..errors import EnvironmentProblem, HostsUnavailable
-from ..outcome import AttemptResult, Status
+from ..outcome import AttemptResult
 from ..spec import Host
-from ..transport import Attempt
-from ..verdict import Verdict
-from .agent import Agent, converse, cut_lifeline, reap
+from ..transport import Place, Sandbox
+from . import wire
+from .agent import Agent, cut_lifeline, reap
 from .connection import (
     MAX_HANDSHAKES,
     Connection,
@@ -34,7 +35,8 @@ from .connection import (
     Unreachable,
     describe,
 )
-from .probe import GROUP_ONLY, Probe, chosen_sandbox, facilities, probe
+from .probe import GROUP_ONLY, Facilities, Probe, chosen_sandbox, facilities, probe
+from .sandbox import SshSandbox
 
 QUARANTINE_AFTER = 3
 CHANNEL_RETRY_FOR = 10.0
@@ -54,7 +56,11 @@ class _Host:
     failures: int = 0
     reason: str = "not connected yet"
     sandbox: str = "none"
-    unshare: str | None = None  # unshare flags for the agent and its steps (None: none)
+    unshare: str | None = None  # unshare flags for the agent (None: none)
+    # The host's facts its sandboxes' commands are built from (``transport.Place``),
+    # and the absolute sandbox root there: both learned when the host comes up.
+    place: Place = field(default_factory=lambda: Place(host="", kind="none", base="", path=""))
+    root: str = "/tmp"
     warned: bool = False  # the notice that this host contains units by process group only
     reconnecting: asyncio.Task[None] | None = None
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -107,7 +113,7 @@ class SshTransport:
         self._emit = emit
         self._rng = rng or random.Random()
         self._changed = asyncio.Condition()
-        self._wrapper = protocol.wrapper_script()
+        self._script = wire.agent_script()
         self._reapers: set[asyncio.Task[None]] = set()
 
     @property
@@ -163,10 +169,10 @@ class SshTransport:
         state.healthy, state.failures, state.reason = True, 0, ""
 
     async def _choose_sandbox(self, state: _Host, connection: Connection) -> str:
-        offered = await facilities(connection.conn, self._commands)
+        offered = await facilities(connection.conn, self._commands, state.host.sandbox_root)
         if offered.missing:
             missing = ", ".join(offered.missing)
-            raise Refused(f"{state.name} lacks {missing} (needed by fanout's wrapper)")
+            raise Refused(f"{state.name} lacks {missing} (needed by fanout's agent)")
         if offered.lacking:
             raise Refused(
                 f"{state.name} cannot start {', '.join(offered.lacking)}: not found on its"
@@ -178,6 +184,7 @@ class SshTransport:
         if self._requested == "auto" and sandbox == "none" and not state.warned:
             self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
         state.unshare = offered.unshare
+        state.root, state.place = _host_place(state, sandbox, offered)
         if offered.containment(sandbox) == GROUP_ONLY and not state.warned:
             self._notice(
                 f"host {state.name} offers no PID namespace (no unshare, or a non-root user"
@@ -328,45 +335,72 @@ class SshTransport:
     # Attempts -------------------------------------------------------------------
 
     async def run(self, attempt: Attempt) -> AttemptResult:
+        return await execute(attempt, self)
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
+        """A sandbox on the least loaded healthy host, through an idle agent (or a new
+        one).  Left cleanly, the agent removes it and serves the next attempt; left on
+        an error, a deadline or a cancellation, the agent is retired and its teardown
+        awaited (bounded)."""
         state = await self._place()
-        if self._emit is not None:
-            self._emit(
-                "attempt.placed",
-                round=attempt.round,
-                unit=attempt.unit_id,
-                attempt=attempt.number,
-                host=state.name,
-            )
         try:
-            return await self._run_on(state, attempt)
+            if self._emit is not None:
+                self._emit(
+                    "attempt.placed",
+                    round=attempt.round,
+                    unit=attempt.unit_id,
+                    attempt=attempt.number,
+                    host=state.name,
+                )
+            try:
+                agent = await self._agent(state)
+            except Lost as exc:
+                await self._host_failed(state, str(exc))
+                raise transport.Lost(f"lost {state.name}: {exc}", host=state.name) from None
+            # Unpredictable, not from the (seedable) jitter RNG: the token names the
+            # sandbox in a shared directory.
+            token = secrets.token_hex(8)
+            place = replace(state.place, base=f"{state.root}/fanout-{token}")
+            box = SshSandbox(self, state, agent, token, place)
+            clean = False
+            try:
+                yield box
+                clean = True
+            finally:
+                await box.leave(clean)
         finally:
             await self._release(state)
 
-    async def _agent(self, state: _Host, network: bool) -> Agent:
+    async def _agent(self, state: _Host) -> Agent:
         """An idle agent channel on a live connection, or a new one."""
         while state.idle:
             agent = state.idle.pop()
-            if agent.network == network and agent.usable():
+            if agent.usable():
                 return agent
             self._retire(agent)
-        flag = "1" if network else "0"
-        args = [state.host.sandbox_root, state.sandbox, flag, state.unshare or "-"]
         # The agent runs in a PID namespace of its own where the host allows one: if it
-        # dies (killed, out of memory), the kernel kills its unit's whole tree with it.
-        contained = f"unshare {state.unshare} " if state.unshare else ""
-        command = f"exec {contained}sh -c {shlex.quote(self._wrapper)} fanout {shlex.join(args)}"
+        # dies (killed, out of memory), the kernel kills its sandbox's whole tree with it.
+        # bwrap needs a /proc of the namespace it starts in (it opens its own
+        # /proc/PID/ns); without bwrap, steps see the host's /proc, as a local step does
+        # (``sandbox._INIT`` reads it).
+        mount = " --mount-proc" if state.sandbox == "bwrap" else ""
+        contained = f"unshare {state.unshare}{mount} " if state.unshare else ""
+        command = (
+            f"exec {contained}sh -c {shlex.quote(self._script)} fanout {shlex.quote(state.root)}"
+        )
         connection, process = await self._channel(state, command)
-        return Agent(connection=connection, process=process, network=network)
+        return Agent(connection=connection, process=process)
 
     def _retire(self, agent: Agent) -> asyncio.Task[None]:
         """Cut an agent's lifeline; the task that ends when the agent has exited.
 
-        At EOF the agent kills whatever of its unit still runs, removes the sandbox and
-        exits, so when the task ends the unit's teardown on the host is finished, as it
-        is for a local attempt: a timed-out unit's next rung never starts beside the last
-        one's leftovers, and ``close`` (which waits for every such task) returns after
-        an interrupted run's hosts are clean.  A host that does not answer within
-        agent.TEARDOWN_GRACE is left to the agent's own deadline.
+        At EOF the agent kills whatever of its sandbox still runs, removes the sandbox
+        and exits, so when the task ends the attempt's teardown on the host is finished,
+        as it is for a local attempt: a timed-out unit's next rung never starts beside
+        the last one's leftovers, and ``close`` (which waits for every such task)
+        returns after an interrupted run's hosts are clean.  A host that does not answer
+        within agent.TEARDOWN_GRACE is left to the agent's own deadline.
         """
         if agent.reaper is None:
             agent.retired = True
@@ -376,71 +410,6 @@ class SshTransport:
             agent.reaper.add_done_callback(self._reapers.discard)
         return agent.reaper
 
-    async def _run_on(self, state: _Host, attempt: Attempt) -> AttemptResult:
-        invocation = attempt.invocation
-        verdict = Verdict(attempt, host=state.name)
-        result = verdict.result
-        # Unpredictable, not from the (seedable) jitter RNG: the token names the sandbox
-        # in a shared directory, and the mark must be unguessable by the worker.
-        token, mark = secrets.token_hex(8), secrets.token_hex(8)
-        # The agent's own deadline is a backstop a little behind fanout's (which cuts the
-        # lifeline at the timeout), for when fanout cannot reach the host any more.
-        backstop = math.ceil(invocation.timeout) + 2
-        try:
-            message = protocol.message(attempt, token, backstop, mark)
-        except (fanin.PathRefused, OSError) as exc:
-            verdict.close()
-            return result(Status.FAILED, str(exc))
-        agent: Agent | None = None
-        conversation: asyncio.Task[protocol.Report] | None = None
-        keep = False
-        try:
-            agent = await self._agent(state, attempt.network)
-            conversation = asyncio.create_task(
-                converse(agent, message, token, mark, verdict.capture)
-            )
-            try:
-                report = await asyncio.wait_for(asyncio.shield(conversation), invocation.timeout)
-            except TimeoutError:
-                # Cut the lifeline: the agent kills the unit's processes and cleans up.
-                conversation.cancel()
-                await asyncio.shield(self._retire(agent))
-                report = protocol.Report(timed_out=True)
-            keep = report.complete
-        except Lost as exc:
-            await self._host_failed(state, str(exc))
-            return result(Status.LOST, f"lost {state.name}: {exc}")
-        finally:
-            if conversation is not None:
-                conversation.cancel()  # done already, unless the attempt was cancelled
-            if agent is not None:
-                if keep:
-                    state.idle.append(agent)
-                else:
-                    self._retire(agent)
-            verdict.close()
-        if report.refused:
-            await self._quarantine(state, f"{state.name}: {report.refused}")
-            return result(Status.LOST, f"{state.name} cannot run units: {report.refused}")
-        if report.lost:
-            if agent is not None and agent.connection_alive():
-                # The channel died but the connection lives: the agent itself failed.
-                return result(Status.LOST, f"the agent on {state.name} stopped: {report.lost}")
-            await self._host_failed(state, report.lost)
-            return result(Status.LOST, f"lost {state.name}: {report.lost}")
-        if report.worker is None and not report.timed_out:
-            return result(Status.FAILED, "the remote agent ran no worker (see the output)")
-        return verdict.decide(
-            code=None
-            if report.timed_out
-            else (report.verify if report.verify is not None else report.worker),
-            stage="verify" if report.verify is not None else "worker",
-            control=report.control or None,
-            collect=lambda: protocol.extract(
-                report.collected, attempt.collect_dir, invocation.collect
-            ),
-        )
-
     # Probes -----------------------------------------------------------------------
 
     async def probe_all(self) -> list[Probe]:
@@ -449,3 +418,32 @@ class SshTransport:
                 *(probe(self._connector, h.host, self._requested) for h in self._hosts)
             )
         )
+
+
+def _host_place(state: _Host, kind: str, offered: Facilities) -> tuple[str, Place]:
+    """The host's sandbox root as the kernel names it (resolved on the host; a missing
+    one made absolute against the login's home, as a login shell would read it) and
+    the facts its sandboxes' commands are built from."""
+    root = offered.root_path or state.host.sandbox_root
+    if not root.startswith("/"):
+        root = f"{offered.home.rstrip('/')}/{root}"
+    root = posixpath.normpath(root)
+    path = offered.path or "/usr/bin:/bin"
+    if kind == "bwrap":
+        containment = sandbox.Containment.BWRAP
+    elif offered.unshare is not None:
+        containment = sandbox.Containment.UNSHARE
+    else:
+        containment = sandbox.Containment.GROUP
+    return root, Place(
+        host=state.name,
+        kind="bwrap" if kind == "bwrap" else "none",
+        base="",  # each sandbox's own
+        path=path,
+        # Workers never see the login's keys (bwrap mounts an empty tmpfs on them).
+        hidden=(f"{offered.keys}/",) if offered.keys else (),
+        tools=tuple(str(tool) for tool in sandbox.tool_dirs(path)),
+        namespace=offered.step_namespace() if kind == "none" else (),
+        root=offered.root,
+        containment=containment,
+    )

@@ -1,0 +1,196 @@
+# fanout's remote agent (POSIX sh): a small executor of the commands fanout sends it
+# (``ssh/wire.py`` has the format).  fanout keeps one SSH channel per slot running
+#     exec [unshare FLAGS] sh -c '<this script>' fanout ROOT
+# and sends it one sandbox at a time.  It decides nothing about an attempt: every argv
+# (bwrap's included), every environment variable, the stdin, which step runs after
+# which, until when, and which files are collected come from fanout; the agent makes
+# the sandbox directory, moves bytes, runs what it is given and always cleans up.
+# Every process started here counts, so builtins are used wherever they can be.
+# fanout sends this file without comments.
+#
+# stdin is the lifeline as well: at EOF (fanout stopped, gave up on a step, or lost the
+# connection) whatever still runs in the sandbox is killed, the sandbox is removed and
+# the agent exits, while a step runs as well as between commands.
+set -u
+root=$1
+# Clear the environment (sshd's variables, whatever the login shell's rc files
+# exported): a step sees exactly the environment fanout sends, nothing of the agent's.
+remote_path=${PATH:-/usr/bin:/bin}
+exported=$(export -p)
+while IFS= read -r line; do
+    case $line in
+        'export '*) name=${line#export } ;;
+        'declare -x '*) name=${line#declare -x } ;;
+        *) continue ;;
+    esac
+    name=${name%%=*}
+    case $name in ''|*[!A-Za-z0-9_]*) ;; *) unset "$name" 2>/dev/null ;; esac
+done <<END_OF_EXPORTS
+$exported
+END_OF_EXPORTS
+unset exported line name
+export PATH="$remote_path"
+umask 077
+cd /
+# fd 3: commands from fanout; fd 4: answers to fanout; fds 1 and 2: the output stream.
+exec 3<&0 4>&1 1>&2 </dev/null
+trap '' PIPE
+nl='
+'
+base='' step='' lifeline=''
+
+# sweep: SIGKILL what works in the sandbox or carries its FANOUT_CONTROL (the local
+# rule, local._kill_escapees), among the processes this login may signal: a worker's
+# setsid'd process where the host has no PID namespace, or bwrap's sandbox process
+# when bwrap was killed before it had armed --die-with-parent.  Compared as strings:
+# a sandbox root is never a pattern here.
+sweep() {
+    find /proc -mindepth 2 -maxdepth 2 -name cwd -printf '%h %l\n' 2>/dev/null \
+        | while IFS=' ' read -r proc dir; do
+            case $dir in "$base"|"$base"/*) kill -s KILL "${proc#/proc/}" 2>/dev/null ;; esac
+        done
+    for proc in $(grep -lszF "FANOUT_CONTROL=$base/" /proc/[0-9]*/environ); do
+        proc=${proc#/proc/}
+        kill -s KILL "${proc%/environ}" 2>/dev/null
+    done
+}
+teardown() {
+    [ -n "$step" ] && kill -s KILL -- "-$step" "$step" 2>/dev/null
+    if [ -n "$base" ]; then
+        sweep
+        cd / && rm -rf "$base"
+    fi
+    [ -n "$lifeline" ] && kill -s KILL "$lifeline" 2>/dev/null
+}
+trap teardown EXIT
+trap 'exit 143' HUP INT TERM
+say() { printf '%s\n' "$*" >&4; }
+# hand LIMIT NAME: the sandbox's regular file NAME, never through a symlink (the steps
+# that could swap one in are gone), as "data LENGTH" and at most LIMIT bytes; or "none".
+hand() {
+    case $2 in ''|*/*|.|..) exit 72 ;; esac
+    if [ -f "$base/$2" ] && [ ! -L "$base/$2" ]; then
+        head -c "$1" "$base/$2" > "$base/.answer" 2>/dev/null
+        say "data $(wc -c < "$base/.answer")"
+        cat "$base/.answer" >&4
+    else
+        say none
+    fi
+}
+
+while IFS=' ' read -r verb rest <&3; do
+    case $verb in
+    open)
+        token=${rest%% *}
+        case $token in ''|*[!0-9a-f]*) exit 72 ;; esac
+        [ -z "$base" ] || exit 72
+        # TOKEN is 64 random bits from fanout: nobody can have made this path before.
+        base=$root/fanout-$token
+        eval "${rest#* }"  # set -- DIR...
+        for dir in "$@"; do
+            case $dir in ''|*/*|.|..) exit 72 ;; esac
+        done
+        for dir in "$@"; do set -- "$@" "$base/$dir"; shift; done
+        if ! mkdir -m 700 "$base" "$@" 2>/dev/null; then
+            base=''
+            say "error cannot create a sandbox in $root (sandboxRoot must be a writable directory)"
+            exit 70
+        fi
+        ;;
+    put)
+        case $rest in ''|*[!0-9]*) exit 72 ;; esac
+        [ -n "$base" ] || exit 72
+        head -c "$rest" <&3 | tar -x -p -m --no-same-owner -f - -C "$base/work" || exit 76
+        ;;
+    run)
+        backstop=${rest%% *} rest=${rest#* }
+        mark=${rest%% *} rest=${rest#* }
+        length=${rest%% *} rest=${rest#* }
+        limit=${rest%% *} rest=${rest#* }
+        then=${rest%% *} rest=${rest#* }
+        case $backstop$length$limit in ''|*[!0-9]*) exit 72 ;; esac
+        case $mark in ''|*[!0-9a-f]*) exit 72 ;; esac
+        [ -n "$base" ] || exit 72
+        # The stdin, read whole before the lifeline reads fd 3, into shell memory (never
+        # disk), ends in a '.' from fanout that $(...) cannot take away with the newlines.
+        stdin=''
+        if [ "$length" -gt 0 ]; then
+            stdin=$(head -c "$((length + 1))" <&3) || exit 76
+            stdin=${stdin%.}
+        fi
+        # The step: exactly the environment it is given, its stdin on a pipe (as a local
+        # step has it; none at all: /dev/null, one process less), its argv, behind a
+        # deadline of its own for when fanout can no longer reach this host (fanout's
+        # own deadline is earlier and the one that counts).  timeout makes it a process
+        # group of its own, which teardown kills whole.
+        if [ "$length" -gt 0 ]; then
+            printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (
+                trap - PIPE
+                unset PATH
+                eval "$rest"
+                exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
+            ) &
+        else
+            (
+                trap - PIPE
+                unset PATH
+                eval "$rest"
+                exec timeout -k 2 "$backstop" "$@" < /dev/null 3<&- 4>&-
+            ) &
+        fi
+        step=$!
+        unset rest stdin
+        # The lifeline: EOF on stdin while the step runs TERMs this shell (its trap
+        # tears down).  Nothing else arrives on stdin until the step's answer.
+        (trap - PIPE; while IFS= read -r _; do :; done; kill -s TERM $$) <&3 > /dev/null 2>&1 4>&- &
+        lifeline=$!
+        wait "$step"
+        rc=$?
+        kill -s KILL -- "-$step" 2>/dev/null  # what the step left running in its group
+        step=''
+        kill -s KILL "$lifeline" 2>/dev/null
+        wait "$lifeline" 2>/dev/null
+        lifeline=''
+        # The end of this step's output; MARK is never shown to the step.
+        printf '\n\036fanout-end %s\n' "$mark"
+        say "ran $rc"
+        # A file fanout reads after a step (its control file), sent along: one round
+        # trip less.
+        [ "$limit" -gt 0 ] && hand "$limit" "$then"
+        ;;
+    cat)
+        limit=${rest%% *}
+        case $limit in ''|*[!0-9]*) exit 72 ;; esac
+        [ -n "$base" ] || exit 72
+        eval "${rest#* }"  # set -- NAME
+        hand "$limit" "$1"
+        ;;
+    list)
+        [ -n "$base" ] || exit 72
+        eval "$rest"  # set -- ROOT...
+        # -P: a symlink, the roots included, is listed as one and never followed.
+        cd "$base/work" && find -P "$@" -printf '%y%p\0' >&4 2>/dev/null
+        cd /
+        printf '\0' >&4
+        ;;
+    get)
+        [ -n "$base" ] || exit 72
+        eval "$rest"  # set -- NAME...
+        cd "$base/work" && tar -c -f "$base/.answer" --no-recursion --hard-dereference \
+            -- "$@" 2>/dev/null
+        cd /
+        say "data $(wc -c < "$base/.answer" 2>/dev/null || echo 0)"
+        cat "$base/.answer" >&4 2>/dev/null
+        ;;
+    close)
+        [ -n "$base" ] || exit 72
+        [ "$rest" = 1 ] && sweep
+        rm -rf "$base" 2>/dev/null
+        base=''
+        say closed
+        ;;
+    *)
+        exit 72
+        ;;
+    esac
+done
