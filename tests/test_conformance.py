@@ -202,13 +202,6 @@ def _assert_left_nothing(harness: Harness, token: str) -> None:
     assert (_sandboxes(harness), pids_with(token)) == ([], [])
 
 
-def _finding(request: pytest.FixtureRequest, harness: Harness, where: dict[str, str]) -> None:
-    """A transport of ``where`` disagrees with the others here, today: the test is
-    expected to fail there, strictly (once the transport is fixed, remove the entry)."""
-    if harness.name in where:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=where[harness.name]))
-
-
 @contextlib.contextmanager
 def _reaping(token: str) -> Iterator[None]:
     """After the test, SIGKILL what a failing transport left running with ``token`` in
@@ -739,17 +732,8 @@ async def test_verify_sees_what_the_worker_left_in_work_and_home(
 
 
 async def test_a_missing_command_fails_with_127_and_says_so(
-    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
+    harness: Harness, tmp_path: Path
 ) -> None:
-    _finding(
-        request,
-        harness,
-        dict.fromkeys(
-            ("local-bwrap", "ssh-bwrap"),
-            "under bwrap nothing checks the worker exists (the local guard checks bwrap):"
-            " bwrap says 'bwrap: execvp no-such-program-xyz: No such file or directory', exit 1",
-        ),
-    )
     result = await harness.transport.run(_attempt(tmp_path, ["no-such-program-xyz"]))
     said = "fanout: cannot start no-such-program-xyz: command not found"
     assert _outcome(result) == (
@@ -761,17 +745,8 @@ async def test_a_missing_command_fails_with_127_and_says_so(
 
 
 async def test_a_worker_killed_by_a_signal_exits_128_plus_its_number(
-    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
+    harness: Harness, tmp_path: Path
 ) -> None:
-    _finding(
-        request,
-        harness,
-        dict.fromkeys(
-            ("local-none", "ssh-none"),
-            "the namespace init (dash) reports its child's death on the worker's output:"
-            " 'Killed' is added to the output and becomes the reason",
-        ),
-    )
     result = await harness.transport.run(_attempt(tmp_path, _sh("echo dying; kill -KILL $$")))
     assert _outcome(result) == (
         Status.FAILED,

@@ -88,8 +88,11 @@ class Collect:
 
     def select(self, entries: Iterable[Entry]) -> list[str]:
         """The relative paths to collect from ``entries`` (a sandbox's listing of
-        ``roots``), in pattern order.  Raises PathRefused (see the module docstring)."""
-        kinds = {entry.path: entry.kind for entry in entries}
+        ``roots``), in pattern order, then in path order (component by component, so
+        the order is the coordinator's whatever order a sandbox lists in).  Raises
+        PathRefused (see the module docstring)."""
+        listed = sorted(entries, key=lambda entry: entry.path.split("/"))
+        kinds = {entry.path: entry.kind for entry in listed}
         chosen: dict[str, None] = {}
         for pattern in self.patterns:
             if pattern.glob is not None:

@@ -60,11 +60,23 @@ _PR_SET_PDEATHSIG = 1
 # no --mount-proc) and gives up otherwise.  It then checks the worker exists (the guard
 # only sees unshare), and runs it as a child rather than exec'ing it, so the worker is
 # not PID 1 (which ignores signals it has no handler for, and inherits every orphan to
-# reap), as under bwrap, whose own init plays this part.  Builtins only: no process.
+# reap), as under bwrap, whose own init plays this part.  The worker runs in a subshell
+# (a fork, no exec) holding the step's stderr, while the init's own stderr is /dev/null:
+# dash reports a child killed by a signal ("Killed") on its stderr, which would
+# otherwise end the worker's output and become the attempt's reason.
 _INIT = (
     'read -r _ _ _ parent _ < /proc/self/stat && read -r name < "/proc/$parent/comm"'
     ' && [ "$name" = unshare ] || exit 137; command -v "$1" > /dev/null'
-    ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; "$@"; exit $?'
+    ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; };'
+    ' exec 3>&2 2>/dev/null; (exec 2>&3 3>&-; exec "$@"); exit $?'
+)
+# Under bwrap, the same check of the worker inside the sandbox (a guard outside sees only
+# bwrap, which would report a missing worker as its own exit 1): a missing command is
+# exit 127 with the same words on every transport and sandbox kind.  It costs one exec
+# of sh per step.
+_CHECK = (
+    'command -v "$1" > /dev/null'
+    ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; }; exec "$@"'
 )
 
 
@@ -213,7 +225,7 @@ def command(
         command += ["--cap-drop", "ALL"]
     if network:
         command.append("--share-net")
-    return [*command, "--", *argv]
+    return [*command, "--", "/bin/sh", "-c", _CHECK, "fanout-check", *argv]
 
 
 def hidden_entries(paths: Iterable[Path]) -> tuple[str, ...]:
