@@ -65,11 +65,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "local",
             "knownhosts",
-            "protocol",
-            "ssh.wire",  # coming
+            "ssh.wire",
             "ssh.connection",
             "ssh.probe",
             "ssh.agent",
+            "ssh.sandbox",
             "ssh.transport",
             "ssh",
         ),
@@ -80,9 +80,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("dispatch", ("dispatch",)),
     ("report", ("fleet", "report", "aggregate")),
     ("run", ("run",)),
-    # TODO(lead): the scheduler fires runs through launch, so it belongs with the front
-    # ends above launch; it is here because launch.run_fire takes schedule.Fire (a value
-    # that could live lower, or run_fire could move to cli/scheduling.py).
+    # The scheduler knows when to fire, not how a run starts: the CLI hands it
+    # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.
     ("scheduler", ("schedule",)),
     ("launch", ("launch",)),
     (
