@@ -35,13 +35,12 @@ from procs import marker, wait_until_present
 from sshd import Pool, Sshd, make_pool
 
 
-def fanout_rate(
-    pool: Pool, port: int, units: int, slots: int, sandbox: str, scratch: Path
-) -> float:
+def _host(pool: Pool, port: int, slots: int) -> Host:
+    """The loopback host of ``pool`` with a sandbox root anyone may write to."""
     root = pool.base / "sandboxes"
     root.mkdir(mode=0o777, exist_ok=True)
     root.chmod(0o777)
-    host = Host(
+    return Host(
         name="h1",
         address="127.0.0.1",
         port=port,
@@ -50,6 +49,12 @@ def fanout_rate(
         slots=slots,
         sandbox_root=str(root),
     )
+
+
+def fanout_rate(
+    pool: Pool, port: int, units: int, slots: int, sandbox: str, scratch: Path
+) -> float:
+    host = _host(pool, port, slots)
     workdir = scratch / sandbox
     workdir.mkdir()
     (workdir / "job.toml").write_text(
@@ -79,18 +84,7 @@ def fanout_rate(
 def fanout_full_rate(pool: Pool, port: int, units: int, slots: int, scratch: Path) -> float:
     """Units that use the whole attempt: a prompt, a staged file, a worker that edits
     it, verify, and the file collected back (sandbox none)."""
-    root = pool.base / "sandboxes"
-    root.mkdir(mode=0o777, exist_ok=True)
-    root.chmod(0o777)
-    host = Host(
-        name="h1",
-        address="127.0.0.1",
-        port=port,
-        user=pool.user,
-        identity=str(pool.client_key),
-        slots=slots,
-        sandbox_root=str(root),
-    )
+    host = _host(pool, port, slots)
     workdir = scratch / "full"
     (workdir / "src").mkdir(parents=True)
     for number in range(units):

@@ -182,7 +182,7 @@ class _FakeSandbox:
                 mode = os.lstat(path).st_mode
             except FileNotFoundError:
                 return
-            kind = _kind(mode)
+            kind = Kind.of_mode(mode)
             found.append(Entry(name, kind))
             if kind is Kind.DIR:
                 walk(path, name + "/")
@@ -210,13 +210,3 @@ async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
         await process.stdin.drain()
         process.stdin.close()
         await process.stdin.wait_closed()
-
-
-def _kind(mode: int) -> Kind:
-    if stat.S_ISLNK(mode):
-        return Kind.LINK
-    if stat.S_ISREG(mode):
-        return Kind.FILE
-    if stat.S_ISDIR(mode):
-        return Kind.DIR
-    return Kind.OTHER

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,17 @@ class Kind(enum.Enum):
     LINK = "l"
     DIR = "d"
     OTHER = "o"  # a fifo, socket or device: never collected
+
+    @classmethod
+    def of_mode(cls, mode: int) -> Kind:
+        """The kind of an ``lstat`` result's ``st_mode``."""
+        if stat.S_ISLNK(mode):
+            return cls.LINK
+        if stat.S_ISREG(mode):
+            return cls.FILE
+        if stat.S_ISDIR(mode):
+            return cls.DIR
+        return cls.OTHER
 
 
 @dataclass(frozen=True, slots=True)

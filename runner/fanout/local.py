@@ -231,7 +231,7 @@ def _list(work: Path, roots: Sequence[str]) -> list[Entry]:
             mode = os.lstat(work / root).st_mode
         except OSError:
             continue
-        kind = _mode_kind(mode)
+        kind = Kind.of_mode(mode)
         found.append(Entry(root, kind))
         if kind is Kind.DIR:
             walk(work / root, root + "/")
@@ -240,19 +240,9 @@ def _list(work: Path, roots: Sequence[str]) -> list[Entry]:
 
 def _kind(entry: os.DirEntry[str]) -> Kind:
     try:
-        return _mode_kind(entry.stat(follow_symlinks=False).st_mode)
+        return Kind.of_mode(entry.stat(follow_symlinks=False).st_mode)
     except OSError:
         return Kind.OTHER
-
-
-def _mode_kind(mode: int) -> Kind:
-    if stat.S_ISLNK(mode):
-        return Kind.LINK
-    if stat.S_ISREG(mode):
-        return Kind.FILE
-    if stat.S_ISDIR(mode):
-        return Kind.DIR
-    return Kind.OTHER
 
 
 def _copy_out(work: Path, names: Sequence[str], destination: Path) -> None:
