@@ -19,6 +19,10 @@ import textwrap
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from procs import group_members
+
 FANOUT = [sys.executable, "-m", "fanout"]
 
 JOBS = {
@@ -40,19 +44,6 @@ JOBS = {
 }
 
 
-def _group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
 def _once(body: str) -> tuple[float, bool]:
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
@@ -72,7 +63,7 @@ def _once(body: str) -> tuple[float, bool]:
         coordinator.wait()
         latency = time.monotonic() - signalled
         time.sleep(0.2)  # an orphaned member is reaped by init a moment later
-        alive = _group_alive(pgid)
+        alive = bool(group_members(pgid))
         if alive:
             os.killpg(pgid, signal.SIGKILL)
         return latency, alive

@@ -46,3 +46,18 @@ def wait_until_present(text: str, timeout: float = 10.0) -> list[int]:
 def short_marker() -> str:
     """A unique sleep of about a second, for processes that should finish on their own."""
     return f"1.{random.randint(100000, 999999)}"
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members

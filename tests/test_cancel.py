@@ -24,6 +24,7 @@ from fanout.run import CLOSE_BOUND_S, Options, Runner
 
 from fakes import FakeTransport
 from helpers import write_job
+from procs import group_members
 
 FANOUT = [sys.executable, "-m", "fanout"]
 
@@ -32,26 +33,11 @@ FANOUT = [sys.executable, "-m", "fanout"]
 SLOW_COMMAND = "echo $$ > {pidfile}; sleep 60; echo late"
 
 
-def _group(pgid: int) -> list[int]:
-    """The live (not zombie) processes of process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
 def _group_gone(pgid: int, timeout: float = 5.0) -> list[int]:
     """Members of ``pgid`` still alive after up to ``timeout`` seconds (a SIGKILLed
     orphan is reaped by init a moment after its parent's exit)."""
     deadline = time.monotonic() + timeout
-    while (left := _group(pgid)) and time.monotonic() < deadline:
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
         time.sleep(0.02)
     return left
 
@@ -105,7 +91,7 @@ def test_ctrl_c_during_a_slow_input_command_kills_its_group_at_once(tmp_path: Pa
         [*FANOUT, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     pgid = _pid_when_written(pidfile, coordinator)
-    assert _group(pgid) != []
+    assert group_members(pgid) != []
     latency, stderr = _interrupt(coordinator, "a 60s input command")
     assert coordinator.returncode == 130, stderr
     # A sanity bound, not a speed target: before, the run waited for the command's end.
@@ -148,7 +134,7 @@ def test_ctrl_c_is_prompt_when_a_daemon_outside_the_group_holds_the_output_pipe(
     pgid = _pid_when_written(pidfile, coordinator)
     outsider = _pid_when_written(escaped, coordinator)
     try:
-        assert outsider not in _group(pgid)
+        assert outsider not in group_members(pgid)
         latency, stderr = _interrupt(coordinator, "an input command whose daemon holds stdout")
         assert coordinator.returncode == 130, stderr
         assert latency < 5, stderr
@@ -310,11 +296,11 @@ def test_the_cancel_tests_kill_what_they_start() -> None:
     """The helper above sees the groups it claims to (so 'gone' means gone)."""
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        assert _group(sleeper.pid) == [sleeper.pid]
+        assert group_members(sleeper.pid) == [sleeper.pid]
     finally:
         os.killpg(sleeper.pid, signal.SIGKILL)
         sleeper.wait()
-    assert _group(sleeper.pid) == []
+    assert group_members(sleeper.pid) == []
 
 
 def _command_runner(tmp_path: Path, inputs: str) -> Runner:
