@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("fates", ("outcome",)),
-    ("job language", ("templates", "schema")),
+    ("job language", ("templates.rendering", "templates.analysis", "templates", "schema")),
     ("checks", ("checks.context", "checks.leaks", "checks.paths", "checks")),
     ("spec", ("spec.model", "spec.build", "spec")),
     ("selection", ("inputcommand", "sources", "units")),
