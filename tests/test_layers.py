@@ -92,7 +92,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backlog", ("backlog",)),
     ("dispatch", ("dispatch",)),
     ("report", ("fleet", "report", "aggregate")),
-    ("run", ("run",)),
+    ("run", ("applying", "run")),
     # TODO(lead): the scheduler fires runs through launch, so it belongs with the front
     # ends above launch; it is here because launch.run_fire takes schedule.Fire (a value
     # that could live lower, or run_fire could move to cli/scheduling.py).
