@@ -1,6 +1,6 @@
-"""One run of a job: rounds of selection and dispatch, fan-in between rounds, and the
-report at the end.  ``execute`` starts or resumes a run; ``retry`` re-runs the failed
-units of an earlier run.
+"""One run of a job: rounds of selection and dispatch, fan-in between rounds
+(``applying``), and the report at the end.  ``execute`` starts or resumes a run;
+``retry`` re-runs the failed units of an earlier run.
 
 Rounds: after every unit of a round has settled, the collected files are applied to
 the workspace, the inputs are selected again from the whole workspace and a new round
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import aggregate, backlog, commands, limits, report, staging
+from . import aggregate, applying, backlog, commands, limits, report
 from .dispatch import dispatch
 from .errors import (
     EnvironmentProblem,
@@ -284,7 +284,7 @@ class Runner:
             self.events.emit(
                 "round.finished", round=number, **{str(k): v for k, v in ctx.counts.items()}
             )
-            applied = self._fan_in(run_id, number, apply)
+            applied = applying.fan_in(ctx, apply=apply)
             if number >= spec.rounds.max:
                 return StopReason.LAST_ROUND, number
             if not apply:
@@ -355,26 +355,6 @@ class Runner:
         if self._stop is not None:  # asked for between rounds: this one starts nothing
             ctx.stop(self._stop)
         return ctx
-
-    def _fan_in(self, run_id: str, number: int, apply: bool) -> int:
-        """Compare (and apply) the round's collected files; how many were written."""
-        workspace = self.spec.runtime.workspace
-        written = 0
-        for row in self.journal.units(run_id, number):
-            if row.state is not UnitState.SUCCEEDED or not row.collected:
-                continue
-            unit_dir = self.run_dir(run_id) / "units" / staging.unit_folder_name(row.unit.id)
-            changes = staging.apply(
-                workspace, row.unit.id, unit_dir, row.collected, row.staged, write=apply
-            )
-            self.journal.record_changes(run_id, number, changes)
-            for change in changes:
-                if change.state is staging.ChangeState.CONFLICT:
-                    self.events.emit(
-                        "file.conflict", round=number, unit=row.unit.id, path=change.path
-                    )
-            written += sum(1 for c in changes if c.state is staging.ChangeState.APPLIED)
-        return written
 
     async def retry_failed(self, previous: RunRow, options: Options) -> Summary:
         """A new run over the units that failed in ``previous`` (their latest round)."""

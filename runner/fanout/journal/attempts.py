@@ -1,0 +1,169 @@
+"""The journal's units and attempts as a run writes them: units added by the
+selection, each attempt dispatched and settled, a unit settled at most once, and the
+file changes fan-in recorded.
+
+An attempt is written as dispatched before its worker starts and as settled when it
+ends, each in its own short transaction.  An attempt that settles its unit (a success,
+or the last failure of the ladder) settles the unit in the same transaction, so no crash
+can leave a succeeded attempt beside an unsettled unit.  A unit is settled at most once:
+the update only matches a unit that is not settled yet, so an attempt that finishes late
+(a lost host coming back) cannot settle it twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ..outcome import AttemptResult, Outcome, UnitState
+from ..units import Unit
+from .store import Store
+from .tables import unit_data
+
+
+class Attempts(Store):
+    """The writes to ``units``, ``attempts`` and ``changes`` while a run goes on."""
+
+    def add_units(self, run_id: str, round_number: int, units: Iterable[Unit]) -> None:
+        rows = [
+            (run_id, round_number, u.id, u.index, unit_data(u), str(UnitState.PENDING))
+            for u in units
+        ]
+        self._atomic(
+            lambda: self.db.executemany(
+                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
+
+    def attempt_dispatched(
+        self, run_id: str, round_number: int, unit_id: str, n: int, rung: str, host: str = ""
+    ) -> None:
+        def work() -> None:
+            self._run(
+                "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, round_number, unit_id, n, rung, host, self.clock()),
+            )
+            self._run(
+                "UPDATE units SET state = 'running', attempts = ?"
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                (n, run_id, round_number, unit_id),
+            )
+
+        self._atomic(work)
+
+    def attempt_settled(
+        self,
+        run_id: str,
+        round_number: int,
+        unit_id: str,
+        n: int,
+        result: AttemptResult,
+        *,
+        rung: int,
+        rung_attempts: int,
+        failures: int,
+        last: dict[str, Any],
+        staged: dict[str, str] | None = None,
+        outcome: Outcome | None = None,
+    ) -> bool:
+        """Record an attempt's end (and, for a success, the hashes of what it staged);
+        with ``outcome`` (the attempt decided the unit's fate) settle the unit in the
+        same transaction.  False if the attempt had already been settled (or
+        interrupted), or the unit had."""
+
+        def work() -> bool:
+            settled = self._run(
+                "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?,"
+                " duration = ?, retry_after = ?, host = ?"
+                " WHERE run = ? AND round = ? AND unit = ? AND n = ? AND status IS NULL",
+                (
+                    self.clock(),
+                    str(result.status),
+                    result.exit_code,
+                    result.reason,
+                    result.duration,
+                    result.retry_after,
+                    result.host,
+                    run_id,
+                    round_number,
+                    unit_id,
+                    n,
+                ),
+            )
+            if not settled:
+                return False
+            self._run(
+                "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
+                " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
+                " staged = COALESCE(?, staged) WHERE run = ? AND round = ? AND id = ?"
+                " AND state NOT IN ('succeeded', 'failed')",
+                (
+                    rung,
+                    rung_attempts,
+                    failures,
+                    result.duration,
+                    result.reason,
+                    result.output_tail,
+                    json.dumps(last),
+                    None if staged is None else json.dumps(staged),
+                    run_id,
+                    round_number,
+                    unit_id,
+                ),
+            )
+            return outcome is None or self._settle(run_id, outcome)
+
+        return self._atomic(work)
+
+    def unit_settled(self, run_id: str, outcome: Outcome) -> bool:
+        """Settle a unit once; False if it was already settled."""
+        return self._atomic(lambda: self._settle(run_id, outcome))
+
+    def _settle(self, run_id: str, outcome: Outcome) -> bool:
+        return (
+            self._run(
+                "UPDATE units SET state = ?, reason = ?, tail = ?, collected = ?"
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                (
+                    str(outcome.state),
+                    outcome.reason,
+                    outcome.output_tail,
+                    json.dumps([c.as_dict() for c in outcome.collected]),
+                    run_id,
+                    outcome.round,
+                    outcome.unit_id,
+                ),
+            )
+            == 1
+        )
+
+    def unit_interrupted(self, run_id: str, round_number: int, unit_id: str) -> None:
+        def work() -> None:
+            self._run(
+                "UPDATE units SET state = 'interrupted' WHERE run = ? AND round = ? AND id = ?"
+                " AND state NOT IN ('succeeded', 'failed')",
+                (run_id, round_number, unit_id),
+            )
+            self._run(
+                "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted'"
+                " WHERE run = ? AND round = ? AND unit = ? AND status IS NULL",
+                (self.clock(), run_id, round_number, unit_id),
+            )
+
+        self._atomic(work)
+
+    def record_changes(self, run_id: str, round_number: int, changes: Iterable[Any]) -> None:
+        rows = [
+            (run_id, round_number, c.unit_id, c.path, c.added, c.removed, c.state) for c in changes
+        ]
+        self._atomic(
+            lambda: self.db.executemany(
+                "INSERT OR REPLACE INTO changes (run, round, unit, path, added, removed, state)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )

@@ -1,0 +1,214 @@
+"""The journal's read-only queries over a run's units, attempts and changes: what
+resume, status, the report and the exit code read, each page by page where a run may
+hold 100k units."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+
+from .store import Store
+from .tables import UnitRow, unit_row
+
+
+class Queries(Store):
+    """Reads of ``units``, ``attempts`` and ``changes``; none of them writes."""
+
+    def unsettled_units(
+        self, run_id: str, round_number: int, batch: int = 500
+    ) -> Iterator[UnitRow]:
+        """Units of a round that have not settled, in selection order, read in pages."""
+        after = -1
+        while True:
+            rows = self.db.execute(
+                "SELECT * FROM units WHERE run = ? AND round = ? AND state NOT IN"
+                " ('succeeded', 'failed') AND idx > ? ORDER BY idx LIMIT ?",
+                (run_id, round_number, after, batch),
+            ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield unit_row(row)
+            after = rows[-1]["idx"]
+
+    def units(
+        self, run_id: str, round_number: int | None = None, *, batch: int = 500
+    ) -> Iterator[UnitRow]:
+        """The run's units (or one round's) in round and selection order, read in pages
+        of ``batch`` so a 100k-unit run is never in memory at once.  Each page is its own
+        query: the caller may write to the journal between rows."""
+        if round_number is None:
+            numbers = [
+                r["round"]
+                for r in self.db.execute(
+                    "SELECT DISTINCT round FROM units WHERE run = ? ORDER BY round", (run_id,)
+                )
+            ]
+        else:
+            numbers = [round_number]
+        for number in numbers:
+            after = None
+            while True:
+                rows = self.db.execute(
+                    "SELECT * FROM units WHERE run = ? AND round = ?"
+                    " AND idx > COALESCE(?, -1) ORDER BY idx LIMIT ?",
+                    (run_id, number, after, batch),
+                ).fetchall()
+                yield from (unit_row(row) for row in rows)
+                if len(rows) < batch:
+                    break
+                after = rows[-1]["idx"]
+
+    def unit_summaries(self, run_id: str, *, batch: int = 500) -> Iterator[sqlite3.Row]:
+        """What a report lists of each unit, in the order of ``units``: id, round, idx,
+        state, rung, attempts, worker_seconds, reason, origin, collected (JSON text) and
+        tail.  SQLite extracts the rung and origin, so a unit's records, last context and
+        staged hashes are never parsed: ``unit_row`` was most of a 100k-unit report."""
+        numbers = [
+            r["round"]
+            for r in self.db.execute(
+                "SELECT DISTINCT round FROM units WHERE run = ? ORDER BY round", (run_id,)
+            )
+        ]
+        for number in numbers:
+            after = None
+            while True:
+                rows = self.db.execute(
+                    "SELECT id, round, idx, state, COALESCE(json_extract(last, '$.rung'), '')"
+                    " AS rung, attempts, worker_seconds, reason,"
+                    " json_extract(data, '$.origin') AS origin, collected, tail"
+                    " FROM units WHERE run = ? AND round = ?"
+                    " AND idx > COALESCE(?, -1) ORDER BY idx LIMIT ?",
+                    (run_id, number, after, batch),
+                ).fetchall()
+                yield from rows
+                if len(rows) < batch:
+                    break
+                after = rows[-1]["idx"]
+
+    # A unit counts in the latest round that selected its id: a later round's row for
+    # the same id supersedes it.  One seek in units_by_id per unit.
+    _LATEST = (
+        "NOT EXISTS (SELECT 1 FROM units later WHERE later.run = units.run"
+        " AND later.id = units.id AND later.round > units.round)"
+    )
+
+    def unit_counts(self, run_id: str) -> dict[str, int]:
+        """Units of the run's latest round of each unit id, counted by state."""
+        rows = self.db.execute(
+            f"SELECT state, COUNT(*) AS n FROM units WHERE run = ? AND {self._LATEST}"  # noqa: S608 - constant SQL
+            " GROUP BY state",
+            (run_id,),
+        )
+        return {r["state"]: r["n"] for r in rows}
+
+    def unit_count(self, run_id: str) -> int:
+        """Rows of the run's units over all its rounds (what report.json lists)."""
+        row = self.db.execute("SELECT COUNT(*) AS n FROM units WHERE run = ?", (run_id,)).fetchone()
+        return int(row["n"])
+
+    def round_counts(self, run_id: str, round_number: int) -> dict[str, int]:
+        """The units of one round, counted by state."""
+        rows = self.db.execute(
+            "SELECT state, COUNT(*) AS n FROM units WHERE run = ? AND round = ? GROUP BY state",
+            (run_id, round_number),
+        )
+        return {r["state"]: r["n"] for r in rows}
+
+    def failed_ids(self, run_id: str) -> Iterator[str]:
+        """Ids of the units whose latest round failed, sorted."""
+        rows = self.db.execute(
+            f"SELECT id FROM units WHERE run = ? AND state = 'failed' AND {self._LATEST}"  # noqa: S608 - constant SQL
+            " ORDER BY id",
+            (run_id,),
+        )
+        return (r["id"] for r in rows)
+
+    def failed_units(self, run_id: str, limit: int) -> tuple[int, list[UnitRow]]:
+        """How many units' latest round failed, and the first ``limit`` of them in round
+        and selection order."""
+        where = f"FROM units WHERE run = ? AND state = 'failed' AND {self._LATEST}"
+        count = self.db.execute(f"SELECT COUNT(*) AS n {where}", (run_id,)).fetchone()["n"]
+        rows = self.db.execute(f"SELECT * {where} ORDER BY round, idx LIMIT ?", (run_id, limit))
+        return int(count), [unit_row(r) for r in rows]
+
+    def units_in_state(self, run_id: str, state: str, limit: int) -> list[UnitRow]:
+        """The first ``limit`` units whose latest round is in ``state``, in round and
+        selection order (units_by_state finds them; a superseded row costs one seek)."""
+        rows = self.db.execute(
+            f"SELECT * FROM units WHERE run = ? AND state = ? AND {self._LATEST}"  # noqa: S608 - constant SQL
+            " ORDER BY round, idx LIMIT ?",
+            (run_id, state, limit),
+        )
+        return [unit_row(r) for r in rows]
+
+    def changed_units(self, run_id: str, limit: int) -> tuple[int, list[UnitRow]]:
+        """How many units (per round) recorded file changes, and the first ``limit``."""
+        count = self.db.execute(
+            "SELECT COUNT(*) AS n FROM (SELECT DISTINCT round, unit FROM changes WHERE run = ?)",
+            (run_id,),
+        ).fetchone()["n"]
+        rows = self.db.execute(
+            "SELECT units.* FROM units JOIN (SELECT DISTINCT round, unit FROM changes"
+            " WHERE run = ?) AS changed ON units.run = ? AND units.round = changed.round"
+            " AND units.id = changed.unit ORDER BY units.round, units.idx LIMIT ?",
+            (run_id, run_id, limit),
+        )
+        return int(count), [unit_row(r) for r in rows]
+
+    def worker_seconds(self, run_id: str) -> float:
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(worker_seconds), 0) AS total FROM units WHERE run = ?", (run_id,)
+        ).fetchone()
+        return float(row["total"])
+
+    def attempts(self, run_id: str) -> list[sqlite3.Row]:
+        return list(
+            self.db.execute("SELECT * FROM attempts WHERE run = ? ORDER BY started", (run_id,))
+        )
+
+    def attempt_counts(self, run_id: str) -> dict[str, int]:
+        rows = self.db.execute(
+            "SELECT status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY status", (run_id,)
+        )
+        return {str(r["status"]): r["n"] for r in rows}
+
+    def host_attempts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per host, the run's attempts counted by status."""
+        rows = self.db.execute(
+            "SELECT host, status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY host, status",
+            (run_id,),
+        )
+        found: dict[str, dict[str, int]] = {}
+        for r in rows:
+            found.setdefault(str(r["host"]), {})[str(r["status"])] = r["n"]
+        return found
+
+    def changes(
+        self, run_id: str, units: Iterable[tuple[int, str]] | None = None
+    ) -> list[sqlite3.Row]:
+        """The run's recorded file changes, or those of the (round, unit id) pairs in
+        ``units`` (a page of units, for a report that streams)."""
+        if units is None:
+            return list(
+                self.db.execute(
+                    "SELECT * FROM changes WHERE run = ? ORDER BY round, unit, path", (run_id,)
+                )
+            )
+        found: list[sqlite3.Row] = []
+        by_round: dict[int, list[str]] = {}
+        for number, unit_id in units:
+            by_round.setdefault(number, []).append(unit_id)
+        for number, ids in sorted(by_round.items()):
+            for start in range(0, len(ids), 500):  # under SQLite's limit on parameters
+                page = ids[start : start + 500]
+                marks = ", ".join("?" * len(page))  # placeholders only, never values
+                sql = f"SELECT * FROM changes WHERE run = ? AND round = ? AND unit IN ({marks})"  # noqa: S608
+                found += self.db.execute(sql + " ORDER BY unit, path", (run_id, number, *page))
+        return found
+
+    def has_changes(self, run_id: str) -> bool:
+        return (
+            self.db.execute("SELECT 1 FROM changes WHERE run = ? LIMIT 1", (run_id,)).fetchone()
+            is not None
+        )
