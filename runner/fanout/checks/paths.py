@@ -1,7 +1,8 @@
 """Stage and collect paths that can never work, said before a run rather than by every
 unit's attempts: ``validate`` checks the literal ones, ``plan`` the first unit's rendered
-ones.  The rules are the glob compiler's (``fanin`` refuses the same paths at run time);
-what this adds is the way out, above all ``| relpath`` for linters' absolute paths."""
+ones.  The rules are the glob compiler's (``staging`` and ``collecting`` refuse the same
+paths at run time); what this adds is the way out, above all ``| relpath`` for linters'
+absolute paths."""
 
 from __future__ import annotations
 
