@@ -69,6 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ssh.connection",
             "ssh.probe",
             "ssh.agent",
+            "ssh.pool",
             "ssh.sandbox",
             "ssh.transport",
             "ssh",

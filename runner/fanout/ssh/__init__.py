@@ -26,11 +26,12 @@ makes the attempt ``lost`` (the unit is run again elsewhere, no rung used), the 
 reconnects with backoff and is quarantined after repeated failures; when no host is
 left, ``run`` raises HostsUnavailable and the run stops, resumable.
 
-``transport`` is the pool (hosts, connections, placement), ``sandbox`` one attempt's
-sandbox spoken through an agent, ``wire`` the agent's wire format, ``agent`` one agent
-channel and its retirement, ``connection`` how a connection is made and how asyncssh's
-errors become fanout's, ``probe`` what ``fanout hosts check`` and ``fanout hosts
-trust`` ask a host.
+``pool`` is the pool (hosts, connections, reconnects and quarantine, placement, agent
+channels), ``transport`` the transport on top of it (start, each host's sandbox, run),
+``sandbox`` one attempt's sandbox spoken through an agent, ``wire`` the agent's wire
+format, ``agent`` one agent channel and its retirement, ``connection`` how a connection
+is made and how asyncssh's errors become fanout's, ``probe`` what ``fanout hosts check``
+and ``fanout hosts trust`` ask a host.
 """
 
 from .connection import KnownEntry

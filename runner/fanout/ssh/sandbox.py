@@ -35,7 +35,7 @@ from .agent import Agent
 from .connection import describe
 
 if TYPE_CHECKING:
-    from .transport import SshTransport, _Host
+    from .pool import HostPool, HostState
 
 # A control file is a few bytes of JSON; a worker cannot make fanout read more.
 _CONTROL_LIMIT = 1 << 16
@@ -45,7 +45,7 @@ class SshSandbox:
     """``$root/fanout-$TOKEN`` on one host, through one agent."""
 
     def __init__(
-        self, pool: SshTransport, state: _Host, agent: Agent, token: str, place: Place
+        self, pool: HostPool, state: HostState, agent: Agent, token: str, place: Place
     ) -> None:
         self.place = place
         self._pool = pool
