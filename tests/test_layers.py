@@ -63,6 +63,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "transports",
         (
+            "escapees",
+            "steps",
             "local",
             "knownhosts",
             "ssh.wire",
