@@ -104,6 +104,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "plan",
             "starter",
+            "progress.counts",
+            "progress.live",
             "progress",
             "cli.console",
             "cli.app",
