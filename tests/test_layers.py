@@ -63,6 +63,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "transports",
         (
+            "escapees",
+            "steps",
             "local",
             "knownhosts",
             "ssh.wire",
@@ -103,6 +105,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "plan",
             "starter",
+            "progress.counts",
+            "progress.live",
             "progress",
             "cli.console",
             "cli.app",

@@ -11,35 +11,29 @@ hold the pipe forever): then its process group is killed, which takes its PID
 namespace down with it, and its output is drained for a bounded time.  Where this
 machine gives no PID namespace, fanout also looks for the step's escapees (processes
 holding its output, working in its sandbox or carrying its ``FANOUT_CONTROL``) and kills
-them; the next run does the same for sandboxes a killed coordinator left behind.
+them; the next run does the same for sandboxes a killed coordinator left behind.  (The
+step as a child is ``steps``; the search for escapees, ``escapees``.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import shutil
-import signal
 import stat
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from . import collecting, sandbox
+from . import collecting, escapees, sandbox, steps
 from .attempt import LAYOUT, Attempt, execute
 from .capture import OutputCapture
 from .collecting import Entry, Kind
 from .outcome import AttemptResult
 from .transport import Command, Place, Sandbox, StagedFile
-
-# How long a finished or killed step's output may stay open before fanout looks for
-# escapees holding it, and how long after that it waits before giving up on it.
-_DRAIN_AFTER_KILL = 2.0
 
 
 class LocalTransport:
@@ -111,10 +105,10 @@ class LocalTransport:
         leftovers = []
         for leftover in self.root.glob("fanout-*-*"):
             owner = leftover.name.split("-")[1]
-            if owner.isdigit() and not _alive(int(owner)):
+            if owner.isdigit() and not escapees.alive(int(owner)):
                 leftovers.append(leftover)
         if leftovers:
-            _kill_escapees([str(path) for path in leftovers], pipe=None)
+            escapees.kill([str(path) for path in leftovers], pipe=None)
         for leftover in leftovers:
             shutil.rmtree(leftover, ignore_errors=True)
 
@@ -171,9 +165,9 @@ class _LocalSandbox:
         kind = self.place.kind
         argv = command.argv if kind == "podman" else tuple(sandbox.guarded(command.argv))
         starting = asyncio.ensure_future(
-            _spawn(argv, cwd=command.cwd, env=command.env, preexec=sandbox.preexec(kind))
+            steps.spawn(argv, cwd=command.cwd, env=command.env, preexec=sandbox.preexec(kind))
         )
-        step = _Step(self._base, self._containment)
+        step = steps.Step(self._base, self._containment)
         try:
             # A cancellation while the process is being set up must still find it to kill.
             step.process, step.exits, step.transport = await asyncio.shield(starting)
@@ -185,9 +179,9 @@ class _LocalSandbox:
                 step.process, step.exits, step.transport = await starting
                 await step.stop(None)
             raise
-        step.pipe = _output_pipe(step.process.pid)
-        _feed(step.process, command.stdin)
-        reader = asyncio.create_task(_read(step.process, capture))
+        step.pipe = steps.output_pipe(step.process.pid)
+        steps.feed(step.process, command.stdin)
+        reader = asyncio.create_task(steps.read(step.process, capture))
         try:
             # The process's exit, not asyncio's wait(), which also waits for the pipes:
             # a daemon holding the output would hold the attempt.
@@ -254,164 +248,3 @@ def _copy_out(work: Path, names: Sequence[str], destination: Path) -> None:
         descriptor = os.open(work / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(descriptor, "rb") as source, target.open("wb") as copy:
             shutil.copyfileobj(source, copy)
-
-
-class _Exits(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's stream protocol, plus a future set the moment the process exits."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=1 << 16, loop=loop)
-        self.exited: asyncio.Future[None] = loop.create_future()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-async def _spawn(
-    command: Sequence[str],
-    *,
-    cwd: str,
-    env: Mapping[str, str],
-    preexec: Callable[[], None] | None,
-) -> tuple[asyncio.subprocess.Process, _Exits, asyncio.SubprocessTransport]:
-    """``asyncio.create_subprocess_exec`` with a protocol that reports the exit."""
-    loop = asyncio.get_running_loop()
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _Exits(loop),
-        *command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        cwd=cwd,
-        env=dict(env),
-        start_new_session=True,
-        preexec_fn=preexec,
-    )
-    return asyncio.subprocess.Process(transport, protocol, loop), protocol, transport
-
-
-class _Step:
-    """One running step: its process, and what ``stop`` needs to leave nothing behind."""
-
-    process: asyncio.subprocess.Process
-    exits: _Exits
-    transport: asyncio.SubprocessTransport
-    pipe: str | None = None
-
-    def __init__(self, directory: Path, containment: sandbox.Containment) -> None:
-        self.directory = directory
-        self.namespaced = containment is not sandbox.Containment.GROUP
-
-    async def stop(self, reader: asyncio.Task[None] | None) -> None:
-        """Kill the step's process group, then wait (bounded) for its exit and for its
-        output to end.
-
-        In a PID namespace, killing the group kills the namespace's first process (or
-        it has exited already), and with it everything else in the namespace.  Without
-        one, a process that called setsid survives the group: fanout kills every process
-        that holds the output pipe, works in the sandbox or carries this sandbox's
-        ``FANOUT_CONTROL``, at once.  In either case output still open after a moment
-        means such an escapee (or bwrap's sandbox process when bwrap was killed before
-        it armed --die-with-parent), so fanout searches again and gives it a last moment.
-        """
-        _kill_group(self.process)
-        search = functools.partial(_kill_escapees, [str(self.directory)], pipe=self.pipe)
-        waiting: set[asyncio.Future[Any]] = set() if reader is None else {reader}
-        waiting.add(asyncio.shield(self.exits.exited))
-        waiting = {task for task in waiting if not task.done()}
-        try:
-            if not self.namespaced:
-                await asyncio.to_thread(search)
-            if not waiting:
-                return
-            _, pending = await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
-            if pending:
-                await asyncio.to_thread(search)
-                await asyncio.wait(pending, timeout=_DRAIN_AFTER_KILL)
-        finally:
-            for task in waiting:
-                task.cancel()
-            # Closes fanout's ends of the pipes even if something outside still holds
-            # them (it cannot keep the attempt's file descriptors alive).
-            self.transport.close()
-
-
-def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
-    """Hand the prompt to the pipe and close it.  The transport writes what the pipe does
-    not take at once as the worker reads, and gives up quietly if the worker exits
-    without reading: no task, no drain."""
-    assert process.stdin is not None
-    if data:
-        process.stdin.write(data)
-    process.stdin.close()
-
-
-async def _read(process: asyncio.subprocess.Process, capture: OutputCapture) -> None:
-    assert process.stdout is not None
-    while chunk := await process.stdout.read(65536):
-        capture.feed(chunk)
-
-
-def _output_pipe(pid: int) -> str | None:
-    """The worker's output pipe as /proc names it (``pipe:[inode]``), None if gone."""
-    try:
-        return os.readlink(f"/proc/{pid}/fd/1")
-    except OSError:
-        return None
-
-
-def _kill_escapees(directories: Sequence[str], *, pipe: str | None) -> None:
-    """SIGKILL every other process that holds ``pipe`` open, has its cwd in one of
-    ``directories`` (sandboxes) or inherited a ``FANOUT_CONTROL`` that points into one.
-    A daemon that closed its output and changed directory still has its environment."""
-    me = os.getpid()
-    inside = tuple(directory.rstrip("/") + "/" for directory in directories)
-    controls = tuple(b"FANOUT_CONTROL=" + os.fsencode(prefix) for prefix in inside)
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        if _works_in(entry.path, inside, controls) or (pipe and _holds(entry.path, pipe)):
-            with contextlib.suppress(OSError):
-                os.kill(int(entry.name), signal.SIGKILL)
-
-
-def _works_in(process_dir: str, inside: tuple[str, ...], controls: tuple[bytes, ...]) -> bool:
-    try:
-        cwd = os.readlink(f"{process_dir}/cwd") + "/"
-        if cwd.startswith(inside):
-            return True
-        with open(f"{process_dir}/environ", "rb") as stream:
-            environ = stream.read()
-    except OSError:  # gone, a kernel thread, or another user's
-        return False
-    return any(entry.startswith(controls) for entry in environ.split(b"\0"))
-
-
-def _holds(process_dir: str, pipe: str) -> bool:
-    try:
-        with os.scandir(f"{process_dir}/fd") as fds:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd.path) == pipe:
-                        return True
-    except OSError:  # gone, or another user's
-        pass
-    return False
-
-
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL the worker's process group, leader gone or not (an empty group is fine)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

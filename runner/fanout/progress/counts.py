@@ -1,0 +1,96 @@
+"""What the progress display knows about a run, folded from its events: the round's
+units per state, the hosts, the paused limits and what sets the pace.
+
+The counts come from events only (see ``backlog``, ``dispatch`` and the SSH transport
+for who emits what): ``round.selecting`` (units selected so far), ``round.selected``
+(the total, and for a resumed round the units an earlier stretch settled),
+``attempt.started``/``attempt.placed``/``attempt.finished`` (running, per host),
+``unit.settled``/``unit.interrupted`` and ``host.up``/``host.lost``/``host.quarantined``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Host:
+    slots: int
+    state: str = "up"  # up, lost or quarantined
+    busy: int = 0
+
+
+class Counts:
+    """The run's counts; ``new_round`` starts a round's afresh."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.concurrency: int | None = None
+        self.pace: tuple[str, float] | None = None  # the tightest limit, starts a minute
+        self.hosts: dict[str, Host] = {}
+        self.paused: dict[str, float] = {}
+        self.durations = 0.0
+        self.finished = 0
+        self.new_round()
+
+    def new_round(self) -> None:
+        self.total: int | None = None  # known once the round's selection has ended
+        self.selected = 0
+        self.before = 0  # units an earlier stretch of a resumed run settled
+        self.succeeded = 0
+        self.failed = 0
+        self.interrupted = 0
+        self.last_settled = self.clock()
+        # Unit id -> the host its running attempt was placed on ("" until placed).
+        self.running: dict[str, str] = {}
+
+    def free(self, unit: str) -> None:
+        placed = self.running.pop(unit, "")
+        host = self.hosts.get(placed)
+        if host is not None:
+            host.busy = max(0, host.busy - 1)
+
+    def host(self, event: dict[str, Any]) -> Host:
+        host = self.hosts.setdefault(event["host"], Host(slots=event.get("slots", 0)))
+        host.slots = event.get("slots", host.slots)
+        return host
+
+    def done(self) -> int:
+        return self.before + self.succeeded + self.failed
+
+    def running_now(self) -> int:
+        # With hosts, an attempt runs once placed on one; until then it waits for a host
+        # slot (the dispatcher's slots outnumber the hosts' when hosts are down): queued.
+        if self.hosts:
+            return sum(1 for host in list(self.running.values()) if host)
+        return len(self.running)
+
+    def queued(self) -> int:
+        return max(0, self.selected - self.done() - self.running_now() - self.interrupted)
+
+    def fields(self) -> dict[str, Any]:
+        """What the round's task carries besides done and total (see the columns)."""
+        return {
+            "selected": self.selected,
+            "running": self.running_now(),
+            "settled": self.succeeded + self.failed,
+            "last_settled": self.last_settled,
+            "remain": self.queued() + self.running_now(),
+        }
+
+    def pacer(self) -> str:
+        """What bounds the pace now: the tightest rate limit, when its starts per second
+        are fewer than the slots can take at the attempts' mean duration so far (before
+        any attempt has finished, a declared limit is assumed to), else the slots."""
+        slots = self.concurrency or 0
+        if self.hosts:
+            up = sum(h.slots for h in list(self.hosts.values()) if h.state == "up")
+            slots = min(slots, up) if slots else up
+        if self.pace:
+            name, per_minute = self.pace
+            mean = self.durations / self.finished if self.finished else 0.0
+            if mean <= 0 or per_minute / 60 < slots / mean:
+                return f"paced by limit {name} {per_minute:g}/min"
+        return f"paced by {slots} slot(s)" if slots else ""
