@@ -112,4 +112,4 @@ def wrapped(kind: Kind, argv: list[str], base: Path, *, tools: tuple[Path, ...] 
         namespace=sandbox.pid_namespace() if kind == "none" else (),
         root=os.geteuid() == 0,
     )
-    return sandbox.guarded(sandbox.command(place, argv, network=False))
+    return sandbox.guarded(sandbox.command(place, argv, network=False), argv[0])

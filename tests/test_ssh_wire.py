@@ -67,7 +67,7 @@ async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
         env={"PATH": os.environ["PATH"], "AGENT_OWN": "never seen"},
     )
     talking = Agent(process, root / f"fanout-{TOKEN}")
-    await talking.send(wire.open_sandbox(TOKEN, ("work", "home", "tmp")))
+    await talking.send(wire.open_sandbox(TOKEN, ("work",)))
     try:
         yield talking
     finally:
@@ -79,8 +79,13 @@ async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
 
 
 def _command(agent: Agent, argv: list[str], **more: object) -> Command:
-    env = {"PATH": os.environ["PATH"], "HOME": f"{agent.base}/home"}
-    options: dict[str, object] = {"env": env, "stdin": b"", "cwd": f"{agent.base}/work"}
+    env = {"PATH": os.environ["PATH"], "HOME": str(agent.base)}
+    options: dict[str, object] = {
+        "env": env,
+        "stdin": b"",
+        "cwd": f"{agent.base}/work",
+        "program": argv[0],
+    }
     options.update(more)
     return Command(argv=tuple(argv), **options)  # type: ignore[arg-type]
 

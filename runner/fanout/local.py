@@ -163,7 +163,11 @@ class _LocalSandbox:
         """The step as a child of fanout (whose death kills it: ``sandbox.guarded``);
         the coordinator's deadline is here, so ``backstop`` is not needed."""
         kind = self.place.kind
-        argv = command.argv if kind == "podman" else tuple(sandbox.guarded(command.argv))
+        argv = (
+            command.argv
+            if kind == "podman"
+            else tuple(sandbox.guarded(command.argv, command.program))
+        )
         starting = asyncio.ensure_future(
             steps.spawn(argv, cwd=command.cwd, env=command.env, preexec=sandbox.preexec(kind))
         )

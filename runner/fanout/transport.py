@@ -63,6 +63,10 @@ class Command:
     """One step as the sandbox runs it: everything already decided."""
 
     argv: tuple[str, ...]
+    # The step's own program (its argv[0], inside whatever the sandbox argv wraps it
+    # in): a sandbox checks it can start on the step's PATH before it starts anything,
+    # and a missing one is exit 127 with "fanout: cannot start X: command not found".
+    program: str
     env: Mapping[str, str]
     stdin: bytes
     cwd: str

@@ -128,6 +128,12 @@ while IFS=' ' read -r verb rest <&3; do
                 trap - PIPE
                 unset PATH
                 eval "$rest"
+                # The step's own program, inside the sandbox argv, must start (builtins).
+                command -v "$program" > /dev/null || {
+                    printf 'fanout: cannot start %s: command not found\n' "$program" >&2
+                    exit 127
+                }
+                unset program
                 exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
             ) &
         else
@@ -135,6 +141,12 @@ while IFS=' ' read -r verb rest <&3; do
                 trap - PIPE
                 unset PATH
                 eval "$rest"
+                # The step's own program, inside the sandbox argv, must start (builtins).
+                command -v "$program" > /dev/null || {
+                    printf 'fanout: cannot start %s: command not found\n' "$program" >&2
+                    exit 127
+                }
+                unset program
                 exec timeout -k 2 "$backstop" "$@" < /dev/null 3<&- 4>&-
             ) &
         fi

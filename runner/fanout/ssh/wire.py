@@ -88,6 +88,7 @@ def run(
         if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"env: {name!r} is not an environment variable name")
         words.append(f"export {name}={quote(value)}")
+    words.append(f"program={quote(command.program)}")
     words.append(_set(command.argv))
     limit, name = then or (0, "-")
     if not _FILE_NAME.fullmatch(name):
