@@ -123,7 +123,19 @@ class LocalTransport:
                 (base / name).mkdir()
             yield _LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
         finally:
-            shutil.rmtree(base, ignore_errors=True)
+            _remove(base)
+
+
+def _remove(base: Path) -> None:
+    """Remove a sandbox directory.  Most are left as they were made (a no-op unit, or
+    one whose files were collected and nothing else): two rmdirs, where rmtree's safe
+    walk opens and scans each directory first (a sixth of a no-op unit's cost here)."""
+    try:
+        for name in LAYOUT.directories:
+            os.rmdir(base / name)
+        os.rmdir(base)
+    except OSError:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # A control file is a few bytes of JSON; a worker cannot make fanout read more.
