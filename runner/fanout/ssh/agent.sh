@@ -65,6 +65,21 @@ teardown() {
 trap teardown EXIT
 trap 'exit 143' HUP INT TERM
 say() { printf '%s\n' "$*" >&4; }
+
+# start_step, in a step's subshell: exactly the environment and argv fanout sent
+# ("$rest"), the step's own program checked (builtins: a missing one is exit 127 with
+# fanout's words, as on every transport), then the argv behind the host's backstop.
+start_step() {
+    unset PATH
+    eval "$rest"
+    command -v "$program" > /dev/null || {
+        printf 'fanout: cannot start %s: command not found\n' "$program" >&2
+        exit 127
+    }
+    unset program
+    exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
+}
+
 # hand LIMIT NAME: the sandbox's regular file NAME, never through a symlink (the steps
 # that could swap one in are gone), as "data LENGTH" and at most LIMIT bytes; or "none".
 hand() {
@@ -124,31 +139,9 @@ while IFS=' ' read -r verb rest <&3; do
         # own deadline is earlier and the one that counts).  timeout makes it a process
         # group of its own, which teardown kills whole.
         if [ "$length" -gt 0 ]; then
-            printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (
-                trap - PIPE
-                unset PATH
-                eval "$rest"
-                # The step's own program, inside the sandbox argv, must start (builtins).
-                command -v "$program" > /dev/null || {
-                    printf 'fanout: cannot start %s: command not found\n' "$program" >&2
-                    exit 127
-                }
-                unset program
-                exec timeout -k 2 "$backstop" "$@" 3<&- 4>&-
-            ) &
+            printf '%s' "$stdin" 2>/dev/null 3<&- 4>&- | (trap - PIPE; start_step) &
         else
-            (
-                trap - PIPE
-                unset PATH
-                eval "$rest"
-                # The step's own program, inside the sandbox argv, must start (builtins).
-                command -v "$program" > /dev/null || {
-                    printf 'fanout: cannot start %s: command not found\n' "$program" >&2
-                    exit 127
-                }
-                unset program
-                exec timeout -k 2 "$backstop" "$@" < /dev/null 3<&- 4>&-
-            ) &
+            (trap - PIPE; start_step) < /dev/null &
         fi
         step=$!
         unset rest stdin
