@@ -51,18 +51,8 @@ def _host(pool: Pool, port: int, slots: int) -> Host:
     )
 
 
-def fanout_rate(
-    pool: Pool, port: int, units: int, slots: int, sandbox: str, scratch: Path
-) -> float:
-    host = _host(pool, port, slots)
-    workdir = scratch / sandbox
-    workdir.mkdir()
-    (workdir / "job.toml").write_text(
-        f'version = 1\nname = "ssh-{sandbox}"\n[inputs]\ncommand = ["seq", "{units}"]\n'
-        f'format = "lines"\n[task]\ncommand = ["true"]\n[runtime]\n'
-        f'maxConcurrentTasks = {slots}\nsandbox = "{sandbox}"\n'
-    )
-    job = spec.load(workdir / "job.toml")
+def _timed_run(pool: Pool, host: Host, job: spec.Spec, sandbox: str, units: int) -> float:
+    """Seconds ``job`` takes over ``host`` through fanout's whole path; all succeed."""
 
     async def run() -> float:
         runner = Runner(
@@ -79,6 +69,22 @@ def fanout_rate(
         return elapsed
 
     return asyncio.run(run())
+
+
+def fanout_rate(
+    pool: Pool, port: int, units: int, slots: int, sandbox: str, scratch: Path
+) -> float:
+    host = _host(pool, port, slots)
+    workdir = scratch / sandbox
+    workdir.mkdir()
+    (workdir / "job.toml").write_text(
+        f'version = 1\nname = "ssh-{sandbox}"\n[inputs]\ncommand = ["seq", "{units}"]\n'
+        f'format = "lines"\n[task]\ncommand = ["true"]\n[runtime]\n'
+        f'maxConcurrentTasks = {slots}\nsandbox = "{sandbox}"\n'
+    )
+    job = spec.load(workdir / "job.toml")
+
+    return _timed_run(pool, host, job, sandbox, units)
 
 
 def fanout_full_rate(pool: Pool, port: int, units: int, slots: int, scratch: Path) -> float:
@@ -101,21 +107,7 @@ def fanout_full_rate(pool: Pool, port: int, units: int, slots: int, scratch: Pat
     )
     job = spec.load(workdir / "job.toml")
 
-    async def run() -> float:
-        runner = Runner(
-            spec=job,
-            transport=SshTransport([host], known_hosts=[pool.known_hosts], sandbox_kind="none"),
-            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-            environ={"PATH": "/usr/bin:/bin"},
-            events=Events(),
-        )
-        start = time.perf_counter()
-        summary = await runner.execute(Options())
-        elapsed = time.perf_counter() - start
-        assert summary.counts == {"succeeded": units}, summary.counts
-        return elapsed
-
-    return asyncio.run(run())
+    return _timed_run(pool, host, job, "none", units)
 
 
 def parallel_rate(
