@@ -42,6 +42,29 @@ def _group_gone(pgid: int, timeout: float = 5.0) -> list[int]:
     return left
 
 
+def _start_selecting(tmp_path: Path, name: str, command: str) -> tuple[Path, subprocess.Popen[str]]:
+    """``fanout run`` started on a job whose input command is ``command`` (TOML array
+    items)."""
+    job = write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "{name}"
+        [inputs]
+        command = [{command}]
+        format = "lines"
+        [task]
+        command = ["true"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+    coordinator = subprocess.Popen(
+        [*FANOUT, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    return job, coordinator
+
+
 def _pid_when_written(pidfile: Path, coordinator: subprocess.Popen[str]) -> int:
     deadline = time.monotonic() + 30
     while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -73,22 +96,8 @@ def _run_row(tmp_path: Path) -> tuple[str, str]:
 
 def test_ctrl_c_during_a_slow_input_command_kills_its_group_at_once(tmp_path: Path) -> None:
     pidfile = tmp_path / "input.pid"
-    job = write_job(
-        tmp_path,
-        f"""
-        version = 1
-        name = "slow-input"
-        [inputs]
-        command = ["sh", "-c", "{SLOW_COMMAND.format(pidfile=pidfile)}"]
-        format = "lines"
-        [task]
-        command = ["true"]
-        [runtime]
-        sandbox = "none"
-        """,
-    )
-    coordinator = subprocess.Popen(
-        [*FANOUT, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    job, coordinator = _start_selecting(
+        tmp_path, "slow-input", f'"sh", "-c", "{SLOW_COMMAND.format(pidfile=pidfile)}"'
     )
     pgid = _pid_when_written(pidfile, coordinator)
     assert group_members(pgid) != []
@@ -114,23 +123,7 @@ def test_ctrl_c_is_prompt_when_a_daemon_outside_the_group_holds_the_output_pipe(
         + SLOW_COMMAND.format(pidfile=pidfile)
         + "\n"
     )
-    job = write_job(
-        tmp_path,
-        f"""
-        version = 1
-        name = "escaped-input"
-        [inputs]
-        command = ["sh", "{script}"]
-        format = "lines"
-        [task]
-        command = ["true"]
-        [runtime]
-        sandbox = "none"
-        """,
-    )
-    coordinator = subprocess.Popen(
-        [*FANOUT, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    _, coordinator = _start_selecting(tmp_path, "escaped-input", f'"sh", "{script}"')
     pgid = _pid_when_written(pidfile, coordinator)
     outsider = _pid_when_written(escaped, coordinator)
     try:
