@@ -68,10 +68,6 @@ class FakeTransport:
             self.running -= 1
 
 
-# A control file is a few bytes of JSON; a worker cannot make the fake read more.
-_CONTROL_LIMIT = 1 << 16
-
-
 class FakeSandboxes:
     """Sandboxes as the simplest honest executor, for the conformance suite: a temp
     directory per sandbox laid out as ``LAYOUT`` under ``root``, each step a plain
@@ -168,7 +164,7 @@ class _FakeSandbox:
         with os.fdopen(descriptor, "rb") as stream:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 return None
-            return stream.read(_CONTROL_LIMIT)
+            return stream.read(LAYOUT.control_limit)
 
     async def listing(self, roots: Sequence[str]) -> list[Entry]:
         found: list[Entry] = []

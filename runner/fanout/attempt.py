@@ -50,6 +50,8 @@ class Layout:
 
     work: str = "work"
     control: str = "control.json"
+    # A control file is a few bytes of JSON; a worker cannot make fanout read more.
+    control_limit: int = 1 << 16
 
     @property
     def directories(self) -> tuple[str, ...]:

@@ -138,10 +138,6 @@ def _remove(base: Path) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-# A control file is a few bytes of JSON; a worker cannot make fanout read more.
-_CONTROL_LIMIT = 1 << 16
-
-
 class _LocalSandbox:
     """A sandbox directory on this machine (see ``transport.Sandbox``)."""
 
@@ -163,7 +159,7 @@ class _LocalSandbox:
         with os.fdopen(descriptor, "rb") as stream:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 return None
-            return stream.read(_CONTROL_LIMIT)
+            return stream.read(LAYOUT.control_limit)
 
     async def listing(self, roots: Sequence[str]) -> list[Entry]:
         return await asyncio.to_thread(_list, self._work, roots)
@@ -223,7 +219,7 @@ def _list(work: Path, roots: Sequence[str]) -> list[Entry]:
 
     def walk(directory: Path, prefix: str) -> None:
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            entries = list(os.scandir(directory))  # ``Collect.select`` orders them
         except OSError:
             return
         for entry in entries:

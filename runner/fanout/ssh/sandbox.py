@@ -37,9 +37,6 @@ from .connection import describe
 if TYPE_CHECKING:
     from .pool import HostPool, HostState
 
-# A control file is a few bytes of JSON; a worker cannot make fanout read more.
-_CONTROL_LIMIT = 1 << 16
-
 
 class SshSandbox:
     """``$root/fanout-$TOKEN`` on one host, through one agent."""
@@ -89,7 +86,7 @@ class SshSandbox:
                 command,
                 backstop=math.ceil(backstop),
                 mark=mark,
-                then=(_CONTROL_LIMIT, LAYOUT.control),
+                then=(LAYOUT.control_limit, LAYOUT.control),
             )
         except ValueError as exc:
             capture.feed(f"fanout: {exc}\n".encode())
@@ -122,7 +119,7 @@ class SshSandbox:
             return self._control[0]
         self._unsure = True
         async with self._talking():
-            await self._send(wire.cat(name, _CONTROL_LIMIT))
+            await self._send(wire.cat(name, LAYOUT.control_limit))
             data = await wire.data(self._agent.process.stdout)
         self._unsure = False
         return data
@@ -133,12 +130,7 @@ class SshSandbox:
             await self._send(wire.listing(roots))
             found = await wire.entries(self._agent.process.stdout)
         self._unsure = False
-        # In the local listing's order (each root in turn, then depth first by name),
-        # not in the host's directory order: what is collected comes out the same.
-        order = {root: index for index, root in enumerate(roots)}
-        return sorted(
-            found, key=lambda e: (order.get(e.path.split("/", 1)[0], 0), e.path.split("/"))
-        )
+        return found  # in the host's order: ``Collect.select`` decides the order
 
     async def fetch(self, names: Sequence[str], destination: Path) -> None:
         # Spooled to a file beside the collected files, never held in memory whole.
