@@ -141,26 +141,20 @@ def _text(name: str) -> str:
     return name
 
 
-def checked_name(name: str) -> str:
-    """``name`` if it is a relative path without ``..`` or empty components."""
-    parts = name.split("/")
-    if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
-        raise PathRefused(f"collect: {name!r} is not a path inside the sandbox")
-    return name
-
-
 def target(destination: Path, name: str) -> Path:
     """Where collected ``name`` goes under ``destination``, its folders made; raises
     PathRefused for a name that is not a plain relative path or whose way down
     ``destination`` holds a symlink (fanout makes none there, so one is an attack)."""
-    checked_name(name)
+    parts = name.split("/")
+    if name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise PathRefused(f"collect: {name!r} is not a path inside the sandbox")
     path = destination
-    for part in name.split("/")[:-1]:
+    for part in parts[:-1]:
         path = path / part
         if path.is_symlink():
             raise PathRefused(f"collect: {name!r} leaves the unit folder")
         path.mkdir(parents=True, exist_ok=True)
-    final = path / name.rsplit("/", 1)[-1]
+    final = path / parts[-1]
     if final.is_symlink():
         raise PathRefused(f"collect: {name!r} leaves the unit folder")
     return final

@@ -11,7 +11,8 @@ memory and the step's environment only: never argv, never disk.
     open TOKEN CODE          CODE: set -- DIR...      make $root/fanout-TOKEN and DIRs
     put LENGTH               + LENGTH bytes of tar    extracted into work/
     run BACKSTOP MARK LENGTH LIMIT NAME CODE   + LENGTH bytes of stdin (and a '.')
-                             CODE: cd, exports, set -- ARGV; LIMIT > 0: then cat NAME
+                             CODE: cd, exports, program=, set -- ARGV; LIMIT > 0:
+                             then cat NAME
     cat LIMIT CODE           CODE: set -- NAME        a regular file of the sandbox
     list CODE                CODE: set -- ROOT...     find -P ROOT... under work/
     get CODE                 CODE: set -- NAME...     a tar of those regular files
