@@ -74,6 +74,19 @@ class Step:
     gated: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class ApiAccess:
+    """How a worker reaches one API through the coordinator's gateway: the variable
+    that gets the gateway's URL for that API, and the one that gets the attempt's token
+    (the worker's "API key"; the real key never leaves the gateway).  The token dies
+    when the attempt ends."""
+
+    name: str
+    base_url_env: str
+    token_env: str
+    token: str = field(repr=False)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Attempt:
     """Everything an attempt means; secrets only in memory."""
@@ -93,6 +106,13 @@ class Attempt:
     throttle_patterns: tuple[re.Pattern[str], ...] = ()
     # Values of the job's secrets; never logged, never written, hidden from repr.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The APIs it reaches through the gateway (set when the attempt is dispatched).
+    apis: tuple[ApiAccess, ...] = ()
+
+    @property
+    def redacted(self) -> tuple[str, ...]:
+        """Values no log, reason or tail may show: the secrets and the gateway tokens."""
+        return (*self.secrets.values(), *(access.token for access in self.apis))
 
     @property
     def deadline(self) -> float:
@@ -131,8 +151,22 @@ class Attempt:
             **self.base_env(),
             "FANOUT_CONTROL": f"{base}/{LAYOUT.control}",
             **self.invocation.env,
+            **self.gateway_env(place),
             **self.secrets,
         }
+
+    def gateway_env(self, place: Place) -> dict[str, str]:
+        """Each API's base URL (the gateway as ``place`` reaches it, then the API's
+        name) and the attempt's token."""
+        if not self.apis:
+            return {}
+        if place.gateway is None:
+            raise AssertionError(f"host {place.host} has no way to the gateway")
+        env: dict[str, str] = {}
+        for access in self.apis:
+            env[access.base_url_env] = f"{place.gateway}/{access.name}"
+            env[access.token_env] = access.token
+        return env
 
     def command(self, step: Step, place: Place) -> Command:
         env = self.environment(place)

@@ -130,6 +130,14 @@ class JobLocked(FanoutError):
     exit_code = 6
 
 
+class SpendStopped(FanoutError):
+    """Money stopped the run: the run's budget for an API is spent, or the API itself
+    refused for spend or credit (a spend cap, no credit, an exhausted quota).  Nothing
+    new starts; the run is resumable once there is more (a larger ``budget``, credit)."""
+
+    exit_code = 7
+
+
 class Interrupted(FanoutError):
     exit_code = 130
 

@@ -51,6 +51,51 @@ class CollectedFile:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ApiUsage:
+    """What one attempt (or a unit, or a run: ``plus``) used of one API through the
+    gateway.  ``input_tokens`` are the uncached ones; cached reads and writes are
+    counted apart, as the APIs bill them."""
+
+    api: str
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    # Seconds its requests waited in the gateway's queue, and the 429/529 answers the
+    # gateway absorbed (retried upstream, never shown to the worker).
+    queued_seconds: float = 0.0
+    throttles: int = 0
+
+    def plus(self, other: ApiUsage) -> ApiUsage:
+        return ApiUsage(
+            api=self.api,
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            queued_seconds=self.queued_seconds + other.queued_seconds,
+            throttles=self.throttles + other.throttles,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "api": self.api,
+            "requests": self.requests,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "cacheReadTokens": self.cache_read_tokens,
+            "cacheWriteTokens": self.cache_write_tokens,
+            "costUsd": round(self.cost_usd, 6),
+            "queuedSeconds": round(self.queued_seconds, 3),
+            "throttles": self.throttles,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AttemptResult:
     status: Status
     reason: str
@@ -65,6 +110,8 @@ class AttemptResult:
     # Why fanout could not store part of this attempt under its state dir (a full disk):
     # fanout's fault, not the unit's; dispatch stops the run on it.
     storage_error: str = ""
+    # What the attempt's requests through the gateway used, one entry per API it called.
+    usage: tuple[ApiUsage, ...] = ()
 
     def last_context(self, rung: str, attempt: int) -> dict[str, Any]:
         """The ``last`` variable a later attempt's templates see."""

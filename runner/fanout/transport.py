@@ -56,6 +56,10 @@ class Place:
     image: str | None = None  # podman only
     root: bool = False  # the sandbox's user is root there: bwrap drops capabilities
     containment: Containment = Containment.GROUP
+    # The coordinator's API gateway as workers on this host reach it
+    # ("http://127.0.0.1:PORT": locally its own port, over SSH a remote forward's), or
+    # None when the run has no gateway.
+    gateway: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,7 +32,7 @@ class Verdict:
             attempt.log_path,
             log_limit=attempt.log_limit,
             tail_limit=attempt.tail_limit,
-            secrets=attempt.secrets.values(),
+            secrets=attempt.redacted,
             on_line=self.scanner.line,
         )
 
@@ -48,7 +48,7 @@ class Verdict:
         return AttemptResult(
             status=status,
             # A reason can quote what the worker made (a collected file's name).
-            reason=redact_text(reason, self.attempt.secrets.values()),
+            reason=redact_text(reason, self.attempt.redacted),
             duration=time.monotonic() - self.started,
             output_tail=self.capture.tail,
             host=self.host,

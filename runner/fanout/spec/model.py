@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .. import cron, schema
+from ..apistyles import Style
 from ..quantities import parse_duration, parse_size
 from ..templates import Expression, Template, Templates
 from ..tomlpos import Positions
@@ -137,6 +138,45 @@ class Limit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Window:
+    """At most ``limit`` (requests, or tokens) in any ``per`` seconds."""
+
+    limit: int
+    per: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Price:
+    """USD per million tokens of one model (or a glob of models).  Cached tokens cost
+    the input price unless the job says otherwise: a budget then stops early, never
+    late."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Api:
+    """An external API the workers call through the coordinator's gateway."""
+
+    name: str
+    upstream: str  # scheme://host[:port][/path]; a worker's path is appended
+    style: Style
+    base_url_env: str  # the worker's variable for the gateway's URL
+    token_env: str  # the worker's variable for its per-attempt token
+    key_secret: str | None = None  # the coordinator's variable with the real key
+    requests: Window | None = None
+    input_tokens: Window | None = None
+    output_tokens: Window | None = None
+    max_in_flight: int | None = None
+    # (model glob, price), in file order: the first glob that matches prices a request.
+    prices: tuple[tuple[str, Price], ...] = ()
+    budget_usd: float | None = None  # per run
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Backoff:
     initial: float = _default(_BACKOFF, "initial")
     max: float = _default(_BACKOFF, "max")
@@ -212,6 +252,7 @@ class Spec:
     task: Task
     runtime: Runtime
     limits: tuple[Limit, ...] = ()
+    apis: tuple[Api, ...] = ()
     retry: Retry = Retry()
     rounds: Rounds = Rounds()
     collect: Collect = Collect()
