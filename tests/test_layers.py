@@ -100,6 +100,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.runs",
             "journal.attempts",
             "journal.queries",
+            "journal.usage",
             "journal",
             "commands",
         ),
@@ -107,7 +108,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("round", ("round",)),
     ("backlog", ("backlog",)),
     ("dispatch", ("dispatch",)),
-    ("report", ("fleet", "report", "aggregate")),
+    ("report", ("fleet", "accounting", "report", "aggregate")),
     ("run", ("applying", "run")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.

@@ -28,11 +28,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import replace
 
 from . import invocation, ladder, staging
-from .attempt import Attempt
+from .attempt import ApiAccess, Attempt
 from .collecting import Collect, PathRefused
 from .errors import FanoutError, storage_error, storage_problem
 from .ladder import Progress
-from .outcome import AttemptResult, Outcome, Status, UnitState
+from .outcome import ApiUsage, AttemptResult, Outcome, Status, UnitState
 from .round import Round
 from .slots import Lane, Slots
 from .templates import RenderError
@@ -243,6 +243,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         if ctx.journal.storage_error is not None:  # the journal used its reserve
             ctx.stop(ctx.journal.storage_error)
         ctx.gate.report(result)
+        usage = {"usage": [u.as_dict() for u in result.usage]} if result.usage else {}
         ctx.events.emit(
             "attempt.finished",
             round=ctx.number,
@@ -253,6 +254,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             reason=result.reason,
             duration=round(result.duration, 3),
             host=result.host,
+            **usage,
         )
         if final is not None:
             if accepted:
@@ -280,11 +282,33 @@ async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> Att
                 attempt=attempt.number,
                 rung=attempt.invocation.rung,
             )
-            return await _in_worker(ctx, ctx.transport.run(attempt))
+            if ctx.gateway is None:
+                return await _in_worker(ctx, ctx.transport.run(attempt))
+            return await _through_gateway(ctx, attempt)
         finally:
             ctx.gate.release()
     finally:
         slot.give()
+
+
+async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
+    """Run ``attempt`` with a token of its own for the gateway, revoked when it ends
+    (however it ends), and its usage recorded then: an interrupted attempt's spending
+    counts toward the run's budget when the run resumes."""
+    gateway = ctx.gateway
+    assert gateway is not None
+    ends = asyncio.get_running_loop().time() + attempt.deadline
+    token = gateway.grant(unit=attempt.unit_id, attempt=attempt.number, deadline=ends)
+    access = tuple(
+        ApiAccess(api.name, api.base_url_env, api.token_env, token) for api in ctx.spec.apis
+    )
+    usage: tuple[ApiUsage, ...] = ()
+    try:
+        result = await _in_worker(ctx, ctx.transport.run(replace(attempt, apis=access)))
+    finally:
+        usage = gateway.revoke(token)
+        ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
+    return replace(result, usage=usage)
 
 
 async def _in_worker(ctx: Round, running: Awaitable[AttemptResult]) -> AttemptResult:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import fleet, safetext
+from . import accounting, fleet, safetext
 from .journal import Journal, UnitRow
 from .outcome import UnitState
 from .quantities import format_duration
@@ -61,6 +61,8 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         ],
         "limits": run.limits,
         "totals": dict(sorted(journal.unit_counts(run_id).items())),
+        # What the units' requests through the gateway used, per API (none without one).
+        "apis": [usage.as_dict() for usage in journal.usage_totals(run_id)],
         "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
         # Host states (lost, quarantined) are events, not journal rows: the run's event
         # log, in its folder beside the journal, says them.
@@ -97,10 +99,13 @@ def _records(
     """Report records (with a ``tail`` key, dropped here), with their changes and the
     output tail of the units that did not succeed, fetched a page at a time."""
     with_changes = journal.has_changes(run_id)
+    with_usage = journal.has_usage(run_id)
     for page in _pages(records, 500):
+        keys = [(r["round"], r["unit"]) for r in page]
+        usage = journal.usage_of(run_id, keys) if with_usage else {}
         by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
         if with_changes:
-            for change in journal.changes(run_id, [(r["round"], r["unit"]) for r in page]):
+            for change in journal.changes(run_id, keys):
                 by_unit.setdefault((change["round"], change["unit"]), []).append(
                     {
                         "path": change["path"],
@@ -111,7 +116,10 @@ def _records(
                 )
         for record in page:
             tail = record.pop("tail")
-            record["changes"] = by_unit.get((record["round"], record["unit"]), [])
+            key = (record["round"], record["unit"])
+            record["changes"] = by_unit.get(key, [])
+            if with_usage:
+                record["usage"] = [u.as_dict() for u in usage.get(key, [])]
             if record["state"] != UnitState.SUCCEEDED:
                 record["outputTail"] = tail
             yield record
@@ -243,6 +251,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
             )
         lines.append("")
+    lines += accounting.markdown(data.get("apis", []))
     lines += fleet.markdown(data.get("hosts", []))
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
     if changed:
@@ -280,17 +289,20 @@ def render_markdown(data: dict[str, Any]) -> str:
                 "",
             ]
         _more(lines, data.get("failedCount", 0), len({u["unit"] for u in failures}))
+    with_usage = bool(data.get("apis"))
+    head, rule = accounting.unit_columns() if with_usage else ("", "")
     lines += [
         "### Units",
         "",
-        "| unit | round | state | rung | attempts | time |",
-        "| --- | ---: | --- | --- | ---: | ---: |",
+        "| unit | round | state | rung | attempts | time |" + head,
+        "| --- | ---: | --- | --- | ---: | ---: |" + rule,
     ]
     for unit in data["units"][:SHOWN_UNITS]:
         lines.append(
             f"| {code(unit['unit'])} | {unit['round']} | {md(unit['state'])} "
             f"| {md(unit['rung']) or '-'} | {unit['attempts']} "
             f"| {format_duration(unit['workerSeconds'])} |"
+            + (accounting.unit_cells(unit.get("usage", [])) if with_usage else "")
         )
     total = data.get("unitCount", len(data["units"]))
     if total > SHOWN_UNITS:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import EnvironmentProblem, HostsUnavailable, InputFailed, JobError, StateError
 from .events import Events
@@ -22,6 +22,9 @@ from .limits import Gate, OpenGate
 from .outcome import UnitState
 from .spec import Spec
 from .transport import Transport
+
+if TYPE_CHECKING:  # the gateway (and aiohttp) load only for a job with [[apis]]
+    from .gateway import Gateway
 
 
 @dataclass(kw_only=True)
@@ -37,6 +40,8 @@ class Round:
     run_dir: Path
     concurrency: int
     gate: Gate = field(default_factory=OpenGate)
+    # The coordinator's API gateway (None: the job declares no [[apis]]).
+    gateway: Gateway | None = None
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     trigger: Mapping[str, Any] | None = None
     rng: random.Random = field(default_factory=random.Random)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import aggregate, applying, backlog, commands, limits, report
 from .dispatch import dispatch
@@ -39,6 +39,9 @@ from .round import Round
 from .spec import Spec
 from .transport import Transport
 from .units import Unit
+
+if TYPE_CHECKING:  # the gateway (and aiohttp) load only for a job with [[apis]]
+    from .gateway import Gateway
 
 # How long the end of a run waits for the transport to close once the journal and the
 # report are written.  Closing removes sandboxes and ends SSH connections, which takes
@@ -92,6 +95,9 @@ class Runner:
     environ: Mapping[str, str]
     events: Events = field(default_factory=Events)
     gate: Gate = field(default_factory=OpenGate)
+    # The API gateway for the job's [[apis]] (None without): started before the
+    # transport, closed after it, its spending so far restored on resume.
+    gateway: Gateway | None = None
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
     # Where local workers start their commands, checked before anything is dispatched
@@ -206,6 +212,11 @@ class Runner:
         started = self.monotonic()
         error: BaseException | None = None
         try:
+            if self.gateway is not None:
+                # What the run spent before (an earlier stretch, an interrupted attempt)
+                # counts toward its budget; a budget already spent stops it at once.
+                self.gateway.restore({u.api: u.cost_usd for u in self.journal.usage_totals(run_id)})
+                await self.gateway.start()
             await self.transport.start()
             reason, number = await self._loop(run_id, first_round, apply, secrets, options)
             note = reason.note(number)
@@ -307,6 +318,10 @@ class Runner:
                 message=f"the transport did not close within {CLOSE_BOUND_S:g}s; fanout"
                 " stopped waiting (a sandbox or a connection may be left behind)",
             )
+        finally:
+            # After the workers that use it are gone; it only closes sockets, quickly.
+            if self.gateway is not None:
+                await self.gateway.close()
 
     def _record_end(
         self, run_id: str, state: RunState, note: str, wall: float
@@ -347,6 +362,7 @@ class Runner:
             run_dir=self.run_dir(run_id),
             concurrency=min(concurrency, self.transport.capacity),
             gate=self.gate,
+            gateway=self.gateway,
             secrets=secrets,
             trigger=options.trigger,
             rng=self.rng,

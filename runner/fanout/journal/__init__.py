@@ -7,7 +7,8 @@ again, never one that had (``attempts`` holds how a settle stays one transaction
 
 The parts, each owning its rows: ``store`` the connection, the one write transaction,
 the full-disk reserve and the mapping of sqlite3's errors; ``runs`` the runs and
-rounds; ``attempts`` the units and attempts as a run writes them; ``queries`` the
+rounds; ``attempts`` the units and attempts as a run writes them; ``usage`` what
+the attempts used of the APIs through the gateway; ``queries`` the
 read-only queries of resume, status and the report; ``tables`` the schema and the rows
 it returns.  ``Journal`` is all of them over one connection.
 """
@@ -19,6 +20,7 @@ from .queries import Queries
 from .runs import Runs
 from .store import no_state
 from .tables import RunRow, UnitRow, new_run_id
+from .usage import Usage
 
 __all__ = [
     "Journal",
@@ -29,5 +31,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries):
+class Journal(Runs, Attempts, Queries, Usage):
     """One SQLite file per state directory, shared by every job that uses it."""

@@ -83,6 +83,25 @@ CREATE TABLE IF NOT EXISTS attempts (
     retry_after REAL,
     PRIMARY KEY (run, round, unit, n)
 );
+-- What each attempt's requests through the gateway used, one row per API it called
+-- (written when the attempt ends, however it ends, so a resumed run's budget counts
+-- the money an interrupted attempt spent too).
+CREATE TABLE IF NOT EXISTS usage (
+    run TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    unit TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    api TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL,
+    queued_seconds REAL NOT NULL,
+    throttles INTEGER NOT NULL,
+    PRIMARY KEY (run, round, unit, n, api)
+);
 CREATE TABLE IF NOT EXISTS changes (
     run TEXT NOT NULL,
     round INTEGER NOT NULL,

@@ -1,0 +1,61 @@
+"""What a run's units used of the APIs through the gateway, as the report shows it:
+the table per API (requests, tokens, cost, time queued, throttles the gateway
+absorbed) and the usage columns of the units table.  The figures come from the
+journal's ``usage`` rows; this module only lays them out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import safetext
+from .quantities import format_duration
+
+
+def usd(amount: float) -> str:
+    """Dollars to the cent, or to a hundredth of a cent below one dollar (a unit's
+    few requests cost fractions of a cent)."""
+    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+
+
+def markdown(apis: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's "API usage" section (nothing for a run without a gateway)."""
+    if not apis:
+        return []
+    md = safetext.for_markdown
+    lines = [
+        "### API usage",
+        "",
+        "| api | requests | input tokens | output tokens | cache read / write | cost"
+        " | queued | throttles absorbed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for api in apis:
+        lines.append(
+            f"| {md(api['api'])} | {api['requests']} | {api['inputTokens']:,} "
+            f"| {api['outputTokens']:,} | {api['cacheReadTokens']:,} / {api['cacheWriteTokens']:,} "
+            f"| {usd(api['costUsd'])} | {format_duration(api['queuedSeconds'])} "
+            f"| {api['throttles']} |"
+        )
+    if len(apis) > 1:
+        lines.append(
+            f"| **total** | {sum(a['requests'] for a in apis)} "
+            f"| {sum(a['inputTokens'] for a in apis):,} | {sum(a['outputTokens'] for a in apis):,} "
+            f"| | {usd(sum(a['costUsd'] for a in apis))} | | {sum(a['throttles'] for a in apis)} |"
+        )
+    return [*lines, ""]
+
+
+def unit_columns() -> tuple[str, str]:
+    """The units table's usage columns: their heads and their alignment row."""
+    return " requests | tokens in / out | cost |", " ---: | ---: | ---: |"
+
+
+def unit_cells(usage: Sequence[dict[str, Any]]) -> str:
+    """One unit's usage cells, summed over the APIs it called (input counts cached
+    tokens too: what the model read)."""
+    requests = sum(u["requests"] for u in usage)
+    read = sum(u["inputTokens"] + u["cacheReadTokens"] + u["cacheWriteTokens"] for u in usage)
+    written = sum(u["outputTokens"] for u in usage)
+    cost = sum(u["costUsd"] for u in usage)
+    return f" {requests} | {read:,} / {written:,} | {usd(cost)} |"

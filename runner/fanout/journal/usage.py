@@ -1,0 +1,102 @@
+"""What the attempts' requests through the API gateway used, per attempt and API, and
+its sums per unit, per API and per run (the report's tables, the run's budget on
+resume)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from ..outcome import ApiUsage
+from .store import Store
+
+_SUMS = (
+    "SUM(requests) AS requests, SUM(input_tokens) AS input_tokens,"
+    " SUM(output_tokens) AS output_tokens, SUM(cache_read_tokens) AS cache_read_tokens,"
+    " SUM(cache_write_tokens) AS cache_write_tokens, SUM(cost_usd) AS cost_usd,"
+    " SUM(queued_seconds) AS queued_seconds, SUM(throttles) AS throttles"
+)
+
+
+class Usage(Store):
+    """Writes and reads of ``usage``."""
+
+    def record_usage(
+        self, run_id: str, round_number: int, unit_id: str, n: int, usage: Iterable[ApiUsage]
+    ) -> None:
+        rows = [
+            (
+                run_id,
+                round_number,
+                unit_id,
+                n,
+                u.api,
+                u.requests,
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_read_tokens,
+                u.cache_write_tokens,
+                u.cost_usd,
+                u.queued_seconds,
+                u.throttles,
+            )
+            for u in usage
+        ]
+        if not rows:
+            return
+        self._atomic(
+            lambda: self.db.executemany(
+                "INSERT OR REPLACE INTO usage (run, round, unit, n, api, requests,"
+                " input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
+                " cost_usd, queued_seconds, throttles)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
+
+    def usage_totals(self, run_id: str) -> list[ApiUsage]:
+        """The run's usage per API, by API name."""
+        sql = f"SELECT api, {_SUMS} FROM usage WHERE run = ? GROUP BY api ORDER BY api"  # noqa: S608
+        return [_usage(row) for row in self.db.execute(sql, (run_id,))]
+
+    def usage_of(
+        self, run_id: str, units: Iterable[tuple[int, str]]
+    ) -> dict[tuple[int, str], list[ApiUsage]]:
+        """The usage of each (round, unit id) of ``units`` (a page of units, for a
+        report that streams) summed over its attempts, per API."""
+        by_round: dict[int, list[str]] = {}
+        for number, unit_id in units:
+            by_round.setdefault(number, []).append(unit_id)
+        found: dict[tuple[int, str], list[ApiUsage]] = {}
+        for number, ids in sorted(by_round.items()):
+            for start in range(0, len(ids), 500):  # under SQLite's limit on parameters
+                page = ids[start : start + 500]
+                marks = ", ".join("?" * len(page))  # placeholders only, never values
+                sql = (
+                    f"SELECT unit, api, {_SUMS} FROM usage WHERE run = ? AND round = ?"  # noqa: S608
+                    f" AND unit IN ({marks}) GROUP BY unit, api ORDER BY unit, api"
+                )
+                for row in self.db.execute(sql, (run_id, number, *page)):
+                    found.setdefault((number, row["unit"]), []).append(_usage(row))
+        return found
+
+    def has_usage(self, run_id: str) -> bool:
+        return (
+            self.db.execute("SELECT 1 FROM usage WHERE run = ? LIMIT 1", (run_id,)).fetchone()
+            is not None
+        )
+
+
+def _usage(row: sqlite3.Row) -> ApiUsage:
+    get = row.__getitem__
+    return ApiUsage(
+        api=str(get("api")),
+        requests=int(get("requests")),
+        input_tokens=int(get("input_tokens")),
+        output_tokens=int(get("output_tokens")),
+        cache_read_tokens=int(get("cache_read_tokens")),
+        cache_write_tokens=int(get("cache_write_tokens")),
+        cost_usd=float(get("cost_usd")),
+        queued_seconds=float(get("queued_seconds")),
+        throttles=int(get("throttles")),
+    )
