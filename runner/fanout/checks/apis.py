@@ -10,16 +10,20 @@ from typing import Any
 
 from ..apistyles import FACTS, Style
 from ..errors import Problem
-from ..quantities import parse_duration
 from ..tomlpos import KeyPath
 from .context import Context, list_of, table_of
 
-_WINDOWS = ("requests", "inputTokens", "outputTokens")
 # The keys a style that reads no usage cannot keep: nothing would count the tokens
 # or the cost, so a token window would only ever hold estimates and a budget would
 # never be reached.
 _USAGE_KEYS = ("inputTokens", "outputTokens", "prices", "budget")
-_VARIABLES = ("baseUrlEnv", "tokenEnv")
+# What the gateway puts in each variable, for the messages.
+_VARIABLES = {"baseUrlEnv": "its URL", "tokenEnv": "a per-attempt token"}
+# What fanout sets in every worker's environment itself (``attempt.Attempt.environment``):
+# the gateway's value would replace it, and a worker without its PATH or HOME fails in
+# ways that never mention the API.
+_WORKER_VARIABLES = frozenset({"PATH", "HOME", "TMPDIR"})
+_WORKER_PREFIX = "FANOUT_"
 
 
 def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
@@ -49,19 +53,8 @@ def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                     "budget never stops anything",
                 )
             )
-        for key in _WINDOWS:
-            per = table_of(api, key).get("per")
-            if isinstance(per, str) and _duration(per) == 0:
-                problems.append(ctx.at_value(("apis", index, key, "per"), "must be longer than 0s"))
     problems += _check_variables(doc, apis, ctx)
     return problems
-
-
-def _duration(text: str) -> float | None:
-    try:
-        return parse_duration(text)
-    except ValueError:
-        return None  # the duration check reports it
 
 
 def _check_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
@@ -159,11 +152,20 @@ def _check_variables(
     # worker has one value per variable, so two APIs (or one API's URL and token)
     # cannot share one.
     owners: dict[str, str] = {}
+    meaning: dict[str, str] = {}
     for index, api in apis:
         for key, variable, written in _variables(api):
             here = f"apis[{index}].{key}"
+            if written and (variable in _WORKER_VARIABLES or variable.startswith(_WORKER_PREFIX)):
+                problems.append(
+                    ctx.at_value(
+                        ("apis", index, key),
+                        f"{variable!r} is a variable fanout sets for every worker; "
+                        f"choose another name",
+                    )
+                )
             if variable in owners:
-                default = "" if written else f" (style {api.get('style')!r}'s default)"
+                default = "" if written else f" (the default of style {api.get('style')!r})"
                 message = (
                     f"{variable!r}{default} is already {owners[variable]}; a worker has one "
                     f"value per variable: set {key} to another name"
@@ -171,6 +173,7 @@ def _check_variables(
                 path: KeyPath = ("apis", index, key) if written else ("apis", index, "style")
                 problems.append(ctx.at_value(path, message))
             owners.setdefault(variable, here)
+            meaning.setdefault(variable, _VARIABLES[key])
     keys = {api["keySecret"]: index for index, api in apis if isinstance(api.get("keySecret"), str)}
     for position, name in enumerate(list_of(table_of(doc, "task"), "secrets")):
         if not isinstance(name, str):
@@ -182,7 +185,11 @@ def _check_variables(
                 "(the worker gets a per-attempt token instead)"
             )
         elif name in owners:
-            message = f"{name!r} is set by the gateway ({owners[name]}); remove it here"
+            # A secret is put in the environment last: it would replace the gateway's.
+            message = (
+                f"{name!r} is set by the gateway to {meaning[name]} ({owners[name]}), "
+                "which this secret would replace; remove it here"
+            )
         else:
             continue
         problems.append(ctx.at_value(("task", "secrets", position), message))
@@ -195,7 +202,8 @@ def _check_variables(
                 problems.append(
                     ctx.at_key(
                         (*place, "env", name),
-                        f"{name!r} is set by the gateway ({owners[name]}); remove it here",
+                        f"{name!r} is set by the gateway to {meaning[name]} ({owners[name]}); "
+                        "remove it here",
                     )
                 )
     return problems
