@@ -448,3 +448,18 @@ def test_the_starters_apis_example_is_a_valid_api(tmp_path: Path) -> None:
         "ANTHROPIC_BASE_URL",
         "ANTHROPIC_API_KEY",
     )
+
+
+def test_a_wrong_type_is_reported_once_by_the_schema(tmp_path: Path) -> None:
+    # network = "yes" is no boolean; baseUrlEnv = 1 is no name, and claims no default.
+    text = job(
+        runtime='network = "yes"\n',
+        apis=ANTHROPIC
+        + "baseUrlEnv = 1\n"
+        + ANTHROPIC.replace('"anthropic"\nupstream', '"b"\nupstream')
+        + 'tokenEnv = "B_KEY"\n',
+    )
+    assert problems(tmp_path, text) == [
+        "8:11: runtime.network: expected true or false, got a string",
+        "13:14: apis[0].baseUrlEnv: expected a string, got an integer",
+    ]
