@@ -50,8 +50,8 @@ def test_plan_shows_an_api_its_windows_bottleneck_and_budget(tmp_path: Path) -> 
         "            outputTokens 8,000 per 1m (8,000/min): the bottleneck above 160 output "
         "tokens per request",
         "            maxInFlight  10 request(s) at once",
-        "            bottleneck   requests, 50 request(s)/min, until requests average over "
-        "160 output tokens; then outputTokens",
+        "            bottleneck   requests, 50 request(s)/min, while requests average at most "
+        "600 input tokens and 160 output tokens",
         "            budget       $20.00 per run; prices per million tokens: claude-sonnet-* "
         "$3 in, $15 out, $0.3 cache read, $3.75 cache write; claude-haiku-* $0.8 in, $4 out",
     ]
@@ -86,20 +86,10 @@ outputTokens = { limit = 1000, per = "1h" }
         "            requests     5 per 10s (30/min)",
         "            outputTokens 1,000 per 1h (16.7/min): the bottleneck above 0.556 output "
         "tokens per request",
-        "            bottleneck   requests, 30 request(s)/min, until requests average over "
-        "0.556 output tokens; then outputTokens",
+        "            bottleneck   requests, 30 request(s)/min, while requests average at most "
+        "0.556 output tokens",
         "            budget       none; no prices: cost is not counted",
     ]
-
-
-def test_the_tightest_token_window_is_the_next_bottleneck(tmp_path: Path) -> None:
-    # Input allows fewer tokens per request than output here: it binds first.
-    apis = FULL.replace("limit = 30000", "limit = 5000")
-    bottleneck = next(line for line in api_lines(tmp_path, apis) if "bottleneck  " in line)
-    assert bottleneck == (
-        "            bottleneck   requests, 50 request(s)/min, until requests average over "
-        "100 input tokens; then inputTokens"
-    )
 
 
 def test_without_a_requests_window_tokens_decide(tmp_path: Path) -> None:
@@ -114,10 +104,15 @@ outputTokens = { limit = 60000, per = "1m" }
     assert api_lines(tmp_path, apis)[1:] == [
         "            inputTokens  1,000,000 per 1m (1,000,000/min)",
         "            outputTokens 60,000 per 1m (60,000/min)",
-        "            bottleneck   outputTokens: 60,000 output tokens/min divided by each "
-        "request's (no requests window)",
+        "            bottleneck   tokens: requests/min = 1,000,000 / input tokens per request "
+        "or 60,000 / output tokens per request, whichever is less (no requests window)",
         "            budget       none; no prices: cost is not counted",
     ]
+    only_output = apis.replace('inputTokens = { limit = 1000000, per = "1m" }\n', "")
+    assert api_lines(tmp_path, only_output)[2] == (
+        "            bottleneck   tokens: requests/min = 60,000 / output tokens per request "
+        "(no requests window)"
+    )
 
 
 def test_an_api_without_windows(tmp_path: Path) -> None:

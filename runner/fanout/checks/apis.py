@@ -175,7 +175,10 @@ def _check_variables(
                 problems.append(ctx.at_value(path, message))
             owners.setdefault(variable, here)
             meaning.setdefault(variable, _VARIABLES[key])
-    keys = {api["keySecret"]: index for index, api in apis if isinstance(api.get("keySecret"), str)}
+    keys: dict[str, int] = {}  # each keySecret, by the first API that names it
+    for index, api in apis:
+        if isinstance(api.get("keySecret"), str):
+            keys.setdefault(api["keySecret"], index)
     for position, name in enumerate(list_of(table_of(doc, "task"), "secrets")):
         if not isinstance(name, str):
             continue
