@@ -139,6 +139,29 @@ async def test_a_worker_on_a_host_reaches_the_gateway_through_the_forward(
     assert _listening(_port(url)) == []  # closed with its connection
 
 
+async def test_each_connection_of_a_host_forwards_for_the_agents_it_carries(
+    ssh_pool: Any, tmp_path: Path, gateway: int
+) -> None:
+    # MaxSessions 3: one agent channel per connection, so three units need three
+    # connections, and each unit's way to the gateway is its own connection's forward.
+    server = ssh_pool.add("h1", max_sessions=3)
+    host = ssh_pool.host(server, slots=3, max_sessions=3)
+    transport = _transport(ssh_pool, [host], sandbox_kind="none", gateway_port=gateway)
+    await transport.start()
+    try:
+        results = await asyncio.gather(
+            *(transport.run(_caller(tmp_path, f"u{n}", sleep="0.5")) for n in range(3))
+        )
+        urls = [c.forward.url for c in transport._hosts[0].connections if c.forward]
+    finally:
+        await transport.close()
+    assert [r.status for r in results] == [Status.SUCCEEDED] * 3
+    assert len(set(urls)) == 3
+    assert sorted(r.output_tail for r in results) == sorted(
+        f"{url}/mock gateway saw /mock/v1/ping with [secret]" for url in urls
+    )
+
+
 async def test_without_a_gateway_no_port_is_forwarded(ssh_pool: Any) -> None:
     server = ssh_pool.add("h1")
     transport = _transport(ssh_pool, [ssh_pool.host(server)])
