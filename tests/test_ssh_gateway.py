@@ -174,11 +174,18 @@ async def test_without_a_gateway_no_port_is_forwarded(ssh_pool: Any) -> None:
         await transport.close()
 
 
-@pytest.mark.parametrize("option", ["AllowTcpForwarding no", "DisableForwarding yes"])
+@pytest.mark.parametrize(
+    "option", ["AllowTcpForwarding no", "DisableForwarding yes", "no-port-forwarding key"]
+)
 async def test_a_host_refusing_forwards_is_refused_with_the_reason(
     ssh_pool: Any, gateway: int, option: str
 ) -> None:
-    server = ssh_pool.add("h1", extra=[option])
+    if option.endswith(" key"):
+        server = ssh_pool.add("h1")
+        keys = server.directory / "authorized_keys"
+        keys.write_text("no-port-forwarding " + keys.read_text())  # the key, restricted
+    else:
+        server = ssh_pool.add("h1", extra=[option])
     events: list[dict[str, Any]] = []
     transport = _transport(
         ssh_pool,
