@@ -22,12 +22,13 @@ from fanout import spec
 from fanout.apistyles import Style
 from fanout.attempt import ApiAccess, Attempt
 from fanout.errors import HostsUnavailable
+from fanout.launch import transport_for
 from fanout.local import LocalTransport
 from fanout.outcome import Status
 from fanout.spec import Api, Host
 from fanout.ssh import SshTransport
 
-from helpers import cli, make_attempt, write_job
+from helpers import MINIMAL, cli, make_attempt, write_job
 
 pytestmark = pytest.mark.slow
 
@@ -350,3 +351,38 @@ def test_hosts_check_reports_a_refused_or_exposed_forward(
     column = rows["header"].index("gateway forward")
     assert rows["h1"][column] == "NO"
     assert rows["h1"][-1].startswith(problem), rows["h1"]
+
+
+async def test_transport_for_hands_the_gateway_port_to_either_transport(
+    ssh_pool: Any, tmp_path: Path, gateway: int
+) -> None:
+    server = ssh_pool.add("h1")
+    local = spec.load(write_job(tmp_path / "local", MINIMAL))
+    remote = spec.load(
+        write_job(
+            tmp_path / "remote",
+            MINIMAL
+            + f'[runtime]\nsandbox = "none"\n[[runtime.hosts]]\nname = "h1"\naddress = "127.0.0.1"\n'
+            f'port = {server.port}\nuser = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+            f'sandboxRoot = "{ssh_pool.base / "sandboxes"}"\n',
+        )
+    )
+    (ssh_pool.base / "sandboxes").mkdir(mode=0o777, exist_ok=True)
+    (ssh_pool.base / "sandboxes").chmod(0o777)
+    environ = {"HOME": str(Path.home()), "PATH": "/usr/bin:/bin"}
+    known = Path.home() / ".ssh" / "known_hosts"
+    known.parent.mkdir(parents=True, exist_ok=True)
+    known.write_text(ssh_pool.known_hosts.read_text())
+    places = []
+    for job in (local, remote):
+        transport = transport_for(job, environ, lambda message: None, gateway_port=gateway)
+        await transport.start()
+        try:
+            result = await transport.run(_caller(tmp_path / job.name))
+        finally:
+            await transport.close()
+        assert result.status is Status.SUCCEEDED, result.output_tail
+        places.append(result.output_tail.split(" ", 1)[0])
+    assert places[0] == f"http://127.0.0.1:{gateway}/mock"
+    assert re.fullmatch(r"http://127\.0\.0\.1:[0-9]+/mock", places[1])
+    assert places[1] != places[0]  # the host's own end of the forward
