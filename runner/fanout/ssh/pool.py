@@ -226,6 +226,11 @@ class HostPool:
         if self._reapers:
             # Interrupted and timed-out units' teardowns on their hosts, each bounded.
             await asyncio.wait(set(self._reapers))
+        # Forwards are cancelled first, each confirmed by sshd (bounded): once close()
+        # returns, no host listens for the gateway any more.
+        forwards = [c.forward for h in self._hosts for c in h.connections if c.forward]
+        if forwards:
+            await asyncio.gather(*(f.close() for f in forwards))
         for state in self._hosts:
             for connection in state.connections:
                 connection.conn.close()
