@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "knownhosts",
             "ssh.wire",
             "ssh.connection",
+            "ssh.forward",
             "ssh.probe",
             "ssh.agent",
             "ssh.pool",

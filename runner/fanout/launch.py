@@ -31,9 +31,11 @@ def transport_for(
     environ: Mapping[str, str],
     notice: Callable[[str], None],
     emit: Callable[..., None] | None = None,
+    gateway_port: int | None = None,
 ) -> Transport:
     """SSH hosts when the job has any, else sandboxes on this machine.  Either way the
-    run's state directory joins the registry that every local sandbox hides."""
+    run's state directory joins the registry that every local sandbox hides.
+    ``gateway_port``: the run's API gateway on this machine, which workers reach."""
     from . import hidden
 
     try:
@@ -54,6 +56,7 @@ def transport_for(
             notice=notice,
             commands=commands.names(job),
             emit=emit,
+            gateway_port=gateway_port,
         )
     from .local import LocalTransport
 
@@ -66,6 +69,7 @@ def transport_for(
         # configuration, its secrets or the user's keys.
         hidden=hidden.paths(environ, job.runtime.state_dir),
         warn=notice,
+        gateway_port=gateway_port,
     )
 
 

@@ -49,6 +49,7 @@ class LocalTransport:
         path: str = os.defpath,
         hidden: Sequence[Path] = (),
         warn: Callable[[str], None] = lambda message: None,
+        gateway_port: int | None = None,
     ) -> None:
         self._slots = slots
         self._requested = sandbox_kind
@@ -60,7 +61,10 @@ class LocalTransport:
         self._warn = warn
         self.kind: sandbox.Kind = "none"
         self.containment = sandbox.Containment.GROUP
-        self._place = Place(host="local", kind="none", base="", path=path)
+        # Sandboxes share this machine's network (a job with APIs needs runtime.network),
+        # so workers reach the gateway on its own loopback port.
+        self._gateway = None if gateway_port is None else f"http://127.0.0.1:{gateway_port}"
+        self._place = Place(host="local", kind="none", base="", path=path, gateway=self._gateway)
 
     @property
     def capacity(self) -> int:
@@ -88,6 +92,7 @@ class LocalTransport:
             image=self._image,
             containment=choice.containment,
             root=os.geteuid() == 0,
+            gateway=self._gateway,
         )
         if choice.warning:
             self._warn(choice.warning)

@@ -23,14 +23,15 @@ def _inventory(file: Path | None, hosts: Path | None) -> Any:
     return _runtime(file, hosts)[0]
 
 
-def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str]:
-    """The job's hosts and the sandbox its units ask for."""
+def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool]:
+    """The job's hosts, the sandbox its units ask for, and whether it has APIs (its
+    workers then reach the gateway through a forward on each host)."""
     from .. import spec
 
     if file is not None:
-        runtime = spec.load(file, hosts_file=hosts).runtime
-        return runtime.hosts, runtime.sandbox
-    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto"
+        job = spec.load(file, hosts_file=hosts)
+        return job.runtime.hosts, job.runtime.sandbox, bool(job.apis)
+    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False
 
 
 @hosts_app.command("check")
@@ -42,7 +43,8 @@ def hosts_check(
 
     Reachable, authenticated, remote shell, bwrap, what keeps the job's units from
     outliving them there (containment), free disk in the sandbox root and round-trip
-    time.  Exit 4 if any is not usable.
+    time; for a job with [[apis]], whether sshd forwards a port to the API gateway and
+    binds it to loopback only.  Exit 4 if any is not usable.
     """
     import asyncio
 
@@ -52,30 +54,25 @@ def hosts_check(
     from .. import knownhosts as inventory
     from ..errors import EnvironmentProblem
     from ..ssh import SshTransport
+    from ..ssh.probe import GATEWAY_OK
 
-    def probe() -> Any:
-        pool, sandbox = _runtime(file, hosts)
+    def probe() -> tuple[Any, bool]:
+        pool, sandbox, apis = _runtime(file, hosts)
         if not pool:
             raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
         transport = SshTransport(
             pool, known_hosts=inventory.known_hosts_files(environ()), sandbox_kind=sandbox
         )
-        return asyncio.run(transport.probe_all())
+        return asyncio.run(transport.probe_all(gateway=apis)), apis
 
-    probes = call(probe)
-    table = Table(
-        "host",
-        "address",
-        "reachable",
-        "auth",
-        "shell",
-        "bwrap",
-        "containment",
-        "free disk",
-        "rtt",
-        "problem",
-    )
+    probes, apis = call(probe)
+    columns = ["host", "address", "reachable", "auth", "shell", "bwrap", "containment"]
+    columns += ["free disk", "rtt", *(["gateway forward"] if apis else []), "problem"]
+    table = Table(*columns)
     for p in probes:
+        # The forward's refusal is the host's problem too (its units could not run).
+        gateway = [] if not apis else [p.gateway if p.gateway in ("", GATEWAY_OK) else "NO"]
+        problems = [p.error, p.gateway if apis and gateway == ["NO"] else ""]
         table.add_row(
             p.name,
             p.address,
@@ -86,10 +83,12 @@ def hosts_check(
             p.containment,
             p.free_disk,
             f"{p.rtt_ms:.1f} ms" if p.rtt_ms is not None else "",
-            p.error,
+            *gateway,
+            "; ".join(problem for problem in problems if problem),
         )
     Console(width=240).print(table)
-    raise typer.Exit(0 if all(p.auth and not p.error for p in probes) else 4)
+    usable = all(p.auth and not p.error and p.gateway in ("", GATEWAY_OK) for p in probes)
+    raise typer.Exit(0 if usable else 4)
 
 
 @hosts_app.command("trust")

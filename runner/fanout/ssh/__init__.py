@@ -30,8 +30,9 @@ left, ``run`` raises HostsUnavailable and the run stops, resumable.
 channels), ``transport`` the transport on top of it (start, each host's sandbox, run),
 ``sandbox`` one attempt's sandbox spoken through an agent, ``wire`` the agent's wire
 format, ``agent`` one agent channel and its retirement, ``connection`` how a connection
-is made and how asyncssh's errors become fanout's, ``probe`` what ``fanout hosts check``
-and ``fanout hosts trust`` ask a host.
+is made and how asyncssh's errors become fanout's, ``forward`` the remote port forward
+each connection makes to the API gateway (a job with APIs), ``probe`` what ``fanout
+hosts check`` and ``fanout hosts trust`` ask a host.
 """
 
 from .connection import KnownEntry

@@ -17,9 +17,12 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
+
+if TYPE_CHECKING:
+    from .forward import Forward
 
 from ..spec import Host
 
@@ -54,6 +57,10 @@ class Connection:
     room: int  # channels this connection may carry; lowered when sshd refuses one
     channels: int = 0
     closed: bool = False
+    # The gateway's remote forward on this connection (runs with APIs only): it lives
+    # and dies with the connection, so an attempt's way to the gateway is the
+    # connection its agent runs on.
+    forward: Forward | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,7 @@ import random
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import asyncssh
@@ -19,7 +19,7 @@ import asyncssh
 from ..errors import HostsUnavailable
 from ..spec import Host
 from ..transport import Place
-from . import wire
+from . import forward, wire
 from .agent import Agent, cut_lifeline, reap
 from .connection import (
     MAX_HANDSHAKES,
@@ -79,6 +79,7 @@ class HostPool:
         notice: Callable[[str], None],
         emit: Callable[..., None] | None,
         rng: random.Random | None,
+        gateway_port: int | None = None,
     ) -> None:
         self._hosts = [
             HostState(
@@ -98,6 +99,9 @@ class HostPool:
         self._changed = asyncio.Condition()
         self._script = wire.agent_script()
         self._reapers: set[asyncio.Task[None]] = set()
+        # The coordinator's API gateway (None: the run has none): every connection
+        # forwards a loopback port of its host there.
+        self._gateway_port = gateway_port
 
     @property
     def capacity(self) -> int:
@@ -110,6 +114,16 @@ class HostPool:
             state.host, state.handshakes, state.per_connection
         )
         state.connections.append(connection)
+        if self._gateway_port is not None:
+            try:
+                connection.forward = await forward.forward(
+                    connection.conn, state.name, self._gateway_port
+                )
+            except (Refused, Lost):
+                connection.closed = True
+                connection.conn.abort()
+                state.connections.remove(connection)
+                raise
         return connection
 
     async def _choose_sandbox(self, state: HostState, connection: Connection) -> str:
@@ -120,7 +134,16 @@ class HostPool:
     async def _bring_up(self, state: HostState) -> None:
         try:
             connection = await self._connect(state)
+            if connection.forward is not None:
+                # Once per host (up or back): sshd binds every forward of the host alike.
+                try:
+                    await forward.exposure(connection.conn, state.name, connection.forward.port)
+                except Refused:
+                    await connection.forward.close()  # not one moment longer on the network
+                    raise
             state.sandbox = await self._choose_sandbox(state, connection)
+            if connection.forward is not None:
+                state.place = replace(state.place, gateway=connection.forward.url)
         except Refused as exc:
             state.quarantined, state.reason = True, str(exc)
             raise
@@ -203,6 +226,11 @@ class HostPool:
         if self._reapers:
             # Interrupted and timed-out units' teardowns on their hosts, each bounded.
             await asyncio.wait(set(self._reapers))
+        # Forwards are cancelled first, each confirmed by sshd (bounded): once close()
+        # returns, no host listens for the gateway any more.
+        forwards = [c.forward for h in self._hosts for c in h.connections if c.forward]
+        if forwards:
+            await asyncio.gather(*(f.close() for f in forwards))
         for state in self._hosts:
             for connection in state.connections:
                 connection.conn.close()

@@ -15,6 +15,7 @@ import asyncssh
 from ..errors import EnvironmentProblem
 from ..sandbox import _INIT
 from ..spec import Host
+from . import forward
 from .connection import (
     Connector,
     KeyWitness,
@@ -150,11 +151,17 @@ class Probe:
     free_disk: str
     rtt_ms: float | None
     error: str
+    # For a job with APIs: whether a gateway forward works there, and binds loopback
+    # only ("ok (loopback)"), or why not; "" when not asked.
+    gateway: str = ""
 
 
-async def probe(connector: Connector, host: Host, sandbox: str = "auto") -> Probe:
+async def probe(
+    connector: Connector, host: Host, sandbox: str = "auto", *, gateway: bool = False
+) -> Probe:
     """Reachability, authentication, shell, bwrap, containment (for units run under
-    ``sandbox``), free disk in the sandbox root and round-trip time of one host."""
+    ``sandbox``), free disk in the sandbox root and round-trip time of one host, and
+    (``gateway``: the job has APIs) whether a gateway forward works there."""
     base = {"name": host.name, "address": where(host)}
     empty = {"shell": "", "bwrap": False, "containment": "", "free_disk": "", "rtt_ms": None}
     try:
@@ -175,6 +182,7 @@ async def probe(connector: Connector, host: Host, sandbox: str = "auto") -> Prob
             check=False,
         )
         offered = await facilities(conn)
+        forwarded = await gateway_forward(conn, host.name) if gateway else ""
         lines = [*str(facts.stdout or "").splitlines(), "", "", "", ""]
         fields = lines[2].split()
         free = f"{int(fields[3]) // 1024:,} MiB" if len(fields) > 3 and fields[3].isdigit() else "?"
@@ -188,11 +196,33 @@ async def probe(connector: Connector, host: Host, sandbox: str = "auto") -> Prob
             free_disk=free,
             rtt_ms=rtt,
             error="" if lines[3] == "writable" else f"{host.sandbox_root} is not writable",
+            gateway=forwarded,
         )
     except Lost as exc:
         return Probe(**base, reachable=True, auth=True, error=str(exc), **empty)  # type: ignore[arg-type]
     finally:
         conn.close()
+
+
+GATEWAY_OK = "ok (loopback)"
+
+
+async def gateway_forward(conn: asyncssh.SSHClientConnection, name: str) -> str:
+    """What a run with APIs would meet on this host: a forward made, its bound address
+    checked and the forward closed again; GATEWAY_OK or the refusal."""
+    try:
+        # No gateway runs during a check: the forward's far end is never dialled (a
+        # connection to it within these milliseconds would find port 9 closed here).
+        made = await forward.forward(conn, name, 9)
+    except Refused as exc:
+        return str(exc).removeprefix(f"{name}: ")
+    try:
+        await forward.exposure(conn, name, made.port)
+    except Refused as exc:
+        return str(exc).removeprefix(f"{name}: ")
+    finally:
+        await made.close()
+    return GATEWAY_OK
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -41,6 +41,7 @@ class SshTransport(HostPool):
         emit: Callable[..., None] | None = None,
         rng: random.Random | None = None,
         commands: Sequence[str] = (),
+        gateway_port: int | None = None,
     ) -> None:
         super().__init__(
             hosts,
@@ -53,6 +54,7 @@ class SshTransport(HostPool):
             notice=notice,
             emit=emit,
             rng=rng,
+            gateway_port=gateway_port,
         )
         self._requested = sandbox_kind
         # The job's argv[0]s: a host that cannot start one is refused (``commands``).
@@ -139,6 +141,10 @@ class SshTransport(HostPool):
             # sandbox in a shared directory.
             token = secrets.token_hex(8)
             place = replace(state.place, base=f"{state.root}/fanout-{token}")
+            if agent.connection.forward is not None:
+                # The forward of the connection the agent runs on: it dies with the
+                # attempt's own channel, never under a running attempt on its own.
+                place = replace(place, gateway=agent.connection.forward.url)
             box = SshSandbox(self, state, agent, token, place)
             clean = False
             try:
@@ -151,10 +157,14 @@ class SshTransport(HostPool):
 
     # Probes -----------------------------------------------------------------------
 
-    async def probe_all(self) -> list[Probe]:
+    async def probe_all(self, *, gateway: bool = False) -> list[Probe]:
+        """``fanout hosts check``'s probes; ``gateway``: also try the gateway forward."""
         return list(
             await asyncio.gather(
-                *(probe(self._connector, h.host, self._requested) for h in self._hosts)
+                *(
+                    probe(self._connector, h.host, self._requested, gateway=gateway)
+                    for h in self._hosts
+                )
             )
         )
 
