@@ -71,6 +71,15 @@ def test_missing_hosts_file_is_an_error_only_when_hosts_are_needed(tmp_path: Pat
         spec.load(job_file)
 
 
+def test_a_hosts_file_name_the_file_system_refuses_is_a_job_error(tmp_path: Path) -> None:
+    # Found by test_fuzz: is_file() raised "File name too long" out of spec.load.
+    job_file = write_job(tmp_path, MINIMAL + f'[runtime]\nhosts = "{"h" * 300}.toml"\n')
+    assert spec.load(job_file, require_hosts=False).runtime.hosts == ()
+    with pytest.raises(JobError) as caught:
+        spec.load(job_file)
+    assert str(caught.value).endswith(".toml' cannot be read: file name too long")
+
+
 def test_hosts_option_replaces_the_job_hosts(tmp_path: Path) -> None:
     job_file = write_job(tmp_path, MINIMAL + '[[runtime.hosts]]\naddress = "inline"\n')
     other = tmp_path / "staging.toml"

@@ -203,11 +203,15 @@ def _hosts(
     if not isinstance(raw, str):
         return (), None, []
     hosts_path = path.parent / raw
-    if not hosts_path.is_file():
+    try:
+        found, why = hosts_path.is_file(), "does not exist"
+    except OSError as exc:  # a name the file system refuses (too long, say)
+        found, why = False, f"cannot be read: {(exc.strerror or str(exc)).lower()}"
+    if not found:
         if not require:
             return (), hosts_path, []
         line, col = positions.value(("runtime", "hosts"))
-        message = f"hosts file {str(hosts_path)!r} does not exist"
+        message = f"hosts file {str(hosts_path)!r} {why}"
         return (
             (),
             hosts_path,
