@@ -139,18 +139,22 @@ async def test_callers_are_admitted_in_the_order_they_asked() -> None:
     assert order == list(range(12))
 
 
-async def test_a_reservation_above_a_windows_limit_is_capped_at_the_limit() -> None:
-    for limiter, oversized, small in (
-        (_limiter(input_tokens=_w(1000, 60)), {"input_tokens": 50_000}, {"input_tokens": 1}),
-        (_limiter(output_tokens=_w(500, 60)), {"output_tokens": 64_000}, {"output_tokens": 1}),
-    ):
-        start = _now()
-        ticket = await _within(
-            limiter.admit(**{"input_tokens": 0, "output_tokens": 0, **oversized}), 1
-        )
-        assert (_now(), ticket.queued) == (start, 0)
-        limiter.release(ticket)  # keeps the capped reservation: the whole window
-        assert await _admitted_at(limiter, **small) == round(start + 60.05, 6)
+@pytest.mark.parametrize("side", ["input", "output"])
+async def test_a_reservation_above_a_windows_limit_is_capped_at_the_limit(side: str) -> None:
+    window = _w(1000, 60)
+    limiter = _limiter(input_tokens=window) if side == "input" else _limiter(output_tokens=window)
+
+    def tokens(count: int) -> dict[str, int]:
+        other = "output_tokens" if side == "input" else "input_tokens"
+        return {f"{side}_tokens": count, other: 0}
+
+    await limiter.admit(**tokens(0))  # in the window, holding none of its tokens
+    await asyncio.sleep(1)
+    oversized = await _within(limiter.admit(**tokens(50_000)), 1)
+    # Capped at 1000 it fits at once; uncapped it would wait for the empty entry to leave.
+    assert (_now(), oversized.queued) == (1, 0)
+    limiter.release(oversized)  # keeps the capped reservation: the whole window
+    assert await _admitted_at(limiter, **tokens(1)) == 61.05
 
 
 async def test_max_in_flight_caps_concurrent_requests() -> None:
@@ -177,17 +181,19 @@ async def test_max_in_flight_caps_concurrent_requests() -> None:
 
 
 async def test_settle_is_idempotent_and_frees_one_slot() -> None:
-    limiter = _limiter(max_in_flight=1)
-    first = await limiter.admit(input_tokens=0, output_tokens=0)
+    limiter = _limiter(output_tokens=_w(1000, 60), max_in_flight=2)
+    first = await limiter.admit(input_tokens=0, output_tokens=500)
+    second = await limiter.admit(input_tokens=0, output_tokens=0)
     limiter.settle(first, input_tokens=0, output_tokens=0)
-    limiter.settle(first, input_tokens=0, output_tokens=0)
+    limiter.settle(first, input_tokens=0, output_tokens=900)  # a late duplicate: ignored
     limiter.release(first)
-    second = await _within(limiter.admit(input_tokens=0, output_tokens=0), 1)
-    third = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    third = await _within(limiter.admit(input_tokens=0, output_tokens=1000), 1)
+    assert (_now(), third.queued) == (0, 0)  # first holds 0 tokens and no slot
+    fourth = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
     await asyncio.sleep(5)
-    assert not third.done()
+    assert not fourth.done()  # second and third are in flight
     limiter.settle(second, input_tokens=0, output_tokens=0)
-    assert (await _within(third)).queued == 5
+    assert (await _within(fourth)).queued == 5
 
 
 async def test_usage_above_the_reservation_counts_and_later_requests_wait_longer() -> None:
@@ -255,6 +261,19 @@ async def test_a_cancelled_waiter_leaves_no_trace() -> None:
     head.cancel()
     assert await _within(behind) == 10.05  # not 20.1: the cancelled head took nothing
     assert limiter.stats()["waiting"] == 0
+
+
+async def test_a_waiter_cancelled_as_the_queue_moves_is_skipped() -> None:
+    limiter = _limiter(max_in_flight=1)
+    first = await limiter.admit(input_tokens=0, output_tokens=0)
+    head = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    behind = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    await asyncio.sleep(1)
+    head.cancel()  # its admit() has not seen the cancellation yet ...
+    limiter.settle(first, input_tokens=0, output_tokens=0)  # ... when the queue moves
+    assert (await _within(behind)).queued == 1
+    assert head.cancelled()
+    assert limiter.stats() == {"admitted": 2, "queuedSeconds": 1, "inFlight": 1, "waiting": 0}
 
 
 async def test_a_waiter_cancelled_right_after_its_admission_gives_it_back() -> None:
