@@ -105,7 +105,7 @@ class _Waiter:
 
 @dataclass(eq=False, slots=True)
 class _Log:
-    """One window's entries that still count, oldest first, and their sum (O(1) a try)."""
+    """One window's entries that still count, oldest first, and their running sum."""
 
     kind: _Kind
     limit: int
