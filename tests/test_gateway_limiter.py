@@ -262,6 +262,21 @@ async def test_little_remaining_of_tokens_spreads_by_each_requests_tokens() -> N
     assert times == [0, 5, 10]
 
 
+async def test_what_counts_as_little_remaining() -> None:
+    # "tokens" (input and output together) against both our token windows: 10% of 20,000.
+    limiter = _limiter(input_tokens=_w(10_000, 60), output_tokens=_w(10_000, 60))
+    limiter.observe(Remaining(tokens=1000, tokens_reset=10))  # 100 a second, 200 a request
+    assert [await _admitted_at(limiter, 100, 100) for _ in range(3)] == [0, 2, 4]
+    limiter.observe(Remaining(tokens=2000, tokens_reset=10))  # not below 10%: no spread
+    assert [await _admitted_at(limiter, 100, 100) for _ in range(2)] == [4, 4]
+    # Without our own windows: requests below SMALL_REQUESTS spread, tokens never do.
+    bare = _limiter()
+    bare.observe(Remaining(requests=5, requests_reset=10, tokens=1, tokens_reset=10))
+    assert [await _admitted_at(bare, 100, 100) for _ in range(2)] == [4, 4]
+    bare.observe(Remaining(requests=4, requests_reset=10))
+    assert [await _admitted_at(bare) for _ in range(2)] == [6.5, 9]  # from the last, at 4
+
+
 async def test_a_cancelled_waiter_leaves_no_trace() -> None:
     limiter = _limiter(requests=_w(1, 10))
     assert await _admitted_at(limiter) == 0
