@@ -1,0 +1,299 @@
+"""Per-request pacing of one API: sliding windows of requests, input tokens and output
+tokens, requests in flight, pauses and the upstream's own counts, behind one
+first-come-first-served queue shared by every worker that calls the API.
+
+Windows.  Each admission leaves an entry (its time, 1 request, input and output tokens).
+A request may be admitted at t only if, for every window, the entries with time > t -
+per - SKEW plus its own amounts stay <= limit.  SKEW covers the time from our admission
+to the upstream counting the request (connection, TLS, upload): two requests admitted
+``per + SKEW`` apart reach the upstream at least ``per`` apart even when the first was
+quick and the second slow, so no window of length ``per`` anywhere holds more than
+``limit`` as the upstream sees it.  A reservation above a window's limit is capped at the
+limit: otherwise it could never pass.
+
+Corrections.  ``settle`` replaces the reservation with the real usage; the entry keeps
+its admission time, when the upstream counted it.  Usage below the reservation frees room
+at once.  Usage above it cannot be undone (the upstream has it): the window then holds
+more than its limit, and later requests wait until the excess has left it too, so the
+overshoot is paid back rather than repeated.  ``release`` (no usage known, e.g. the
+upstream failed) keeps the reservation: the upstream may well have counted it.
+
+Order.  One queue, and only its head is considered: later callers never overtake it even
+when they would fit, so a large request is not starved by a stream of small ones.  The
+head waits on one loop timer for its due moment (windows only empty as time passes) and
+is re-checked on every settle, release, pause, observation and arrival: no polling.  A
+cancelled waiter leaves the queue; one cancelled after its admission but before it ran
+has the admission undone: cancellation leaves no trace.
+
+Upstream feedback (``observe``).  Remaining 0 with a known reset: nothing is admitted
+until the reset.  Remaining small (below SMALL_FRACTION of our window of that kind; with
+no such window, fewer than SMALL_REQUESTS requests, and tokens are never "small"): the
+rest is spread until the reset, so an admission of amount ``a`` of that kind is followed
+by the next no sooner than ``a * reset / remaining`` later (requests: one per ``reset /
+remaining``), and never later than the reset.  Only when little remains, so bursts stay
+while there is room: Anthropic's reset is when its bucket is full again, which
+understates the real rate.  The newest observation of a kind replaces the older one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..spec import Window
+
+SKEW = 0.05  # admission to the upstream's arrival (see the docstring)
+# Float dust (a timer fired at 60.049999999 for 60.05): the head is judged at now + _DUST
+# so it never spins on a timer due "now"; SKEW is 50,000 times larger, so this is safe.
+_DUST = 1e-6
+SMALL_FRACTION = 0.1
+SMALL_REQUESTS = 5
+
+
+class _Kind(Enum):
+    REQUESTS = "requests"
+    TOKENS = "tokens"  # input and output together (OpenAI; Anthropic's tightest): both ours
+    INPUT = "input tokens"
+    OUTPUT = "output tokens"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Remaining:
+    """What the upstream says is left of its own limits, and seconds until each resets
+    (None: not said)."""
+
+    requests: int | None = None
+    requests_reset: float | None = None
+    tokens: int | None = None
+    tokens_reset: float | None = None
+    input_tokens: int | None = None
+    input_tokens_reset: float | None = None
+    output_tokens: int | None = None
+    output_tokens_reset: float | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    at: float
+    input: int
+    output: int
+
+    def amount(self, kind: _Kind) -> int:
+        amounts = {_Kind.REQUESTS: 1, _Kind.INPUT: self.input, _Kind.OUTPUT: self.output}
+        return amounts.get(kind, self.input + self.output)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ticket:
+    """An admitted request: ``queued`` seconds from ``admit`` to admission."""
+
+    queued: float
+    _entry: _Entry = field(repr=False, compare=False)
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    future: asyncio.Future[_Entry]
+    entry: _Entry  # the reservation, capped; ``at`` is set at admission
+    previous: _Entry | None = None  # the admission before it (undone with it)
+
+
+@dataclass(eq=False, slots=True)
+class _Log:
+    """One window's entries that still count, oldest first, and their running sum."""
+
+    kind: _Kind
+    limit: int
+    reach: float  # per + SKEW
+    entries: deque[_Entry] = field(default_factory=deque)
+    total: int = 0
+    pruned: float = -math.inf  # entries with at + reach <= pruned have left
+
+    def counts(self, entry: _Entry) -> bool:
+        return entry.at + self.reach > self.pruned
+
+    def due(self, amount: int, t: float) -> float:
+        """The earliest moment >= t at which ``amount`` fits.  An entry counts while
+        t < at + reach: the same sum sets the timer and judges it when it fires, so
+        float rounding cannot make them disagree."""
+        while self.entries and self.entries[0].at + self.reach <= t:
+            self.total -= self.entries.popleft().amount(self.kind)
+        self.pruned = max(self.pruned, t)
+        excess = self.total + amount - self.limit
+        for entry in self.entries:
+            if excess <= 0:
+                break
+            excess -= entry.amount(self.kind)
+            t = entry.at + self.reach  # once the oldest entries have left, it fits
+        return t
+
+
+class Limiter:
+    """Admits the requests of one API in arrival order, at the pace of its windows."""
+
+    def __init__(
+        self,
+        *,
+        requests: Window | None,
+        input_tokens: Window | None,
+        output_tokens: Window | None,
+        max_in_flight: int | None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._max_in_flight = max_in_flight
+        kinds = (_Kind.REQUESTS, _Kind.INPUT, _Kind.OUTPUT)
+        windows = zip(kinds, (requests, input_tokens, output_tokens), strict=True)
+        self._logs = [_Log(kind, w.limit, w.per + SKEW) for kind, w in windows if w is not None]
+        self._last: _Entry | None = None  # the newest admission: spreads count from it
+        self._open: set[_Entry] = set()  # admitted, neither settled nor released
+        self._queue: deque[_Waiter] = deque()
+        self._paused_until = -math.inf
+        # Per kind: the units a second the upstream has left, and until when.
+        self._spreads: dict[_Kind, tuple[float, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._admitted = 0
+        self._queued_seconds = 0.0
+
+    def _now(self) -> float:
+        return self._clock() if self._clock else asyncio.get_running_loop().time()
+
+    def _cap(self, kind: _Kind, amount: int) -> int:
+        return min([max(0, amount)] + [log.limit for log in self._logs if log.kind is kind])
+
+    async def admit(self, *, input_tokens: int, output_tokens: int) -> Ticket:
+        """Wait for this request's turn and room in every window, then take it."""
+        called = self._now()
+        fit = self._cap
+        reserved = _Entry(called, fit(_Kind.INPUT, input_tokens), fit(_Kind.OUTPUT, output_tokens))
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), reserved)
+        self._queue.append(waiter)
+        self._grant()
+        try:
+            entry = await waiter.future
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                # Admitted, then cancelled before it could run: undo the admission.
+                self._open.discard(reserved)
+                self._count(reserved, -1)
+                for log in self._logs:
+                    if log.counts(reserved):
+                        log.entries.remove(reserved)
+                if self._last is reserved:
+                    self._last = waiter.previous
+            elif waiter in self._queue:
+                self._queue.remove(waiter)
+            self._grant()  # it may have been the head that held the others
+            raise
+        queued = entry.at - called
+        self._admitted += 1
+        self._queued_seconds += queued
+        return Ticket(queued=queued, _entry=entry)
+
+    def settle(self, ticket: Ticket, *, input_tokens: int, output_tokens: int) -> None:
+        """The real usage replaces the reservation; the in-flight slot is freed."""
+        entry = ticket._entry
+        if entry not in self._open:
+            return  # settled or released already: a second call must not free twice
+        self._open.discard(entry)
+        self._count(entry, -1)
+        entry.input, entry.output = max(0, input_tokens), max(0, output_tokens)
+        self._count(entry, +1)
+        self._grant()
+
+    def release(self, ticket: Ticket) -> None:
+        """No usage known: the reservation stays in the windows; in flight is freed."""
+        self.settle(ticket, input_tokens=ticket._entry.input, output_tokens=ticket._entry.output)
+
+    def pause(self, seconds: float) -> None:
+        """Admit nothing for ``seconds`` (a longer pause already running stays)."""
+        self._paused_until = max(self._paused_until, self._now() + seconds)
+        self._grant()
+
+    def observe(self, remaining: Remaining) -> None:
+        """Hold or spread admissions by what the upstream says it has left."""
+        now = self._now()
+        r = remaining
+        for kind, left, reset in (
+            (_Kind.REQUESTS, r.requests, r.requests_reset),
+            (_Kind.TOKENS, r.tokens, r.tokens_reset),
+            (_Kind.INPUT, r.input_tokens, r.input_tokens_reset),
+            (_Kind.OUTPUT, r.output_tokens, r.output_tokens_reset),
+        ):
+            if left is None or reset is None:
+                continue
+            self._spreads.pop(kind, None)
+            if left <= 0:
+                self._paused_until = max(self._paused_until, now + reset)
+            elif reset > 0 and self._small(kind, left):
+                self._spreads[kind] = (left / reset, now + reset)
+        self._grant()
+
+    def _small(self, kind: _Kind, left: int) -> bool:
+        kinds = (_Kind.INPUT, _Kind.OUTPUT) if kind is _Kind.TOKENS else (kind,)
+        ours = [log.limit for log in self._logs if log.kind in kinds]
+        if not ours:
+            return kind is _Kind.REQUESTS and left < SMALL_REQUESTS
+        return left < SMALL_FRACTION * sum(ours)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "admitted": self._admitted,
+            "queuedSeconds": round(self._queued_seconds, 3),
+            "inFlight": len(self._open),
+            "waiting": len(self._queue),
+        }
+
+    def _grant(self) -> None:
+        """Admit the head of the queue while it fits; else arm one timer for its due
+        moment (none when only the in-flight cap holds it: a settle re-checks)."""
+        if self._timer is not None:
+            self._timer.cancel()  # the head, or the moment it is due, may have changed
+        while self._queue:
+            head = self._queue[0]
+            if head.future.done():  # cancelled; its admit() is about to see it
+                self._queue.popleft()
+                continue
+            now = self._now()
+            due = self._due(head.entry, now + _DUST)
+            if due is None:
+                return
+            if due > now + _DUST:
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(due - now, self._grant)
+                return
+            self._queue.popleft()
+            head.entry.at, head.previous, self._last = now, self._last, head.entry
+            for log in self._logs:
+                log.entries.append(head.entry)
+            self._count(head.entry, +1)
+            self._open.add(head.entry)
+            head.future.set_result(head.entry)
+
+    def _count(self, entry: _Entry, sign: int) -> None:
+        for log in self._logs:
+            if log.counts(entry):  # one that has left no longer weighs
+                log.total += sign * entry.amount(log.kind)
+
+    def _due(self, reserved: _Entry, t: float) -> float | None:
+        """The earliest moment >= t at which ``reserved`` may be admitted, or None while
+        the in-flight cap holds it.  Each part only eases as time passes, so the latest of
+        them is the answer until something new happens (which re-checks)."""
+        if self._max_in_flight is not None and len(self._open) >= self._max_in_flight:
+            return None
+        due = max(t, self._paused_until, self._spread_due())
+        for log in self._logs:
+            due = max(due, log.due(reserved.amount(log.kind), t))
+        return due
+
+    def _spread_due(self) -> float:
+        last = self._last
+        if not self._spreads or last is None:
+            return -math.inf
+        spreads = self._spreads.items()
+        return max(min(until, last.at + last.amount(k) / rate) for k, (rate, until) in spreads)
