@@ -10,9 +10,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from mockapi import MockApi
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,6 +59,16 @@ def repo() -> Path:
 def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def mock_api() -> Iterator[MockApi]:
+    """A mock upstream API (tests/mockapi.py) on 127.0.0.1, port 0, serving on a thread
+    of its own so sync and async tests alike can use it; `.url`, `.configure(...)`."""
+    from mockapi import MockApi
+
+    with MockApi().in_thread() as api:
+        yield api
 
 
 @pytest.fixture
