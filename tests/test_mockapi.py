@@ -4,8 +4,12 @@ where the gateway and the agents depend on it: its limit, its streams, its recor
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from mockapi import Fault, MockApi, Usage
@@ -229,3 +233,33 @@ def test_head_answers_200_without_a_key(mock_api: MockApi) -> None:
         assert response.status == 200
     assert [(s.method, s.path, s.key) for s in mock_api.seen] == [("HEAD", "/", "")]
     assert mock_api.posts() == []
+
+
+def test_the_openai_sdk_worker_reads_the_mocks_stream(mock_api: MockApi, tmp_path: Path) -> None:
+    mock_api.configure(usage=Usage(input_tokens=9, output_tokens=4))
+    worker = Path(__file__).parent / "workers" / "openai_worker.py"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "OPENAI_BASE_URL": f"{mock_api.url}/v1",
+        "OPENAI_API_KEY": "sk-worker",
+    }
+    for flags in ([], ["--include-usage"]):
+        done = subprocess.run(
+            [sys.executable, str(worker), *flags],
+            input="Say it.",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, "All done.\n"), done.stderr
+        assert (tmp_path / "answer.txt").read_text() == "All done.\n"
+    assert done.stderr == "usage: 9 in, 4 out\n"
+    seen = mock_api.posts()
+    assert [(s.path, s.key, s.model, s.stream) for s in seen] == [
+        ("/v1/chat/completions", "sk-worker", "gpt-4o-mini", True)
+    ] * 2
+    assert [s.json().get("stream_options") for s in seen] == [None, {"include_usage": True}]
