@@ -161,6 +161,7 @@ class MockApi:
         self._script: deque[_Script] = deque()
         self._in_flight = 0
         self._peak_in_flight = 0
+        self._answered = 0
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._clock = clock
@@ -414,10 +415,16 @@ class MockApi:
             "anthropic-ratelimit-requests-reset": reset.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
 
+    def _number(self) -> int:
+        """A number for the ids of one answer (msg_mock1, toolu_mock1, ...)."""
+        with self._lock:
+            self._answered += 1
+            return self._answered
+
     async def _anthropic(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
     ) -> web.StreamResponse:
-        n = len(self._seen) + 1
+        n = self._number()
         model = body.get("model") or "claude-mock"
         use_tool = config.tool and not _has_tool_result(body)
         usage = config.usage
@@ -512,7 +519,7 @@ class MockApi:
     async def _openai(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
     ) -> web.StreamResponse:
-        n = len(self._seen) + 1
+        n = self._number()
         model = body.get("model") or "gpt-mock"
         usage = config.usage
         usage_body = {
