@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +264,44 @@ def test_the_openai_sdk_worker_reads_the_mocks_stream(mock_api: MockApi, tmp_pat
         ("/v1/chat/completions", "sk-worker", "gpt-4o-mini", True)
     ] * 2
     assert [s.json().get("stream_options") for s in seen] == [None, {"include_usage": True}]
+
+
+def test_scripted_headers_and_a_stream_that_breaks(mock_api: MockApi) -> None:
+    mock_api.script(Fault.RATE_LIMIT, headers={"retry-after": "Wed, 01 Dec 2027 00:00:00 GMT"})
+    mock_api.script(Fault.RATE_LIMIT, headers={"retry-after-ms": "1500"})
+    mock_api.script(Fault.STREAM_ERROR)
+    dated, ms = (_post(mock_api, "/v1/messages", MESSAGE)[1] for _ in range(2))
+    assert dated["retry-after"] == "Wed, 01 Dec 2027 00:00:00 GMT"
+    assert (ms["retry-after-ms"], "retry-after" in ms) == ("1500", False)
+    status, _, raw = _post(mock_api, "/v1/messages", {**MESSAGE, "stream": True})
+    events = _events(raw)
+    assert status == 200
+    assert [name for name, _ in events] == ["message_start", "error"]
+    assert events[1][1]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert mock_api.posts()[-1].usage == Usage(input_tokens=12, output_tokens=1)
+    mock_api.clear()
+    assert mock_api.seen == []
+    assert mock_api.tally() == Usage(input_tokens=0, output_tokens=0)
+
+
+def test_openai_limit_headers_and_429(mock_api: MockApi) -> None:
+    mock_api.configure(limit=1, window=30)
+    body = {"model": "gpt-x", "messages": []}
+    (ok, ok_headers, _), (refused, headers, raw) = (
+        _post(mock_api, "/v1/chat/completions", body) for _ in range(2)
+    )
+    assert (ok, ok_headers["x-ratelimit-remaining-requests"]) == (200, "0")
+    assert ok_headers["x-ratelimit-limit-requests"] == "1"
+    assert (refused, headers["retry-after"]) == (429, "30")
+    assert json.loads(raw)["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_it_holds_requests_and_counts_them_in_flight(mock_api: MockApi) -> None:
+    mock_api.hold()
+    with ThreadPoolExecutor(3) as pool:
+        answers = [pool.submit(_post, mock_api, "/v1/messages", MESSAGE) for _ in range(3)]
+        mock_api.wait_in_flight(3)
+        assert not any(a.done() for a in answers)
+        mock_api.release()
+        assert [a.result()[0] for a in answers] == [200, 200, 200]
+    assert (mock_api.peak_in_flight, mock_api.in_flight) == (3, 0)
