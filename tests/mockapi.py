@@ -67,7 +67,8 @@ class MockConfig:
     """What the mock answers.  `limit` requests per sliding `window` seconds (None: no
     limit); `usage` on every successful answer; `latency` seconds before answering and
     `gap` seconds between streamed events (to see that a proxy does not buffer);
-    `require_key`: answer 401 to any other key."""
+    `require_key`: answer 401 to any other key; `prefix`: the API's paths start with
+    it (an upstream URL with a path, e.g. "/proxy" serves "/proxy/v1/messages")."""
 
     tool: bool = False
     command: str = DEFAULT_COMMAND
@@ -78,6 +79,7 @@ class MockConfig:
     latency: float = 0.0
     gap: float = 0.0
     require_key: str | None = None
+    prefix: str = ""
 
 
 class Fault(enum.Enum):
@@ -389,12 +391,13 @@ class MockApi:
         at = self._clock()
         body = await request.read()
         seen = self._record(request, body, at)
-        style = request.path
-        if style not in (ANTHROPIC, OPENAI):
+        with self._lock:
+            config = self._config
+        style = request.path.removeprefix(config.prefix)
+        if style not in (ANTHROPIC, OPENAI) or not request.path.startswith(config.prefix):
             self._store(seen, 404)
             return _anthropic_error(404, "not_found_error", f"no route {request.path}")
         with self._lock:
-            config = self._config
             self._in_flight += 1
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
         try:
@@ -441,7 +444,7 @@ class MockApi:
         """The error this request gets, if any (a scripted fault, a wrong key, the
         window; STREAM_ERROR for a stream to break), and the rate-limit headers of its
         answer."""
-        openai = seen.path == OPENAI
+        openai = seen.path.endswith(OPENAI)
         with self._lock:
             scripted = self._script.popleft() if self._script else None
             if scripted is None and config.require_key not in (None, seen.key):

@@ -27,7 +27,12 @@ TOKEN = "tok-claude-cli-test-7f3a9c"
 
 
 def _claude(
-    claude_cli: Path, api: MockApi, tmp_path: Path, env: dict[str, str] | None = None
+    claude_cli: Path,
+    api: MockApi,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    *,
+    prefix: str = "",
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run `claude -p` once in a bwrap sandbox at tmp_path/sandbox, with network (the
     mock is on the host's loopback) and nothing in its environment but what is named
@@ -51,7 +56,7 @@ def _claude(
     environment = {
         "PATH": path,
         "HOME": str(base / "home"),
-        "ANTHROPIC_BASE_URL": api.url,
+        "ANTHROPIC_BASE_URL": api.url + prefix,
         "ANTHROPIC_API_KEY": TOKEN,
         # Without it the CLI looks up some 40 names in DNS (measured): nothing else may
         # leave the sandbox.
@@ -75,15 +80,19 @@ def _claude(
     return done, base / "work"
 
 
+# "/anthropic": a base URL with a path, as the gateway's is ({gateway}/{api name}): the
+# CLI sends its HEAD pre-check to that path and its POSTs below it.
+@pytest.mark.parametrize("prefix", ["", "/anthropic"])
 def test_claude_runs_a_two_turn_tool_loop_against_the_mock(
-    claude_cli: Path, mock_api: MockApi, tmp_path: Path
+    claude_cli: Path, mock_api: MockApi, tmp_path: Path, prefix: str
 ) -> None:
     mock_api.configure(
         tool=True,
         command="echo done > out.txt",
         usage=Usage(input_tokens=30, output_tokens=7, cache_read_tokens=4, cache_write_tokens=2),
+        prefix=prefix,
     )
-    done, work = _claude(claude_cli, mock_api, tmp_path)
+    done, work = _claude(claude_cli, mock_api, tmp_path, prefix=prefix)
 
     assert done.returncode == 0, (done.stdout, done.stderr)
     result = json.loads(done.stdout)
@@ -97,13 +106,15 @@ def test_claude_runs_a_two_turn_tool_loop_against_the_mock(
 
     posts = mock_api.posts()
     assert [(s.path, s.query, s.key, s.status) for s in posts] == [
-        ("/v1/messages", "beta=true", TOKEN, 200)
+        (f"{prefix}/v1/messages", "beta=true", TOKEN, 200)
     ] * 2
     assert [s.json()["max_tokens"] for s in posts] == [4096, 4096]
     assert [s.stream for s in posts] == [True, True]
     tool_result = posts[1].json()["messages"][-1]["content"][0]
     assert (tool_result["type"], tool_result["is_error"]) == ("tool_result", False)
-    assert [(s.method, s.path) for s in mock_api.seen if s.method != "POST"] == [("HEAD", "/")]
+    assert [(s.method, s.path) for s in mock_api.seen if s.method != "POST"] == [
+        ("HEAD", prefix or "/")
+    ]
 
     tally = mock_api.tally(TOKEN)
     assert tally == Usage(

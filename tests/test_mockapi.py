@@ -305,3 +305,15 @@ def test_it_holds_requests_and_counts_them_in_flight(mock_api: MockApi) -> None:
         mock_api.release()
         assert [a.result()[0] for a in answers] == [200, 200, 200]
     assert (mock_api.peak_in_flight, mock_api.in_flight) == (3, 0)
+
+
+def test_a_prefix_moves_the_api_below_a_path(mock_api: MockApi) -> None:
+    mock_api.configure(prefix="/org/proxy")
+    assert _post(mock_api, "/org/proxy/v1/messages", MESSAGE)[0] == 200
+    assert _post(mock_api, "/org/proxy/v1/chat/completions", {"messages": []})[0] == 200
+    assert _post(mock_api, "/v1/messages", MESSAGE)[0] == 404
+    assert [s.path for s in mock_api.posts()] == [
+        "/org/proxy/v1/messages",
+        "/org/proxy/v1/chat/completions",
+        "/v1/messages",
+    ]
