@@ -130,8 +130,10 @@ class Seen:
     path: str
     query: str
     key: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
+    # Out of the repr: a failed assertion on a list of Seen stays readable (Claude's
+    # bodies are some 76 kB).
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
+    body: bytes = field(repr=False)
     model: str | None
     stream: bool
     status: int
@@ -397,6 +399,13 @@ class MockApi:
         if style not in (ANTHROPIC, OPENAI) or not request.path.startswith(config.prefix):
             self._store(seen, 404)
             return _anthropic_error(404, "not_found_error", f"no route {request.path}")
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            self._store(seen, 400)
+            return _anthropic_error(400, "invalid_request_error", "the body is not a JSON object")
         with self._lock:
             self._in_flight += 1
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
@@ -414,14 +423,13 @@ class MockApi:
                     cache_write_tokens=usage.cache_write_tokens,
                 )
                 self._store(seen, 200, started)
-                return await self._broken_stream(request, seen.json(), config)
+                return await self._broken_stream(request, parsed, config)
             if refusal is not None:
                 self._store(seen, refusal.status)
                 return refusal
             # Recorded before the answer is written: a client that has read the whole
             # stream then finds the request in the record.
             self._store(seen, 200, config.usage)
-            parsed = seen.json()
             if style == ANTHROPIC:
                 return await self._anthropic(request, parsed, config, headers)
             return await self._openai(request, parsed, config, headers)

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mockapi import Fault, MockApi, Usage
 
 
@@ -317,3 +319,11 @@ def test_a_prefix_moves_the_api_below_a_path(mock_api: MockApi) -> None:
         "/org/proxy/v1/chat/completions",
         "/v1/messages",
     ]
+
+
+def test_a_body_that_is_not_a_json_object_gets_400(mock_api: MockApi) -> None:
+    request = urllib.request.Request(mock_api.url + "/v1/messages", data=b"[1", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"]["type"] == "invalid_request_error"
