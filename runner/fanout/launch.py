@@ -81,15 +81,29 @@ def runner_for(
     def notice(message: str) -> None:
         events.emit("notice", message=message)
 
-    return Runner(
+    gateway = None
+    if job.apis:
+        from .apikeys import api_keys
+        from .gateway import Gateway
+
+        # A budget spent or an API refusing for money stops the run the way a closed
+        # console does: nothing new starts, running attempts finish and settle.
+        gateway = Gateway(
+            job.apis, api_keys(job, environ), events=events, stop=lambda e: runner.stop(e)
+        )
+    runner = Runner(
         spec=job,
-        transport=transport_for(job, environ, notice, events.emit),
+        transport=transport_for(
+            job, environ, notice, events.emit, gateway_port=gateway.port if gateway else None
+        ),
         journal=journal,
         environ=environ,
         events=events,
         gate=limits.gate_for(job, events),
+        gateway=gateway,
         workers=commands.local_workers(job, environ),
     )
+    return runner
 
 
 async def run_async(
@@ -105,9 +119,15 @@ async def run_async(
     lock = JobLock(job.runtime.state_dir, job.name)
     await lock.acquire(overlap, by=by)
     journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    runner: Runner | None = None
     try:
-        return await action(runner_for(job, environ, sinks, journal))
+        runner = runner_for(job, environ, sinks, journal)
+        return await action(runner)
     finally:
+        # A run refused before its rounds (a missing secret) never started the gateway,
+        # whose socket is bound already: a scheduler fires many runs in one process.
+        if runner is not None and runner.gateway is not None:
+            await runner.gateway.close()
         journal.close()
         lock.release()
 
