@@ -1,0 +1,1 @@
+"""The API gateway in the coordinator."""
