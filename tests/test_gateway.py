@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -360,3 +360,49 @@ async def test_an_unknown_api_gets_404() -> None:
             404,
             "fanout gateway: no API named 'nope' here (the job's APIs: anthropic)",
         )
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Lets the loop run until ``condition`` holds (the gateway and the mock share it)."""
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the condition never held")
+
+
+def waiting(r: Rig) -> int:
+    stats: dict[str, int] = r.gateway._proxy.routes["anthropic"].limiter.stats()
+    return stats["waiting"]
+
+
+async def test_a_request_queued_while_the_budget_is_spent_is_refused_unsent() -> None:
+    release = asyncio.Event()
+    config = MockConfig(require_key=KEY, usage=Usage(input_tokens=1_000_000), hold=release.wait)
+    async with rig(config, budget_usd=2.0, max_in_flight=1) as r:
+        token = r.token()
+        first = asyncio.create_task(r.post(token, message(stream=True)))
+        await wait_until(lambda: len(r.mock.posts()) == 1)
+        second = asyncio.create_task(r.post(token, message()))
+        await wait_until(lambda: waiting(r) == 1)
+        release.set()
+        assert (await first)[0] == 200
+        status, data, _ = await second
+        assert (status, data["error"]["message"]) == (400, str(r.stops[0]))
+        assert len(r.mock.posts()) == 1
+
+
+async def test_a_worker_that_hangs_up_while_queued_leaves_the_queue() -> None:
+    release = asyncio.Event()
+    async with rig(MockConfig(require_key=KEY, hold=release.wait), max_in_flight=1) as r:
+        token = r.token()
+        first = asyncio.create_task(r.post(token, message(stream=True)))
+        await wait_until(lambda: len(r.mock.posts()) == 1)
+        gone = asyncio.create_task(r.post(token, message()))
+        await wait_until(lambda: waiting(r) == 1)
+        gone.cancel()
+        await wait_until(lambda: waiting(r) == 0)
+        release.set()
+        assert (await first)[0] == 200
+        assert (await r.post(token, message()))[0] == 200
+        assert len(r.mock.posts()) == 2

@@ -96,9 +96,7 @@ class Gateway:
     def restore(self, spent: Mapping[str, float]) -> None:
         """USD already spent this run per API (a resumed run): counted toward each
         budget, which may stop the run at once."""
-        self._proxy.restored = dict(spent)
-        for route in self._proxy.routes.values():
-            self._proxy.check_budget(route)
+        self._proxy.accounts.restore(spent)
 
     def grant(self, *, unit: str, attempt: int, deadline: float) -> str:
         """A fresh token for one attempt, valid for every API until ``revoke``;
@@ -111,4 +109,4 @@ class Gateway:
 
     def totals(self) -> tuple[ApiUsage, ...]:
         """The run's usage so far (since this process started), every API in job order."""
-        return self._proxy.ledger.all()
+        return self._proxy.accounts.ledger.all()

@@ -29,7 +29,7 @@ from . import ratelimits, styles
 from .limiter import Limiter, Ticket
 from .styles import Estimate, TokenCounts, Verdict
 from .tokens import Grant, Grants
-from .usage import Ledger, charge
+from .usage import Accounts, charge
 
 # Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, JITTER)), the backoff
 # doubling from BACKOFF_START to BACKOFF_MAX.  The jitter spreads the retries of many
@@ -69,8 +69,6 @@ class Route:
     api: Api
     key: str
     limiter: Limiter
-    # Set once the run's budget for this API is spent: every request then gets this.
-    refused: str | None = None
 
 
 class Proxy:
@@ -98,12 +96,9 @@ class Proxy:
             )
             for api in apis
         }
-        names = [api.name for api in apis]
-        self.grants = Grants(names)
-        self.ledger = Ledger(names)
-        self.restored: dict[str, float] = {}
+        self.grants = Grants([api.name for api in apis])
+        self.accounts = Accounts(apis, events=events, stop=stop)
         self.events = events
-        self.stop = stop
         self.rng = rng
         self.session: aiohttp.ClientSession | None = None
 
@@ -128,33 +123,6 @@ class Proxy:
             await self.session.close()
             self.session = None
 
-    # -- budget -----------------------------------------------------------------------
-
-    def check_budget(self, route: Route) -> None:
-        budget = route.api.budget_usd
-        if budget is None or route.refused is not None:
-            return
-        spent = self.restored.get(route.api.name, 0.0) + self.ledger.of(route.api.name).cost_usd
-        if spent < budget:
-            return
-        route.refused = (
-            f"api {route.api.name}: the run's budget of ${budget:.2f} is spent"
-            f" (${spent:.2f} used); raise [[apis]] budget and `fanout run` continues"
-        )
-        self.events.emit("api.spend", api=route.api.name, reason=route.refused)
-        self.stop(SpendStopped(route.refused))
-
-    def _refused_upstream(self, route: Route, status: int, body: bytes) -> None:
-        kind, code, message = styles.error_of(body)
-        said = ", ".join(x for x in (str(status), kind, code) if x)
-        reason = (
-            f"api {route.api.name}: the upstream refused for spend, credit or quota"
-            f" ({said}: {message[:300] or 'no message'}); once it accepts again,"
-            " `fanout run` continues"
-        )
-        self.events.emit("api.spend", api=route.api.name, reason=reason)
-        self.stop(SpendStopped(reason))
-
     # -- one request ------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -175,8 +143,9 @@ class Proxy:
                 " (its attempt has ended, or it was never issued)"
             )
             return _error(style, 401, "auth", message)
-        if route.refused is not None:
-            return _error(style, 400, "invalid", route.refused)
+        refused = self.accounts.refused.get(name)
+        if refused is not None:  # never a 429 or 529: agents would retry those
+            return _error(style, 400, "invalid", refused)
         return await self._forward(request, route, grant, rest)
 
     def _holder(self, request: web.Request) -> Grant | None:
@@ -230,6 +199,11 @@ class Proxy:
                 else guess.output_tokens,
             )
             queued += ticket.queued
+            refused = self.accounts.refused.get(route.api.name)
+            if refused is not None:  # the budget was spent while this one waited
+                route.limiter.settle(ticket, input_tokens=0, output_tokens=0)
+                self._account(route, grant, None, sent, queued, throttles)
+                return _error(style, 400, "invalid", refused)
             try:
                 answer = await self.session.request(
                     request.method, url, headers=headers, data=body or None, allow_redirects=False
@@ -281,7 +255,7 @@ class Proxy:
                         continue
                 self._account(route, grant, None, sent, queued, throttles)
                 if verdict is Verdict.SPEND:
-                    self._refused_upstream(route, answer.status, data)
+                    self.accounts.upstream_refused(route.api.name, answer.status, data)
                 return web.Response(
                     status=answer.status,
                     headers=_downstream(answer.headers),
@@ -342,9 +316,7 @@ class Proxy:
         throttles: int,
     ) -> None:
         usage = charge(route.api, counts, requests=sent, queued_seconds=queued, throttles=throttles)
-        grant.ledger.add(usage)
-        self.ledger.add(usage)
-        self.check_budget(route)
+        self.accounts.add(usage, grant.ledger)
 
 
 def _downstream(headers: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -1,14 +1,16 @@
-"""What requests through the gateway used and cost: prices by model glob, and the
-ledgers (per attempt, per run) that add up ``ApiUsage``."""
+"""What requests through the gateway used and cost: prices by model glob, the ledgers
+(per attempt, per run) that add up ``ApiUsage``, and the run's budgets."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatchcase
 
+from ..errors import SpendStopped
+from ..events import Events
 from ..outcome import ApiUsage
 from ..spec.model import Api, Price
-from .styles import TokenCounts
+from .styles import TokenCounts, error_of
 
 
 def price_for(prices: Sequence[tuple[str, Price]], model: str | None) -> Price | None:
@@ -76,3 +78,57 @@ class Ledger:
     def used(self) -> tuple[ApiUsage, ...]:
         """The APIs that were called (requests > 0)."""
         return tuple(u for u in self._usage.values() if u.requests > 0)
+
+
+class Accounts:
+    """The run's side of the books: its ledger, the USD restored from before a resume,
+    and each API's budget.  Money stopping the run is said once per API as an
+    ``api.spend`` event and passed to ``stop`` (which the gateway calls once)."""
+
+    def __init__(
+        self, apis: Sequence[Api], *, events: Events, stop: Callable[[SpendStopped], None]
+    ) -> None:
+        self.apis = {api.name: api for api in apis}
+        self.ledger = Ledger(list(self.apis))
+        self.restored: dict[str, float] = {}
+        self.events = events
+        self.stop = stop
+        # Per API whose budget is spent: what every further request of it is told.
+        self.refused: dict[str, str] = {}
+
+    def restore(self, spent: Mapping[str, float]) -> None:
+        self.restored = {name: spent.get(name, 0.0) for name in self.apis}
+        for name in self.apis:
+            self._check(name)
+
+    def add(self, usage: ApiUsage, grant: Ledger) -> None:
+        grant.add(usage)
+        self.ledger.add(usage)
+        self._check(usage.api)
+
+    def _check(self, name: str) -> None:
+        budget = self.apis[name].budget_usd
+        if budget is None or name in self.refused:
+            return
+        spent = self.restored.get(name, 0.0) + self.ledger.of(name).cost_usd
+        if spent >= budget:
+            self.refused[name] = (
+                f"api {name}: the run's budget of ${budget:.2f} is spent (${spent:.2f} used);"
+                " raise [[apis]] budget and `fanout run` continues"
+            )
+            self._stopped(name, self.refused[name])
+
+    def upstream_refused(self, name: str, status: int, body: bytes) -> None:
+        """The upstream said no for money (see ``styles.classify``): stop new starts."""
+        kind, code, message = error_of(body)
+        said = ", ".join(x for x in (str(status), kind, code) if x)
+        self._stopped(
+            name,
+            f"api {name}: the upstream refused for spend, credit or quota"
+            f" ({said}: {message[:300] or 'no message'}); once it accepts again,"
+            " `fanout run` continues",
+        )
+
+    def _stopped(self, name: str, reason: str) -> None:
+        self.events.emit("api.spend", api=name, reason=reason)
+        self.stop(SpendStopped(reason))
