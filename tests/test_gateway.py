@@ -406,3 +406,67 @@ async def test_a_worker_that_hangs_up_while_queued_leaves_the_queue() -> None:
         assert (await first)[0] == 200
         assert (await r.post(token, message()))[0] == 200
         assert len(r.mock.posts()) == 2
+
+
+async def test_the_upstreams_remaining_zero_holds_the_next_request_until_its_reset() -> None:
+    # The mock allows 1 request a second and says so (remaining 0, reset in RFC 3339):
+    # the gateway waits for the reset instead of meeting the mock's 429.
+    async with rig(MockConfig(require_key=KEY, limit=1, window=1.0)) as r:
+        token = r.token()
+        for _ in range(2):
+            assert (await r.post(token, message()))[0] == 200
+        assert [s.status for s in r.mock.posts()] == [200, 200]
+        (usage,) = r.gateway.revoke(token)
+        assert (usage.requests, usage.throttles) == (2, 0)
+        assert usage.queued_seconds >= 0.5
+
+
+async def test_gemini_gets_its_key_in_x_goog_api_key_and_the_query_loses_the_token() -> None:
+    async with rig(style=Style.GEMINI) as r:
+        token = r.token()
+        path = f"/gemini/v1beta/models/gemini-2.5-pro:generateContent?key={token}&alt=json"
+        status, _, _ = await r.post("", {"contents": []}, path=path)
+        assert status == 404  # the mock speaks no Gemini; it records what it got
+        (seen,) = r.mock.posts()
+        assert (seen.path, seen.query, seen.key) == (
+            "/v1beta/models/gemini-2.5-pro:generateContent",
+            "alt=json",
+            KEY,
+        )
+        assert [v for k, v in seen.headers if k == "x-goog-api-key"] == [KEY]
+
+
+async def test_an_unreachable_upstream_is_a_502_in_the_style_of_the_api() -> None:
+    async with MockApi() as mock:
+        closed = mock.url
+    # A port nobody listens on (the mock's, after it closed).
+    stops: list[FanoutError] = []
+    gateway = Gateway([make_api(closed)], {"anthropic": KEY}, events=Events(), stop=stops.append)
+    await gateway.start()
+    try:
+        async with aiohttp.ClientSession() as client:
+            token = gateway.grant(unit="u", attempt=1, deadline=1e9)
+            async with client.post(
+                gateway.url + "/anthropic/v1/messages", json=message(), headers={"x-api-key": token}
+            ) as answer:
+                data = await answer.json()
+        assert answer.status == 502
+        assert data["type"] == "error"
+        assert data["error"]["type"] == "api_error"
+        assert data["error"]["message"].startswith(
+            "fanout gateway: api anthropic: the upstream did not answer (ClientConnectorError"
+        )
+        assert KEY not in json.dumps(data)
+        assert (gateway.revoke(token), stops) == ((), [])  # nothing reached the upstream
+    finally:
+        await gateway.close()
+
+
+async def test_an_unpriced_model_is_said_once() -> None:
+    async with rig() as r:
+        token = r.token()
+        for _ in range(2):
+            assert (await r.post(token, message(model="claude-opus-4-8")))[0] == 200
+        assert [(e["event"], e["model"]) for e in r.events] == [("api.unpriced", "claude-opus-4-8")]
+        (usage,) = r.gateway.revoke(token)
+        assert (usage.input_tokens, usage.cost_usd) == (24, 0.0)

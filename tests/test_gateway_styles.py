@@ -57,7 +57,7 @@ def test_an_anthropic_estimate_counts_the_prompts_json_text_over_four() -> None:
 def test_the_output_reservation_comes_from_the_styles_cap(
     style: Style, data: dict[str, Any], path: str, output: int | None
 ) -> None:
-    assert styles.estimate(style, body(data), path).output_tokens == output
+    assert styles.estimate(style, body({"messages": [], **data}), path).output_tokens == output
 
 
 def test_a_gemini_estimate_takes_the_model_from_the_path_and_streams_by_method() -> None:
@@ -68,10 +68,15 @@ def test_a_gemini_estimate_takes_the_model_from_the_path_and_streams_by_method()
     )
 
 
-def test_a_body_that_is_not_json_or_a_plain_api_estimates_nothing() -> None:
-    nothing = Estimate(model=None, input_tokens=0, output_tokens=None, stream=False)
+def test_what_asks_for_no_generated_text_estimates_nothing() -> None:
+    nothing = Estimate(model=None, input_tokens=0, output_tokens=0, stream=False)
+    prompt = body({"model": "m", "messages": ["x" * 400]})
     assert styles.estimate(Style.ANTHROPIC, b"\xff not json", "v1/messages") == nothing
-    assert styles.estimate(Style.PLAIN, body({"messages": ["x" * 400]}), "x") == nothing
+    assert styles.estimate(Style.ANTHROPIC, b"", "v1/models") == nothing
+    assert styles.estimate(Style.OPENAI, body({"model": "m"}), "v1/x") == nothing
+    assert styles.estimate(Style.ANTHROPIC, prompt, "v1/messages/count_tokens?beta=true") == nothing
+    assert styles.estimate(Style.GEMINI, prompt, "v1beta/models/g:countTokens") == nothing
+    assert styles.estimate(Style.PLAIN, prompt, "x") == nothing
 
 
 # -- the one body change ------------------------------------------------------------------

@@ -29,7 +29,7 @@ from . import ratelimits, styles
 from .limiter import Limiter, Ticket
 from .styles import Estimate, TokenCounts, Verdict
 from .tokens import Grant, Grants
-from .usage import Accounts, charge
+from .usage import Accounts
 
 # Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, JITTER)), the backoff
 # doubling from BACKOFF_START to BACKOFF_MAX.  The jitter spreads the retries of many
@@ -315,8 +315,14 @@ class Proxy:
         queued: float,
         throttles: int,
     ) -> None:
-        usage = charge(route.api, counts, requests=sent, queued_seconds=queued, throttles=throttles)
-        self.accounts.add(usage, grant.ledger)
+        self.accounts.add(
+            route.api.name,
+            counts,
+            grant.ledger,
+            requests=sent,
+            queued_seconds=queued,
+            throttles=throttles,
+        )
 
 
 def _downstream(headers: Mapping[str, str]) -> list[tuple[str, str]]:

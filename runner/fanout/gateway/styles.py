@@ -32,7 +32,8 @@ class Estimate:
 
     model: str | None
     input_tokens: int
-    # The output the request may produce at most (max_tokens); None: it names no cap.
+    # The output the request may produce at most (max_tokens); None: a request for
+    # generated text that names no cap.
     output_tokens: int | None
     stream: bool
 
@@ -71,11 +72,19 @@ def _int(value: Any) -> int | None:
 
 def estimate(style: Style, body: bytes, path: str) -> Estimate:
     """The request's model, input tokens (its prompt's JSON text / 4, rounded up: the
-    usual rule of thumb for English and code) and output cap.  A body that is not a
-    JSON object (or the ``plain`` style) estimates nothing."""
+    usual rule of thumb for English and code) and output cap.  What is not a request
+    for generated text estimates nothing: a body that is not a JSON object with a
+    prompt (a GET, a model list), a token count (it produces nothing and has limits of
+    its own), any request of the ``plain`` style."""
     data = _json(body)
-    if style is Style.PLAIN or not isinstance(data, dict):
-        return Estimate(model=None, input_tokens=0, output_tokens=None, stream=False)
+    counting = path.split("?")[0].endswith(("/count_tokens", ":countTokens"))
+    if (
+        style is Style.PLAIN
+        or counting
+        or not isinstance(data, dict)
+        or not any(key in data for key in _PROMPT_KEYS)
+    ):
+        return Estimate(model=None, input_tokens=0, output_tokens=0, stream=False)
     chars = sum(
         len(json.dumps(data[key], ensure_ascii=False, separators=(",", ":")))
         for key in _PROMPT_KEYS

@@ -95,16 +95,42 @@ class Accounts:
         self.stop = stop
         # Per API whose budget is spent: what every further request of it is told.
         self.refused: dict[str, str] = {}
+        self.unpriced: set[tuple[str, str | None]] = set()
 
     def restore(self, spent: Mapping[str, float]) -> None:
         self.restored = {name: spent.get(name, 0.0) for name in self.apis}
         for name in self.apis:
             self._check(name)
 
-    def add(self, usage: ApiUsage, grant: Ledger) -> None:
+    def add(
+        self,
+        name: str,
+        counts: TokenCounts | None,
+        grant: Ledger,
+        *,
+        requests: int,
+        queued_seconds: float,
+        throttles: int,
+    ) -> None:
+        """One request's usage, to the attempt's ledger and the run's."""
+        api = self.apis[name]
+        usage = charge(
+            api, counts, requests=requests, queued_seconds=queued_seconds, throttles=throttles
+        )
         grant.add(usage)
         self.ledger.add(usage)
-        self._check(usage.api)
+        # Tokens counted, cost not: said once per model, since a budget cannot protect
+        # against what it does not price.
+        model = counts.model if counts is not None else None
+        if (
+            counts is not None
+            and (api.prices or api.budget_usd is not None)
+            and price_for(api.prices, model) is None
+            and (name, model) not in self.unpriced
+        ):
+            self.unpriced.add((name, model))
+            self.events.emit("api.unpriced", api=name, model=model)
+        self._check(name)
 
     def _check(self, name: str) -> None:
         budget = self.apis[name].budget_usd
