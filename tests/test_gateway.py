@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from mockapi import Fault, MockApi, MockConfig, Usage
 
 KEY = "sk-ant-real-0123456789abcdef"
 SONNET = Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+
+
+def ignore(error: FanoutError) -> None:
+    pass
 
 
 class NoJitter(random.Random):
@@ -470,3 +475,50 @@ async def test_an_unpriced_model_is_said_once() -> None:
         assert [(e["event"], e["model"]) for e in r.events] == [("api.unpriced", "claude-opus-4-8")]
         (usage,) = r.gateway.revoke(token)
         assert (usage.input_tokens, usage.cost_usd) == (24, 0.0)
+
+
+async def test_one_token_serves_every_api_of_the_job_and_revoke_lists_them_in_job_order() -> None:
+    async with MockApi(MockConfig(require_key=KEY)) as mock:
+        apis = [
+            make_api(mock.url, Style.OPENAI),
+            make_api(mock.url, Style.ANTHROPIC),
+            make_api(mock.url, Style.GEMINI),
+        ]
+        gateway = Gateway(apis, {"openai": KEY, "anthropic": KEY}, events=Events(), stop=ignore)
+        port = gateway.port
+        assert gateway.url == f"http://127.0.0.1:{port}"
+        await gateway.start()
+        try:
+            token = gateway.grant(unit="u", attempt=3, deadline=1e9)
+            async with aiohttp.ClientSession() as client:
+                for path, body in (
+                    ("/anthropic/v1/messages", message()),
+                    ("/openai/v1/chat/completions", {"model": "gpt-5", "messages": []}),
+                ):
+                    async with client.post(
+                        gateway.url + path, json=body, headers={"authorization": f"Bearer {token}"}
+                    ) as answer:
+                        assert answer.status == 200
+            used = gateway.revoke(token)
+            assert [(u.api, u.requests) for u in used] == [("openai", 1), ("anthropic", 1)]
+            assert [(u.api, u.requests) for u in gateway.totals()] == [
+                ("openai", 1),
+                ("anthropic", 1),
+                ("gemini", 0),
+            ]
+        finally:
+            await gateway.close()
+
+
+async def test_a_gateway_closed_without_starting_frees_its_port() -> None:
+    gateway = Gateway([], {}, events=Events(), stop=ignore)
+    port = gateway.port
+    assert port > 0
+    await gateway.close()
+    await gateway.close()
+    assert gateway.port == port
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", port))
+    finally:
+        probe.close()
