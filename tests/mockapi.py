@@ -81,6 +81,8 @@ class MockConfig:
     # Awaited before the last event of a stream (in the mock's loop): a test holds the
     # end of an answer back until it has seen the beginning arrive through a proxy.
     hold: Callable[[], Awaitable[object]] | None = None
+    # A 401 names the key it refused, as some upstreams do (OpenAI, partly masked).
+    echo_key: bool = False
 
 
 class Fault(enum.Enum):
@@ -376,7 +378,10 @@ class MockApi:
             if scripted is None and config.require_key not in (None, seen.key):
                 scripted = _Script(fault=Fault.UNAUTHORIZED, retry_after=None)
             if scripted is not None:
-                return _fault(scripted, openai=openai), {}
+                refusal = _fault(scripted, openai=openai)
+                if config.echo_key and scripted.fault is Fault.UNAUTHORIZED:
+                    refusal.text = (refusal.text or "").replace("key", f"key {seen.key}", 1)
+                return refusal, {}
             headers: dict[str, str] = {}
             if config.limit is not None:
                 while self._accepted and self._accepted[0] <= at - config.window:

@@ -522,3 +522,10 @@ async def test_a_gateway_closed_without_starting_frees_its_port() -> None:
         probe.bind(("127.0.0.1", port))
     finally:
         probe.close()
+
+
+async def test_an_upstream_that_echoes_the_key_shows_the_worker_a_placeholder() -> None:
+    async with rig(MockConfig(require_key="another", echo_key=True)) as r:
+        status, data, _ = await r.post(r.token(), message())
+        assert (status, data["error"]["message"]) == (401, "invalid x-api-key [key]")
+        assert r.mock.posts()[0].key == KEY
