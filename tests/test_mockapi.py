@@ -4,9 +4,16 @@ where the gateway and the agents depend on it: its limit, its streams, its recor
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mockapi import Fault, MockApi, Usage
 
@@ -229,3 +236,94 @@ def test_head_answers_200_without_a_key(mock_api: MockApi) -> None:
         assert response.status == 200
     assert [(s.method, s.path, s.key) for s in mock_api.seen] == [("HEAD", "/", "")]
     assert mock_api.posts() == []
+
+
+def test_the_openai_sdk_worker_reads_the_mocks_stream(mock_api: MockApi, tmp_path: Path) -> None:
+    mock_api.configure(usage=Usage(input_tokens=9, output_tokens=4))
+    worker = Path(__file__).parent / "workers" / "openai_worker.py"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "OPENAI_BASE_URL": f"{mock_api.url}/v1",
+        "OPENAI_API_KEY": "sk-worker",
+    }
+    for flags in ([], ["--include-usage"]):
+        done = subprocess.run(
+            [sys.executable, str(worker), *flags],
+            input="Say it.",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, "All done.\n"), done.stderr
+        assert (tmp_path / "answer.txt").read_text() == "All done.\n"
+    assert done.stderr == "usage: 9 in, 4 out\n"
+    seen = mock_api.posts()
+    assert [(s.path, s.key, s.model, s.stream) for s in seen] == [
+        ("/v1/chat/completions", "sk-worker", "gpt-4o-mini", True)
+    ] * 2
+    assert [s.json().get("stream_options") for s in seen] == [None, {"include_usage": True}]
+
+
+def test_scripted_headers_and_a_stream_that_breaks(mock_api: MockApi) -> None:
+    mock_api.script(Fault.RATE_LIMIT, headers={"retry-after": "Wed, 01 Dec 2027 00:00:00 GMT"})
+    mock_api.script(Fault.RATE_LIMIT, headers={"retry-after-ms": "1500"})
+    mock_api.script(Fault.STREAM_ERROR)
+    dated, ms = (_post(mock_api, "/v1/messages", MESSAGE)[1] for _ in range(2))
+    assert dated["retry-after"] == "Wed, 01 Dec 2027 00:00:00 GMT"
+    assert (ms["retry-after-ms"], "retry-after" in ms) == ("1500", False)
+    status, _, raw = _post(mock_api, "/v1/messages", {**MESSAGE, "stream": True})
+    events = _events(raw)
+    assert status == 200
+    assert [name for name, _ in events] == ["message_start", "error"]
+    assert events[1][1]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert mock_api.posts()[-1].usage == Usage(input_tokens=12, output_tokens=1)
+    mock_api.clear()
+    assert mock_api.seen == []
+    assert mock_api.tally() == Usage(input_tokens=0, output_tokens=0)
+
+
+def test_openai_limit_headers_and_429(mock_api: MockApi) -> None:
+    mock_api.configure(limit=1, window=30)
+    body = {"model": "gpt-x", "messages": []}
+    (ok, ok_headers, _), (refused, headers, raw) = (
+        _post(mock_api, "/v1/chat/completions", body) for _ in range(2)
+    )
+    assert (ok, ok_headers["x-ratelimit-remaining-requests"]) == (200, "0")
+    assert ok_headers["x-ratelimit-limit-requests"] == "1"
+    assert (refused, headers["retry-after"]) == (429, "30")
+    assert json.loads(raw)["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_it_holds_requests_and_counts_them_in_flight(mock_api: MockApi) -> None:
+    mock_api.hold()
+    with ThreadPoolExecutor(3) as pool:
+        answers = [pool.submit(_post, mock_api, "/v1/messages", MESSAGE) for _ in range(3)]
+        mock_api.wait_in_flight(3)
+        assert not any(a.done() for a in answers)
+        mock_api.release()
+        assert [a.result()[0] for a in answers] == [200, 200, 200]
+    assert (mock_api.peak_in_flight, mock_api.in_flight) == (3, 0)
+
+
+def test_a_prefix_moves_the_api_below_a_path(mock_api: MockApi) -> None:
+    mock_api.configure(prefix="/org/proxy")
+    assert _post(mock_api, "/org/proxy/v1/messages", MESSAGE)[0] == 200
+    assert _post(mock_api, "/org/proxy/v1/chat/completions", {"messages": []})[0] == 200
+    assert _post(mock_api, "/v1/messages", MESSAGE)[0] == 404
+    assert [s.path for s in mock_api.posts()] == [
+        "/org/proxy/v1/messages",
+        "/org/proxy/v1/chat/completions",
+        "/v1/messages",
+    ]
+
+
+def test_a_body_that_is_not_a_json_object_gets_400(mock_api: MockApi) -> None:
+    request = urllib.request.Request(mock_api.url + "/v1/messages", data=b"[1", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"]["type"] == "invalid_request_error"
