@@ -82,7 +82,7 @@ class MockConfig:
     prefix: str = ""
     # Awaited before the last event of a stream (in the mock's loop): a test holds the
     # end of an answer back until it has seen the beginning arrive through a proxy.
-    hold: Callable[[], Awaitable[object]] | None = None
+    before_last_event: Callable[[], Awaitable[object]] | None = None
     # A 401 names the key it refused, as some upstreams do (OpenAI, partly masked).
     echo_key: bool = False
 
@@ -640,7 +640,7 @@ class MockApi:
             ("message_stop", {"type": "message_stop"}),
         ]
         chunks = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-        return await _stream(request, chunks, config.gap, headers, config.hold)
+        return await _stream(request, chunks, config.gap, headers, config.before_last_event)
 
     async def _openai(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
@@ -706,7 +706,7 @@ class MockApi:
             )
         chunks = [f"data: {json.dumps(d)}\n\n".encode() for d in datas]
         chunks.append(b"data: [DONE]\n\n")
-        return await _stream(request, chunks, config.gap, headers, config.hold)
+        return await _stream(request, chunks, config.gap, headers, config.before_last_event)
 
 
 # The marker `_admit` returns for a scripted STREAM_ERROR (a 200 that breaks mid-stream).
@@ -731,7 +731,7 @@ async def _stream(
     chunks: list[bytes],
     gap: float,
     headers: Mapping[str, str],
-    hold: Callable[[], Awaitable[object]] | None = None,
+    before_last_event: Callable[[], Awaitable[object]] | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -741,8 +741,8 @@ async def _stream(
     for i, chunk in enumerate(chunks):
         if gap and i:
             await asyncio.sleep(gap)
-        if hold is not None and i == len(chunks) - 1:
-            await hold()
+        if before_last_event is not None and i == len(chunks) - 1:
+            await before_last_event()
         await response.write(chunk)
     await response.write_eof()
     return response

@@ -163,7 +163,7 @@ async def test_a_stream_reaches_the_worker_chunk_by_chunk() -> None:
     # The mock holds its last event back until the worker has read the first one: a
     # gateway that buffered the answer would never deliver that first event.
     first_seen = asyncio.Event()
-    async with rig(MockConfig(require_key=KEY, hold=first_seen.wait)) as r:
+    async with rig(MockConfig(require_key=KEY, before_last_event=first_seen.wait)) as r:
         token = r.token()
         url = r.gateway.url + "/anthropic/v1/messages"
         async with r.client.post(
@@ -383,7 +383,9 @@ def waiting(r: Rig) -> int:
 
 async def test_a_request_queued_while_the_budget_is_spent_is_refused_unsent() -> None:
     release = asyncio.Event()
-    config = MockConfig(require_key=KEY, usage=Usage(input_tokens=1_000_000), hold=release.wait)
+    config = MockConfig(
+        require_key=KEY, usage=Usage(input_tokens=1_000_000), before_last_event=release.wait
+    )
     async with rig(config, budget_usd=2.0, max_in_flight=1) as r:
         token = r.token()
         first = asyncio.create_task(r.post(token, message(stream=True)))
@@ -399,7 +401,9 @@ async def test_a_request_queued_while_the_budget_is_spent_is_refused_unsent() ->
 
 async def test_a_worker_that_hangs_up_while_queued_leaves_the_queue() -> None:
     release = asyncio.Event()
-    async with rig(MockConfig(require_key=KEY, hold=release.wait), max_in_flight=1) as r:
+    async with rig(
+        MockConfig(require_key=KEY, before_last_event=release.wait), max_in_flight=1
+    ) as r:
         token = r.token()
         first = asyncio.create_task(r.post(token, message(stream=True)))
         await wait_until(lambda: len(r.mock.posts()) == 1)
