@@ -85,6 +85,8 @@ class MockConfig:
     before_last_event: Callable[[], Awaitable[object]] | None = None
     # A 401 names the key it refused, as some upstreams do (OpenAI, partly masked).
     echo_key: bool = False
+    # A stream's connection is dropped after this many events (an upstream that died).
+    cut_after: int | None = None
 
 
 class Fault(enum.Enum):
@@ -640,7 +642,9 @@ class MockApi:
             ("message_stop", {"type": "message_stop"}),
         ]
         chunks = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-        return await _stream(request, chunks, config.gap, headers, config.before_last_event)
+        return await _stream(
+            request, chunks, config.gap, headers, config.before_last_event, config.cut_after
+        )
 
     async def _openai(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
@@ -706,7 +710,9 @@ class MockApi:
             )
         chunks = [f"data: {json.dumps(d)}\n\n".encode() for d in datas]
         chunks.append(b"data: [DONE]\n\n")
-        return await _stream(request, chunks, config.gap, headers, config.before_last_event)
+        return await _stream(
+            request, chunks, config.gap, headers, config.before_last_event, config.cut_after
+        )
 
 
 # The marker `_admit` returns for a scripted STREAM_ERROR (a 200 that breaks mid-stream).
@@ -732,6 +738,7 @@ async def _stream(
     gap: float,
     headers: Mapping[str, str],
     before_last_event: Callable[[], Awaitable[object]] | None = None,
+    cut_after: int | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -743,6 +750,9 @@ async def _stream(
             await asyncio.sleep(gap)
         if before_last_event is not None and i == len(chunks) - 1:
             await before_last_event()
+        if i == cut_after and request.transport is not None:
+            request.transport.abort()
+            return response
         await response.write(chunk)
     await response.write_eof()
     return response

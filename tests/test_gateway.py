@@ -533,3 +533,18 @@ async def test_an_upstream_that_echoes_the_key_shows_the_worker_a_placeholder() 
         status, data, _ = await r.post(r.token(), message())
         assert (status, data["error"]["message"]) == (401, "invalid x-api-key [key]")
         assert r.mock.posts()[0].key == KEY
+
+
+async def test_a_stream_the_upstream_cuts_reaches_the_worker_cut() -> None:
+    # Ending it cleanly would hand the agent half an answer as if it were whole.
+    async with rig(MockConfig(require_key=KEY, cut_after=1)) as r:
+        token = r.token()
+        url = r.gateway.url + "/anthropic/v1/messages"
+        async with r.client.post(
+            url, json=message(stream=True), headers={"x-api-key": token}
+        ) as answer:
+            assert answer.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await answer.read()
+        (usage,) = r.gateway.revoke(token)  # what message_start said is counted
+        assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 12, 1)

@@ -286,9 +286,10 @@ class Proxy:
                     reader.feed(chunk)
                     await response.write(chunk)
             except (aiohttp.ClientError, TimeoutError):
-                # Cut mid-answer: the worker's connection is closed after what arrived,
-                # so its client sees a broken stream rather than a complete one.
-                response.force_close()
+                # Cut mid-answer: the worker's connection is dropped after what arrived,
+                # so its client sees a broken stream, not a whole answer that is half.
+                if request.transport is not None:
+                    request.transport.abort()
                 return response
             await response.write_eof()
         except ConnectionResetError:  # the worker went away
