@@ -5,7 +5,15 @@ from its token to the upstream's last byte.
 is checked and swapped for the real key, the request waits its turn in the API's
 limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
 answer streams back chunk by chunk while its usage is read.  What the gateway answers
-itself is shaped as the style's own errors, so agents print the message.
+itself is shaped as the style's own errors, so agents print the message: 401 for a
+token that is not (or no longer) valid, 400 once the run's budget for the API is spent
+(never a 429 or 529: agents retry those), 404 for an API the job does not have, 502
+when the upstream cannot be reached.
+
+Counting: ``requests`` counts every request sent upstream, a retried one each time
+(as the upstream's own tally does); ``throttles`` the 429/529 answers absorbed.  An
+answer that reports no usage counts no tokens and costs nothing, and its reservation
+stays in the limiter's windows (the upstream may well have counted it).
 """
 
 from __future__ import annotations
