@@ -123,6 +123,9 @@ class Proxy:
             connector=aiohttp.TCPConnector(limit=0),  # the limiters decide concurrency
             # No proxy or netrc from the environment: nothing may add credentials.
             trust_env=False,
+            # No cookies kept: one attempt's would go out with every other's requests.
+            # A worker's own cookies pass through both ways, as its other headers do.
+            cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=True,
         )
 
