@@ -17,7 +17,9 @@ fail the next k requests (see `Fault`), and records every request it receives
 
 Start it in the test's loop (`async with MockApi(...) as mock`) or on a thread of its
 own (`with MockApi(...).in_thread() as mock`, what the `mock_api` fixture does), so a
-test that runs fanout synchronously can use it too.
+test that runs fanout synchronously can use it too.  A benchmark runs it as a process
+of its own (`python tests/mockapi.py --limit 50 --window 60`: it prints its URL, serves
+until stdin closes, and `GET /_mock/seen` gives its record as JSON).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -297,6 +299,7 @@ class MockApi:
         app = web.Application()
         app.router.add_route("HEAD", "/{tail:.*}", self._head)
         app.router.add_route("POST", "/{tail:.*}", self._post)
+        app.router.add_route("GET", "/_mock/seen", self._report)
         app.router.add_route("GET", "/{tail:.*}", self._other)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -391,6 +394,23 @@ class MockApi:
     async def _head(self, request: web.Request) -> web.StreamResponse:
         self._store(self._record(request, b"", self._clock()), 200)
         return web.Response(status=200)
+
+    async def _report(self, request: web.Request) -> web.StreamResponse:
+        """The record as JSON, for a client in another process (a benchmark); not
+        recorded itself, and without keys or bodies."""
+        return web.json_response(
+            [
+                {
+                    "at": s.at,
+                    "method": s.method,
+                    "path": s.path,
+                    "model": s.model,
+                    "status": s.status,
+                    "usage": None if s.usage is None else asdict(s.usage),
+                }
+                for s in self.seen
+            ]
+        )
 
     async def _other(self, request: web.Request) -> web.StreamResponse:
         self._store(self._record(request, b"", self._clock()), 404)
@@ -828,3 +848,26 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
     if fault is Fault.USAGE_LIMIT:
         return _anthropic_error(400, "invalid_request_error", USAGE_LIMIT_MESSAGE, headers)
     return _anthropic_error(401, "authentication_error", "invalid x-api-key", headers)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve in this process: print the URL, serve until stdin closes."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="the mock upstream API of fanout's tests")
+    parser.add_argument("--limit", type=int, default=None, help="requests per window")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before answering")
+    parser.add_argument("--tool", action="store_true", help="answer with a Bash tool call first")
+    options = parser.parse_args(argv)
+    config = MockConfig(
+        limit=options.limit, window=options.window, latency=options.latency, tool=options.tool
+    )
+    with MockApi(config).in_thread() as api:
+        print(api.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

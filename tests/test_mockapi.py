@@ -19,10 +19,10 @@ from mockapi import Fault, MockApi, Usage
 
 
 def _post(
-    api: MockApi, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    api: MockApi | str, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(
-        api.url + path,
+        (api if isinstance(api, str) else api.url) + path,
         data=json.dumps(body).encode(),
         headers={"content-type": "application/json", **(headers or {})},
         method="POST",
@@ -327,3 +327,37 @@ def test_a_body_that_is_not_a_json_object_gets_400(mock_api: MockApi) -> None:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 400
     assert json.loads(refused.value.read())["error"]["type"] == "invalid_request_error"
+
+
+def test_it_runs_as_a_process_of_its_own_with_its_record_over_http() -> None:
+    mock = Path(__file__).parent / "mockapi.py"
+    server = subprocess.Popen(
+        [sys.executable, str(mock), "--limit", "1", "--window", "60"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert [_post(url, "/v1/messages", MESSAGE)[0] for _ in range(2)] == [200, 429]
+        with urllib.request.urlopen(url + "/_mock/seen", timeout=30) as response:
+            seen = json.loads(response.read())
+        assert [(s["method"], s["status"], s["usage"]) for s in seen] == [
+            (
+                "POST",
+                200,
+                {
+                    "input_tokens": 12,
+                    "output_tokens": 5,
+                    "cache_read_tokens": 0,
+                    "cache_write_tokens": 0,
+                },
+            ),
+            ("POST", 429, None),
+        ]
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
