@@ -12,8 +12,9 @@ import pytest
 
 from fanout.apistyles import Style
 from fanout.gateway import ratelimits, styles
+from fanout.gateway.answers import TokenCounts, UsageReader
 from fanout.gateway.limiter import Remaining
-from fanout.gateway.styles import Estimate, TokenCounts, UsageReader, Verdict
+from fanout.gateway.styles import Estimate, Verdict
 from fanout.gateway.tokens import Grants
 from fanout.gateway.usage import Ledger, cost_usd, price_for
 from fanout.outcome import ApiUsage

@@ -84,6 +84,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "gateway.limiter",
             "gateway.styles",
+            "gateway.answers",
             "gateway.ratelimits",
             "gateway.usage",
             "gateway.tokens",

@@ -34,8 +34,9 @@ from ..errors import SpendStopped
 from ..events import Events
 from ..spec.model import Api
 from . import ratelimits, styles
+from .answers import TokenCounts, UsageReader
 from .limiter import Limiter, Ticket
-from .styles import Estimate, TokenCounts, Verdict
+from .styles import Estimate, Verdict
 from .tokens import Grant, Grants
 from .usage import Accounts
 
@@ -287,7 +288,7 @@ class Proxy:
     ) -> web.StreamResponse:
         """Writes the answer to the worker as its chunks arrive, reading its usage."""
         sse = answer.content_type == "text/event-stream"
-        reader = styles.UsageReader(route.api.style, sse=sse, model=guess.model)
+        reader = UsageReader(route.api.style, sse=sse, model=guess.model)
         response = web.StreamResponse(status=answer.status, headers=_downstream(answer.headers))
         counts: TokenCounts | None = None
         try:

@@ -1,6 +1,7 @@
 """What the gateway reads from, and says in, each API style: a request's estimate, the
-usage in an answer (a JSON body or a server-sent-event stream), the rate-limit headers,
-which errors are worth a retry, and the error body the style's clients print.
+one change it makes to a body, which errors are worth a retry, and the error body the
+style's clients print.  (An answer's usage is read by ``answers``, its rate-limit
+headers by ``ratelimits``.)
 
 Classification reads the body, not only the status, because the status lies both ways:
 Anthropic's monthly spend cap is a 429 ``rate_limit_error`` that no retry fixes
@@ -38,20 +39,6 @@ class Estimate:
     stream: bool
 
 
-@dataclass(frozen=True, slots=True)
-class TokenCounts:
-    """The usage an answer reported.  ``input_tokens`` are the uncached ones."""
-
-    model: str | None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    # The input tokens the API's own input limit counts: Anthropic leaves cache reads
-    # out of its input-tokens-per-minute limit; OpenAI and Gemini count the whole prompt.
-    paced_input_tokens: int = 0
-
-
 # The parts of a request body that are its prompt, per the styles' request shapes.
 _PROMPT_KEYS = ("system", "messages", "tools", "input", "prompt", "contents", "systemInstruction")
 # OpenAI: max_completion_tokens replaced max_tokens, and governs when both are sent.
@@ -59,14 +46,16 @@ _OUTPUT_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 _GEMINI_MODEL = re.compile(r"/models/([^/:?]+)")
 
 
-def _json(body: bytes) -> Any:
+def json_or_none(body: bytes) -> Any:
+    """The JSON in ``body``, or None if there is none."""
     try:
         return json.loads(body) if body else None
     except (ValueError, UnicodeDecodeError):
         return None
 
 
-def _int(value: Any) -> int | None:
+def count_or_none(value: Any) -> int | None:
+    """``value`` if it is a count (an int >= 0, not a bool)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
@@ -76,11 +65,11 @@ def estimate(style: Style, body: bytes, path: str) -> Estimate:
     for generated text estimates nothing: a body that is not a JSON object with a
     prompt (a GET, a model list), a token count (it produces nothing and has limits of
     its own), any request of the ``plain`` style."""
-    data = _json(body)
-    counting = path.split("?")[0].endswith(("/count_tokens", ":countTokens"))
+    data = json_or_none(body)
+    route = path.split("?")[0]
     if (
         style is Style.PLAIN
-        or counting
+        or route.endswith(("/count_tokens", ":countTokens"))
         or not isinstance(data, dict)
         or not any(key in data for key in _PROMPT_KEYS)
     ):
@@ -90,17 +79,17 @@ def estimate(style: Style, body: bytes, path: str) -> Estimate:
         for key in _PROMPT_KEYS
         if key in data
     )
-    output = next((_int(data.get(k)) for k in _OUTPUT_KEYS if _int(data.get(k)) is not None), None)
-    if path.split("?")[0].endswith(("/embeddings", ":embedContent", ":batchEmbedContents")):
-        output = 0  # an embedding's input is billed, nothing comes out
     config = data.get("generationConfig")
-    if output is None and isinstance(config, dict):
-        output = _int(config.get("maxOutputTokens"))
+    caps = [data.get(key) for key in _OUTPUT_KEYS]
+    caps.append(config.get("maxOutputTokens") if isinstance(config, dict) else None)
+    output = next((cap for cap in map(count_or_none, caps) if cap is not None), None)
+    if route.endswith(("/embeddings", ":embedContent", ":batchEmbedContents")):
+        output = 0  # an embedding's input is billed, nothing comes out
     model = data.get("model")
     if style is Style.GEMINI and not isinstance(model, str):
-        found = _GEMINI_MODEL.search(path)
+        found = _GEMINI_MODEL.search(route)
         model = found.group(1) if found else None
-    stream = data.get("stream") is True or path.split("?")[0].endswith(":streamGenerateContent")
+    stream = data.get("stream") is True or route.endswith(":streamGenerateContent")
     return Estimate(
         model=model if isinstance(model, str) else None,
         input_tokens=math.ceil(chars / 4),
@@ -116,7 +105,7 @@ def prepared(style: Style, path: str, body: bytes) -> bytes:
     ``choices``, which clients skip).  The Responses API reports usage unasked."""
     if style is not Style.OPENAI or not path.split("?")[0].endswith("/completions"):
         return body
-    data = _json(body)
+    data = json_or_none(body)
     if not isinstance(data, dict) or data.get("stream") is not True:
         return body
     options = data.get("stream_options")
@@ -125,139 +114,6 @@ def prepared(style: Style, path: str, body: bytes) -> bytes:
     kept = options if isinstance(options, dict) else {}
     data["stream_options"] = {**kept, "include_usage": True}
     return json.dumps(data, ensure_ascii=False).encode()
-
-
-class UsageReader:
-    """Reads the usage of one answer as its bytes pass by: a JSON body (buffered up to
-    ``LIMIT``) or an SSE stream (read event by event, nothing kept but the last line).
-    ``result`` is None when the answer reported no usage."""
-
-    LIMIT = 32 * 1024 * 1024
-
-    def __init__(self, style: Style, *, sse: bool, model: str | None) -> None:
-        self.style = style
-        self.sse = sse
-        self.model = model
-        self._buffer = bytearray()
-        self._data: list[bytes] = []
-        self._fields: dict[str, int] = {}
-        self._overflow = False
-
-    def feed(self, chunk: bytes) -> None:
-        if self.style is Style.PLAIN or self._overflow:
-            return
-        self._buffer += chunk
-        if not self.sse:
-            self._overflow = len(self._buffer) > self.LIMIT
-            return
-        *lines, rest = self._buffer.split(b"\n")
-        self._buffer = bytearray(rest)
-        for line in lines:
-            self._line(bytes(line.rstrip(b"\r")))
-        self._overflow = len(self._buffer) > self.LIMIT
-
-    def _line(self, line: bytes) -> None:
-        if not line:  # an event ends at a blank line
-            if self._data:
-                self._take(_json(b"\n".join(self._data)))
-            self._data = []
-        elif line.startswith(b"data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
-
-    def result(self) -> TokenCounts | None:
-        if self.style is Style.PLAIN or self._overflow:
-            return None
-        if self.sse:
-            self._line(b"")  # a stream cut before its last blank line
-        else:
-            data = _json(bytes(self._buffer))
-            # Gemini's streamGenerateContent without alt=sse is one JSON array.
-            for item in data if isinstance(data, list) else [data]:
-                self._take(item)
-        return _counts(self.style, self._fields, self.model) if self._fields else None
-
-    def _take(self, event: Any) -> None:
-        if not isinstance(event, dict):
-            return
-        if self.style is Style.ANTHROPIC:
-            self._anthropic(event)
-        elif self.style is Style.OPENAI:
-            # The Responses API nests its answer (and usage) in ``response``.
-            inner = event.get("response")
-            self._usage(inner if isinstance(inner, dict) else event, "usage", replace=True)
-        else:
-            self._usage(event, "usageMetadata", replace=True)
-            if isinstance(event.get("modelVersion"), str):
-                self.model = event["modelVersion"]
-
-    def _anthropic(self, event: Any) -> None:
-        kind = event.get("type")
-        if kind == "message_start" and isinstance(event.get("message"), dict):
-            self._usage(event["message"], "usage", replace=True)
-        elif kind == "message_delta":
-            # Counts in message_delta are cumulative: they replace the start's.
-            self._usage(event, "usage", replace=False)
-        elif kind == "message":  # a JSON (not streamed) answer
-            self._usage(event, "usage", replace=True)
-
-    def _usage(self, holder: dict[str, Any], key: str, *, replace: bool) -> None:
-        usage = holder.get(key)
-        if not isinstance(usage, dict):
-            return
-        if isinstance(holder.get("model"), str):
-            self.model = holder["model"]
-        found = dict(_flat(usage))
-        if replace:
-            self._fields = found
-        else:
-            self._fields.update(found)
-
-
-def _flat(usage: dict[str, Any], prefix: str = "") -> list[tuple[str, int]]:
-    """Usage fields as ``name`` / ``details.name`` -> count."""
-    pairs: list[tuple[str, int]] = []
-    for name, value in usage.items():
-        if isinstance(value, dict):
-            pairs += _flat(value, f"{prefix}{name}.")
-        elif _int(value) is not None:
-            pairs.append((prefix + name, value))
-    return pairs
-
-
-def _counts(style: Style, f: dict[str, int], model: str | None) -> TokenCounts:
-    if style is Style.ANTHROPIC:
-        fresh = f.get("input_tokens", 0)
-        written = f.get("cache_creation_input_tokens", 0)
-        return TokenCounts(
-            model=model,
-            input_tokens=fresh,
-            output_tokens=f.get("output_tokens", 0),
-            cache_read_tokens=f.get("cache_read_input_tokens", 0),
-            cache_write_tokens=written,
-            paced_input_tokens=fresh + written,
-        )
-    if style is Style.OPENAI:
-        # Chat completions say prompt/completion, the Responses API input/output; both
-        # count cached tokens inside the prompt.
-        prompt = f.get("prompt_tokens", f.get("input_tokens", 0))
-        cached = f.get("prompt_tokens_details.cached_tokens", 0) or f.get(
-            "input_tokens_details.cached_tokens", 0
-        )
-        output = f.get("completion_tokens", f.get("output_tokens", 0))
-    else:
-        prompt = f.get("promptTokenCount", 0)
-        cached = f.get("cachedContentTokenCount", 0)
-        # Thinking tokens are billed as output.
-        output = f.get("candidatesTokenCount", 0) + f.get("thoughtsTokenCount", 0)
-    cached = min(cached, prompt)
-    return TokenCounts(
-        model=model,
-        input_tokens=prompt - cached,
-        output_tokens=output,
-        cache_read_tokens=cached,
-        paced_input_tokens=prompt,
-    )
 
 
 # OpenAI's 429 codes that mean money, not speed (its spend-limits guide and the
@@ -277,7 +133,7 @@ _ANTHROPIC_SPEND = ("you have reached your specified api usage limits", "credit 
 
 def error_of(body: bytes) -> tuple[str, str, str]:
     """(type, code, message) of an error body in any style's shape ("" where absent)."""
-    data = _json(body)
+    data = json_or_none(body)
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
         return "", "", ""

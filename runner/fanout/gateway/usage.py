@@ -10,7 +10,8 @@ from ..errors import SpendStopped
 from ..events import Events
 from ..outcome import ApiUsage
 from ..spec.model import Api, Price
-from .styles import TokenCounts, error_of
+from .answers import TokenCounts
+from .styles import error_of
 
 
 def price_for(prices: Sequence[tuple[str, Price]], model: str | None) -> Price | None:
