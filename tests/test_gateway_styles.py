@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fanout.apistyles import Style
-from fanout.gateway import ratelimits, styles
+from fanout.gateway import forwarding, ratelimits, styles
 from fanout.gateway.answers import TokenCounts, UsageReader
 from fanout.gateway.limiter import Remaining
 from fanout.gateway.styles import Estimate, Verdict
@@ -516,3 +516,74 @@ def test_tokens_are_fresh_and_die_on_revoke() -> None:
     assert grants.holder(one) is None
     assert grants.revoke(one) == ()
     assert grants.holder(two) is not None
+
+
+# -- forwarding ---------------------------------------------------------------------------
+
+
+def test_what_goes_upstream_loses_tokens_and_hop_by_hop_headers_and_gains_the_key() -> None:
+    worker = [
+        ("Host", "127.0.0.1:4000"),
+        ("x-api-key", "tok"),
+        ("Authorization", "Bearer tok"),
+        ("Connection", "keep-alive, X-Secret-Hop"),
+        ("X-Secret-Hop", "1"),
+        ("Content-Length", "12"),
+        ("Accept-Encoding", "gzip, br"),
+        ("anthropic-beta", "a"),
+        ("anthropic-beta", "b"),
+        ("Transfer-Encoding", "chunked"),
+    ]
+    assert forwarding.upstream_headers(worker, Style.ANTHROPIC, "sk-real") == [
+        ("anthropic-beta", "a"),
+        ("anthropic-beta", "b"),
+        ("accept-encoding", "identity"),
+        ("x-api-key", "sk-real"),
+    ]
+    assert forwarding.upstream_headers(worker, Style.OPENAI, "sk-o")[-1] == (
+        "authorization",
+        "Bearer sk-o",
+    )
+    assert forwarding.upstream_headers(worker, Style.GEMINI, "g")[-1] == ("x-goog-api-key", "g")
+    assert forwarding.upstream_headers(worker, Style.ANTHROPIC, "")[-1] == (
+        "accept-encoding",
+        "identity",
+    )
+
+
+def test_what_comes_back_loses_framing_the_gateway_redoes() -> None:
+    answer = [
+        ("Content-Type", "text/event-stream"),
+        ("Content-Length", "9"),
+        ("Content-Encoding", "gzip"),
+        ("Transfer-Encoding", "chunked"),
+        ("request-id", "req_1"),
+        ("anthropic-ratelimit-requests-remaining", "4"),
+    ]
+    assert forwarding.downstream_headers(answer) == [
+        ("Content-Type", "text/event-stream"),
+        ("request-id", "req_1"),
+        ("anthropic-ratelimit-requests-remaining", "4"),
+    ]
+
+
+def test_the_upstream_url_keeps_its_path_and_the_query_all_but_key() -> None:
+    assert (
+        forwarding.upstream_url("https://h/base/", "v1/messages", "beta=true")
+        == "https://h/base/v1/messages?beta=true"
+    )
+    assert (
+        forwarding.upstream_url("https://h", "v1/a%2Fb", "key=t&alt=sse&x=%20")
+        == "https://h/v1/a%2Fb?alt=sse&x=%20"
+    )
+    assert forwarding.upstream_url("https://h", "v1/m", "key=t") == "https://h/v1/m"
+
+
+def test_a_token_is_looked_for_where_each_client_puts_it() -> None:
+    assert forwarding.tokens_offered(
+        {"x-api-key": "a", "authorization": "bearer b"}, "key=c%2Dd"
+    ) == ["a", "b", "c-d"]
+    assert forwarding.tokens_offered({"authorization": "Basic b", "x-goog-api-key": "g"}, "") == [
+        "g"
+    ]
+    assert forwarding.tokens_offered({}, "monkey=x") == []

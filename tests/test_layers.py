@@ -88,6 +88,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.ratelimits",
             "gateway.usage",
             "gateway.tokens",
+            "gateway.forwarding",
             "gateway.proxy",
             "gateway",
         ),

@@ -23,17 +23,16 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from ..apistyles import FACTS, Style
+from ..apistyles import Style
 from ..errors import SpendStopped
 from ..events import Events
 from ..spec.model import Api
-from . import ratelimits, styles
+from . import forwarding, ratelimits, styles
 from .answers import TokenCounts, UsageReader
 from .limiter import Limiter, Ticket
 from .styles import Estimate, Verdict
@@ -52,23 +51,6 @@ JITTER = 0.2
 UNCAPPED_OUTPUT = 4096
 # Agent requests carry whole conversations (Anthropic accepts up to 32 MB).
 MAX_BODY = 64 * 1024 * 1024
-_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-_AUTH = frozenset({"x-api-key", "authorization", "x-goog-api-key"})
-_NOT_UPSTREAM = _HOP | _AUTH | {"host", "content-length", "accept-encoding"}
-# The client session decompresses whatever the upstream sends despite "identity".
-_NOT_DOWNSTREAM = _HOP | {"content-length", "content-encoding"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -161,36 +143,8 @@ class Proxy:
         return await self._forward(request, route, grant, rest)
 
     def _holder(self, request: web.Request) -> Grant | None:
-        bearer = request.headers.get("authorization", "")
-        candidates = (
-            request.headers.get("x-api-key", ""),
-            bearer[7:].strip() if bearer[:7].lower() == "bearer " else "",
-            request.headers.get("x-goog-api-key", ""),
-            request.query.get("key", ""),
-        )
-        return next((g for c in candidates if c and (g := self.grants.holder(c))), None)
-
-    def _upstream(self, request: web.Request, route: Route, rest: str) -> tuple[URL, list[Any]]:
-        query = "&".join(
-            part
-            for part in request.query_string.split("&")
-            if part and part.split("=", 1)[0] != "key"
-        )
-        base = route.api.upstream.rstrip("/")
-        url = URL(f"{base}/{rest}" + (f"?{query}" if query else ""), encoded=True)
-        listed = {
-            token.strip().lower() for token in request.headers.get("connection", "").split(",")
-        }
-        headers: list[Any] = [
-            (k, v)
-            for k, v in request.headers.items()
-            if k.lower() not in _NOT_UPSTREAM and k.lower() not in listed
-        ]
-        headers.append(("accept-encoding", "identity"))  # so usage can be read on the way
-        if route.key:
-            facts = FACTS[route.api.style]
-            headers.append((facts.key_header, facts.key_prefix + route.key))
-        return url, headers
+        offered = forwarding.tokens_offered(request.headers, request.query_string)
+        return next((g for token in offered if (g := self.grants.holder(token))), None)
 
     async def _forward(
         self, request: web.Request, route: Route, grant: Grant, rest: str
@@ -199,7 +153,11 @@ class Proxy:
         body = await request.read()
         guess = styles.estimate(style, body, rest)
         body = styles.prepared(style, rest, body)
-        url, headers = self._upstream(request, route, rest)
+        url = URL(
+            forwarding.upstream_url(route.api.upstream, rest, request.query_string),
+            encoded=True,
+        )
+        headers = forwarding.upstream_headers(list(request.headers.items()), style, route.key)
         assert self.session is not None, "the gateway is not started"
         loop = asyncio.get_running_loop()
         backoff, sent, queued, throttles = BACKOFF_START, 0, 0.0, 0
@@ -271,7 +229,9 @@ class Proxy:
                 if len(route.key) >= 8:  # an upstream that echoes the key it refused
                     data = data.replace(route.key.encode(), b"[key]")
                 return web.Response(
-                    status=answer.status, headers=_downstream(answer.headers), body=data
+                    status=answer.status,
+                    headers=forwarding.downstream_headers(list(answer.headers.items())),
+                    body=data,
                 )
 
     async def _stream(
@@ -289,7 +249,10 @@ class Proxy:
         """Writes the answer to the worker as its chunks arrive, reading its usage."""
         sse = answer.content_type == "text/event-stream"
         reader = UsageReader(route.api.style, sse=sse, model=guess.model)
-        response = web.StreamResponse(status=answer.status, headers=_downstream(answer.headers))
+        response = web.StreamResponse(
+            status=answer.status,
+            headers=forwarding.downstream_headers(list(answer.headers.items())),
+        )
         counts: TokenCounts | None = None
         try:
             await response.prepare(request)
@@ -336,15 +299,6 @@ class Proxy:
             queued_seconds=queued,
             throttles=throttles,
         )
-
-
-def _downstream(headers: Mapping[str, str]) -> list[tuple[str, str]]:
-    listed = {token.strip().lower() for token in headers.get("connection", "").split(",")}
-    return [
-        (k, v)
-        for k, v in headers.items()
-        if k.lower() not in _NOT_DOWNSTREAM and k.lower() not in listed
-    ]
 
 
 def _said(exc: BaseException) -> str:
