@@ -1,0 +1,313 @@
+"""The gateway's HTTP side (aiohttp, server and client): one request from a worker,
+from its token to the upstream's last byte.
+
+``/<api>/<rest>?<query>`` goes to ``<upstream>/<rest>?<query>``.  On the way: the token
+is checked and swapped for the real key, the request waits its turn in the API's
+limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
+answer streams back chunk by chunk while its usage is read.  What the gateway answers
+itself is shaped as the style's own errors, so agents print the message: 401 for a
+token that is not (or no longer) valid, 400 once the run's budget for the API is spent
+(never a 429 or 529: agents retry those), 404 for an API the job does not have, 502
+when the upstream cannot be reached.
+
+Counting: ``requests`` counts every request sent upstream, a retried one each time
+(as the upstream's own tally does); ``throttles`` the 429/529 answers absorbed.  An
+answer that reports no usage counts no tokens and costs nothing, and its reservation
+stays in the limiter's windows (the upstream may well have counted it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from ..apistyles import Style
+from ..errors import SpendStopped
+from ..events import Events
+from ..spec.model import Api
+from . import forwarding, ratelimits, styles
+from .answers import TokenCounts, UsageReader
+from .limiter import Limiter, Ticket
+from .styles import Estimate, Verdict
+from .tokens import Grant, Grants
+from .usage import Accounts
+
+# Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, JITTER)), the backoff
+# doubling from BACKOFF_START to BACKOFF_MAX.  The jitter spreads the retries of many
+# waiting requests apart after a pause ends.
+BACKOFF_START = 1.0
+BACKOFF_MAX = 60.0
+JITTER = 0.2
+# A request without a cap on its output reserves this much of an output-tokens window
+# (the common default cap of agent CLIs) until its usage replaces the reservation;
+# reserving the whole window instead would run such requests one per window.
+UNCAPPED_OUTPUT = 4096
+# Agent requests carry whole conversations (Anthropic accepts up to 32 MB).
+MAX_BODY = 64 * 1024 * 1024
+
+
+@dataclass(kw_only=True, slots=True)
+class Route:
+    """One API's state in the gateway."""
+
+    api: Api
+    key: str
+    limiter: Limiter
+
+
+class Proxy:
+    """Serves the workers' requests; ``Gateway`` owns its socket and lifetime."""
+
+    def __init__(
+        self,
+        apis: Sequence[Api],
+        keys: Mapping[str, str],
+        *,
+        events: Events,
+        stop: Callable[[SpendStopped], None],
+        rng: random.Random,
+    ) -> None:
+        self.routes = {
+            api.name: Route(
+                api=api,
+                key=keys.get(api.name, ""),
+                limiter=Limiter(
+                    requests=api.requests,
+                    input_tokens=api.input_tokens,
+                    output_tokens=api.output_tokens,
+                    max_in_flight=api.max_in_flight,
+                ),
+            )
+            for api in apis
+        }
+        self.grants = Grants([api.name for api in apis])
+        self.accounts = Accounts(apis, events=events, stop=stop)
+        self.events = events
+        self.rng = rng
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    def open_session(self) -> None:
+        self.session = aiohttp.ClientSession(
+            # No total: an agent's stream may run for many minutes.  A silent upstream
+            # is cut after 10 minutes (Claude Code's own request timeout).
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=600),
+            connector=aiohttp.TCPConnector(limit=0),  # the limiters decide concurrency
+            # No proxy or netrc from the environment: nothing may add credentials.
+            trust_env=False,
+            # No cookies kept: one attempt's would go out with every other's requests.
+            # A worker's own cookies pass through both ways, as its other headers do.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=True,
+        )
+
+    async def close_session(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- one request ------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "HEAD":  # Claude Code's connectivity pre-check
+            return web.Response(status=200)
+        # raw_path: the path as sent (with its query), so the upstream gets it unchanged.
+        name, _, rest = request.raw_path.partition("?")[0].lstrip("/").partition("/")
+        route = self.routes.get(name)
+        if route is None:
+            known = ", ".join(self.routes) or "none"
+            message = f"fanout gateway: no API named {name!r} here (the job's APIs: {known})"
+            return _error(Style.PLAIN, 404, "not_found", message)
+        style = route.api.style
+        grant = self._holder(request)
+        if grant is None:
+            message = (
+                f"fanout gateway: api {name}: this token is not valid"
+                " (its attempt has ended, or it was never issued)"
+            )
+            return _error(style, 401, "auth", message)
+        refused = self.accounts.refused.get(name)
+        if refused is not None:  # never a 429 or 529: agents would retry those
+            return _error(style, 400, "invalid", refused)
+        return await self._forward(request, route, grant, rest)
+
+    def _holder(self, request: web.Request) -> Grant | None:
+        offered = forwarding.tokens_offered(request.headers, request.query_string)
+        return next((g for token in offered if (g := self.grants.holder(token))), None)
+
+    async def _forward(
+        self, request: web.Request, route: Route, grant: Grant, rest: str
+    ) -> web.StreamResponse:
+        style = route.api.style
+        body = await request.read()
+        guess = styles.estimate(style, body, rest)
+        body = styles.prepared(style, rest, body)
+        url = URL(
+            forwarding.upstream_url(route.api.upstream, rest, request.query_string),
+            encoded=True,
+        )
+        headers = forwarding.upstream_headers(list(request.headers.items()), style, route.key)
+        assert self.session is not None, "the gateway is not started"
+        loop = asyncio.get_running_loop()
+        backoff, sent, queued, throttles = BACKOFF_START, 0, 0.0, 0
+        while True:
+            ticket = await route.limiter.admit(
+                input_tokens=guess.input_tokens,
+                output_tokens=UNCAPPED_OUTPUT
+                if guess.output_tokens is None
+                else guess.output_tokens,
+            )
+            queued += ticket.queued
+            refused = self.accounts.refused.get(route.api.name)
+            if refused is not None:  # the budget was spent while this one waited
+                route.limiter.settle(ticket, input_tokens=0, output_tokens=0)
+                self._account(route, grant, None, sent, queued, throttles)
+                return _error(style, 400, "invalid", refused)
+            try:
+                answer = await self.session.request(
+                    request.method, url, headers=headers, data=body or None, allow_redirects=False
+                )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                route.limiter.release(ticket)
+                self._account(route, grant, None, sent, queued, throttles)
+                message = (
+                    f"fanout gateway: api {route.api.name}: the upstream did not answer"
+                    f" ({_said(exc)})"
+                )
+                return _error(style, 502, "upstream", message)
+            except BaseException:
+                route.limiter.release(ticket)
+                raise
+            sent += 1
+            async with answer:
+                now = datetime.now(UTC)
+                told = ratelimits.remaining(answer.headers, now)
+                if told is not None:
+                    route.limiter.observe(told)
+                if answer.status < 400:
+                    return await self._stream(
+                        request, answer, route, grant, ticket, guess, sent, queued, throttles
+                    )
+                try:
+                    data = await answer.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    data = b""
+                finally:
+                    route.limiter.release(ticket)
+                verdict = styles.classify(style, answer.status, data)
+                if verdict is Verdict.RETRY:
+                    wait = ratelimits.retry_after(answer.headers, now)
+                    pause = max(wait or 0.0, backoff) * (1 + self.rng.uniform(0, JITTER))
+                    if loop.time() + pause < grant.deadline:
+                        throttles += 1
+                        route.limiter.pause(pause)
+                        self.events.emit(
+                            "api.throttled",
+                            api=route.api.name,
+                            unit=grant.unit,
+                            attempt=grant.attempt,
+                            status=answer.status,
+                            retryAfter=wait,
+                            pause=round(pause, 3),
+                        )
+                        backoff = min(backoff * 2, BACKOFF_MAX)
+                        continue
+                self._account(route, grant, None, sent, queued, throttles)
+                if verdict is Verdict.SPEND:
+                    self.accounts.upstream_refused(route.api.name, answer.status, data)
+                if len(route.key) >= 8:  # an upstream that echoes the key it refused
+                    data = data.replace(route.key.encode(), b"[key]")
+                return web.Response(
+                    status=answer.status,
+                    headers=forwarding.downstream_headers(list(answer.headers.items())),
+                    body=data,
+                )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        answer: aiohttp.ClientResponse,
+        route: Route,
+        grant: Grant,
+        ticket: Ticket,
+        guess: Estimate,
+        sent: int,
+        queued: float,
+        throttles: int,
+    ) -> web.StreamResponse:
+        """Writes the answer to the worker as its chunks arrive, reading its usage."""
+        sse = answer.content_type == "text/event-stream"
+        reader = UsageReader(route.api.style, sse=sse, model=guess.model)
+        response = web.StreamResponse(
+            status=answer.status,
+            headers=forwarding.downstream_headers(list(answer.headers.items())),
+        )
+        counts: TokenCounts | None = None
+        try:
+            await response.prepare(request)
+            try:
+                async for chunk in answer.content.iter_any():
+                    reader.feed(chunk)
+                    await response.write(chunk)
+            except (aiohttp.ClientError, TimeoutError):
+                # Cut mid-answer: the worker's connection is dropped after what arrived,
+                # so its client sees a broken stream, not a whole answer that is half.
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            await response.write_eof()
+        except ConnectionResetError:  # the worker went away
+            pass
+        finally:
+            counts = reader.result()
+            if counts is None:
+                route.limiter.release(ticket)
+            else:
+                route.limiter.settle(
+                    ticket,
+                    input_tokens=counts.paced_input_tokens,
+                    output_tokens=counts.output_tokens,
+                )
+            self._account(route, grant, counts, sent, queued, throttles)
+        return response
+
+    def _account(
+        self,
+        route: Route,
+        grant: Grant,
+        counts: TokenCounts | None,
+        sent: int,
+        queued: float,
+        throttles: int,
+    ) -> None:
+        self.accounts.add(
+            route.api.name,
+            counts,
+            grant.ledger,
+            requests=sent,
+            queued_seconds=queued,
+            throttles=throttles,
+        )
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _error(style: Style, status: int, kind: str, message: str) -> web.Response:
+    return web.Response(
+        status=status,
+        body=styles.error_body(style, status, kind, message),
+        content_type="application/json",
+    )
