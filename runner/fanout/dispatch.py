@@ -308,6 +308,11 @@ async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
     finally:
         usage = gateway.revoke(token)
         ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
+    if gateway.stopped is not None and result.status is not Status.SUCCEEDED:
+        # Money ran out under it (its requests got the gateway's refusal): not the
+        # unit's failure, so no rung is used and the resumed run runs it again.
+        reason = f"stopped for money: {gateway.stopped}"
+        return replace(result, status=Status.INTERRUPTED, reason=reason, usage=usage)
     return replace(result, usage=usage)
 
 

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import EnvironmentProblem, HostsUnavailable, InputFailed, JobError, StateError
+from .errors import (
+    EnvironmentProblem,
+    HostsUnavailable,
+    InputFailed,
+    JobError,
+    SpendStopped,
+    StateError,
+)
 from .events import Events
 from .journal import Journal
 from .limits import Gate, OpenGate
@@ -83,5 +90,6 @@ def _kind(error: Exception) -> str:
         (HostsUnavailable, "no usable host"),
         (EnvironmentProblem, "an environment problem"),
         (StateError, "a state error"),
+        (SpendStopped, "money (a budget or the API's spend limit)"),
     )
     return next((name for kind, name in kinds if isinstance(error, kind)), "an error")
