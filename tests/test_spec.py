@@ -234,3 +234,30 @@ def test_throttle_patterns_are_compiled_once_when_the_job_is_loaded(tmp_path: Pa
         "rate.limit",
         "(?i)slow down",
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("CRM_API_TOKEN", True),
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("APIKEY", True),
+        ("DB_PASSWORD", True),
+        ("GOOGLE_CREDENTIALS", True),
+        # Words inside words are not the words: what agent CLIs read as plain settings.
+        ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", False),
+        ("MAX_THINKING_TOKENS", False),
+        ("SECRETARY_NAME", False),
+    ],
+)
+def test_an_env_value_is_refused_only_under_a_name_whose_words_say_secret(
+    tmp_path: Path, name: str, secret: bool
+) -> None:
+    job_file = write_job(tmp_path, MINIMAL + f'env = {{ {name} = "4096" }}\n')
+    if not secret:
+        assert dict(spec.load(job_file).task.env).keys() == {name}
+        return
+    with pytest.raises(JobError) as caught:
+        spec.load(job_file)
+    assert f"task.env.{name}: {name!r} looks like a secret" in str(caught.value)

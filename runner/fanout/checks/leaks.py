@@ -21,7 +21,12 @@ _SECRET_FORMATS = (
     (re.compile(r"AIza[0-9A-Za-z_-]{35}"), "a Google API key"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
 )
-_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+# A name whose words (between underscores) say it holds a secret: CRM_API_TOKEN, not
+# CLAUDE_CODE_MAX_OUTPUT_TOKENS, a number that agents read (a word inside a word is
+# not the word).
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIALS?)(?:_|$)", re.I
+)
 
 
 def check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
