@@ -686,3 +686,26 @@ def test_the_live_display_of_a_recorded_event_log_reads_as_its_golden_file() -> 
 def test_the_log_lines_of_a_recorded_event_log_read_as_their_golden_file() -> None:
     expected = (DATA / "golden" / "progress-plain.txt").read_text(encoding="utf-8")
     assert _plain_rendering() == expected
+
+
+def test_a_log_says_what_the_gateway_absorbed_and_what_it_cannot_price() -> None:
+    out = StringIO()
+    display = Display(Console(file=out, width=200), live=False)
+    display(
+        {
+            "event": "api.throttled",
+            "api": "anthropic",
+            "unit": "u7",
+            "attempt": 1,
+            "status": 429,
+            "retryAfter": 3.0,
+            "pause": 3.4,
+        }
+    )
+    display({"event": "api.unpriced", "api": "anthropic", "model": "claude-haiku-9"})
+    shown = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert shown == [
+        "api anthropic: 429 for u7, paused 3.4s and retried (the worker does not see it)",
+        "api anthropic: no price matches model claude-haiku-9: its tokens cost $0 in the"
+        " report and the budget (add it to [[apis]] prices)",
+    ]

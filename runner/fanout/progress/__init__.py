@@ -270,5 +270,23 @@ class Display:
             "yellow",
         )
 
+    def _on_api_throttled(self, event: dict[str, Any]) -> None:
+        # The gateway absorbed it (the worker never sees it): said only when asked, or
+        # in a log, where a run slower than planned should say why.
+        if self.verbose or not self.live_mode:
+            self._line(
+                f"api {event['api']}: {event['status']} for {event['unit']}, paused"
+                f" {format_duration(event['pause'])} and retried (the worker does not see it)",
+                "yellow",
+            )
+
+    def _on_api_unpriced(self, event: dict[str, Any]) -> None:
+        model = event.get("model") or "(no model named)"
+        self._line(
+            f"api {event['api']}: no price matches model {model}: its tokens cost $0 in the"
+            " report and the budget (add it to [[apis]] prices)",
+            "yellow",
+        )
+
     def _on_notice(self, event: dict[str, Any]) -> None:
         self._line(event["message"], "yellow")
