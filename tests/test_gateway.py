@@ -21,7 +21,7 @@ from fanout.errors import FanoutError, SpendStopped
 from fanout.events import Events
 from fanout.gateway import Gateway
 from fanout.outcome import ApiUsage
-from fanout.spec.model import Api, Price
+from fanout.spec.model import Api, Price, Window
 
 from mockapi import Fault, MockApi, MockConfig, Usage
 
@@ -548,3 +548,16 @@ async def test_a_stream_the_upstream_cuts_reaches_the_worker_cut() -> None:
                 await answer.read()
         (usage,) = r.gateway.revoke(token)  # what message_start said is counted
         assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 12, 1)
+
+
+async def test_concurrent_workers_never_put_more_than_the_limit_in_any_window() -> None:
+    # The mock enforces the same limit: one request too many would meet its 429.
+    config = MockConfig(require_key=KEY, limit=2, window=1.0)
+    async with rig(config, requests=Window(limit=2, per=1.0)) as r:
+        tokens = [r.token() for _ in range(3)]
+        answers = await asyncio.gather(*(r.post(t, message()) for t in tokens for _ in range(2)))
+        assert [a[0] for a in answers] == [200] * 6
+        assert [s.status for s in r.mock.posts()] == [200] * 6
+        assert r.mock.max_in_window(1.0) == 2
+        used = [r.gateway.revoke(t) for t in tokens]
+        assert [(u.requests, u.throttles) for (u,) in used] == [(2, 0)] * 3
