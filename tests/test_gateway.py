@@ -561,3 +561,18 @@ async def test_concurrent_workers_never_put_more_than_the_limit_in_any_window() 
         assert r.mock.max_in_window(1.0) == 2
         used = [r.gateway.revoke(t) for t in tokens]
         assert [(u.requests, u.throttles) for (u,) in used] == [(2, 0)] * 3
+
+
+async def test_once_the_budget_is_spent_a_request_is_refused_without_queueing() -> None:
+    release = asyncio.Event()
+    config = MockConfig(require_key=KEY, before_last_event=release.wait)
+    async with rig(config, budget_usd=5.0, max_in_flight=1) as r:
+        token = r.token()
+        first = asyncio.create_task(r.post(token, message(stream=True)))
+        await wait_until(lambda: len(r.mock.posts()) == 1)
+        r.gateway.restore({"anthropic": 5.0})
+        # The only slot is taken: a refusal that queued for it would wait for ever.
+        status, _, _ = await asyncio.wait_for(r.post(token, message()), 30)
+        assert (status, waiting(r)) == (400, 0)
+        release.set()
+        assert (await first)[0] == 200
