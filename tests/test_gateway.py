@@ -21,7 +21,7 @@ from fanout.errors import FanoutError, SpendStopped
 from fanout.events import Events
 from fanout.gateway import Gateway
 from fanout.outcome import ApiUsage
-from fanout.spec.model import Api, Price
+from fanout.spec.model import Api, Price, Window
 
 from mockapi import Fault, MockApi, MockConfig, Usage
 
@@ -548,3 +548,31 @@ async def test_a_stream_the_upstream_cuts_reaches_the_worker_cut() -> None:
                 await answer.read()
         (usage,) = r.gateway.revoke(token)  # what message_start said is counted
         assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 12, 1)
+
+
+async def test_concurrent_workers_never_put_more_than_the_limit_in_any_window() -> None:
+    # The mock enforces the same limit: one request too many would meet its 429.
+    config = MockConfig(require_key=KEY, limit=2, window=1.0)
+    async with rig(config, requests=Window(limit=2, per=1.0)) as r:
+        tokens = [r.token() for _ in range(3)]
+        answers = await asyncio.gather(*(r.post(t, message()) for t in tokens for _ in range(2)))
+        assert [a[0] for a in answers] == [200] * 6
+        assert [s.status for s in r.mock.posts()] == [200] * 6
+        assert r.mock.max_in_window(1.0) == 2
+        used = [r.gateway.revoke(t) for t in tokens]
+        assert [(u.requests, u.throttles) for (u,) in used] == [(2, 0)] * 3
+
+
+async def test_once_the_budget_is_spent_a_request_is_refused_without_queueing() -> None:
+    release = asyncio.Event()
+    config = MockConfig(require_key=KEY, before_last_event=release.wait)
+    async with rig(config, budget_usd=5.0, max_in_flight=1) as r:
+        token = r.token()
+        first = asyncio.create_task(r.post(token, message(stream=True)))
+        await wait_until(lambda: len(r.mock.posts()) == 1)
+        r.gateway.restore({"anthropic": 5.0})
+        # The only slot is taken: a refusal that queued for it would wait for ever.
+        status, _, _ = await asyncio.wait_for(r.post(token, message()), 30)
+        assert (status, waiting(r)) == (400, 0)
+        release.set()
+        assert (await first)[0] == 200
