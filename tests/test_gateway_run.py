@@ -127,6 +127,19 @@ def test_a_paced_run_stays_under_the_upstreams_limit_and_reports_its_tally(
     )
     assert api["throttles"] == 0
     assert [u["usage"][0]["requests"] for u in report["units"]] == [2] * 8
+    # What a reviewer reads: the API's line, and each unit's share in the units table.
+    (markdown,) = (tmp_path / ".fanout" / "runs").glob("*/report.md")
+    lines = markdown.read_text().splitlines()
+    at = lines.index("### API usage")
+    assert lines[at + 2 : at + 5] == [
+        "| api | requests | input tokens | output tokens | cache read / write | cost"
+        " | queued | throttles absorbed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| anthropic | 16 | 480 | 80 | 0 / 0 | $0.0000 | {lines[at + 4].split(' | ')[6]} | 0 |",
+    ]
+    assert [line.split(" | ")[-3:] for line in lines if line.startswith("| <code>u")] == [
+        ["2", "60 / 10", "$0.0000 |"]
+    ] * 8
     assert [u["usage"][0]["inputTokens"] for u in report["units"]] == [60] * 8
     # The key: the upstream saw it, nothing a worker got or fanout wrote holds it.
     runs = tmp_path / ".fanout"
@@ -202,7 +215,7 @@ def test_a_budget_stops_new_starts_and_the_run_resumes_when_given_more(
     ran = cli("run", str(job))
     assert ran.code == 7, ran.out + ran.err
     assert ran.err.splitlines()[-2:] == [
-        "api anthropic: the run's budget of $0.05 is spent ($0.0510 used); raise [[apis]]"
+        "api anthropic: the run's budget of $0.0500 is spent ($0.0510 used); raise [[apis]]"
         " budget and `fanout run` continues",
         f"run {_report(tmp_path)['run']} stopped; `fanout run {job}` continues it",
     ]

@@ -10,12 +10,7 @@ from typing import Any
 
 from . import safetext
 from .quantities import format_duration
-
-
-def usd(amount: float) -> str:
-    """Dollars to the cent, or to a hundredth of a cent below one dollar (a unit's
-    few requests cost fractions of a cent)."""
-    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+from .quantities import usd_text as usd
 
 
 def markdown(apis: Sequence[dict[str, Any]]) -> list[str]:

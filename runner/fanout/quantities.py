@@ -96,3 +96,9 @@ def size_text(size: int) -> str:
         if size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size}B"
+
+
+def usd_text(amount: float) -> str:
+    """Dollars to the cent, or to a hundredth of a cent below one dollar (a unit's few
+    requests cost fractions of a cent, and "$0.05 of $0.05" would hide an overrun)."""
+    return f"${amount:,.4f}" if abs(amount) < 1 else f"${amount:,.2f}"

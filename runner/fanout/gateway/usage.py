@@ -9,6 +9,7 @@ from fnmatch import fnmatchcase
 from ..errors import SpendStopped
 from ..events import Events
 from ..outcome import ApiUsage
+from ..quantities import usd_text
 from ..spec.model import Api, Price
 from .answers import TokenCounts
 from .styles import error_of
@@ -140,7 +141,8 @@ class Accounts:
         spent = self.restored.get(name, 0.0) + self.ledger.of(name).cost_usd
         if spent >= budget:
             self.refused[name] = (
-                f"api {name}: the run's budget of ${budget:.2f} is spent (${spent:.2f} used);"
+                f"api {name}: the run's budget of {usd_text(budget)} is spent"
+                f" ({usd_text(spent)} used);"
                 " raise [[apis]] budget and `fanout run` continues"
             )
             self._stopped(name, self.refused[name])
