@@ -12,6 +12,8 @@ Claude Code CLI runs the same locally and over SSH in test_gateway_claude.py."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,23 +103,48 @@ def keyed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FANOUT_TEST_ANTHROPIC_KEY", KEY)
 
 
+def _on_a_host(ssh_pool: Any, directory: Path) -> tuple[str, Path]:
+    """The runtime lines that put a job on one real sshd host, and the host's disk."""
+    server = ssh_pool.add("h1")
+    root = ssh_pool.base / "sandboxes"
+    root.mkdir(mode=0o777)
+    root.chmod(0o777)
+    (directory / "hosts.toml").write_text(
+        f'[[hosts]]\nname = "h1"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{root}"\nslots = 4\n'
+    )
+    config = Path(os.environ["HOME"]) / ".config" / "fanout"
+    config.mkdir(parents=True)
+    shutil.copy(ssh_pool.known_hosts, config / "known_hosts")
+    return 'hosts = "hosts.toml"', ssh_pool.base
+
+
+@pytest.mark.parametrize("where", ["local", "ssh"])
 def test_a_paced_run_stays_under_the_upstreams_limit_and_reports_its_tally(
-    mock_api: MockApi, tmp_path: Path, keyed: None
+    mock_api: MockApi, tmp_path: Path, keyed: None, where: str, request: pytest.FixtureRequest
 ) -> None:
     # 8 units of 2 requests under 4 requests a second: the gateway paces the requests,
     # not the tasks.  The mock's own window is 0.9 s where the gateway's is 1 s: the
     # tenth covers the time from admission to arrival on a loaded machine (the gateway
     # allows 50 ms for it), so a 429 here is the gateway's fault, not the scheduler's.
     mock_api.configure(limit=4, window=0.9, require_key=KEY, usage=Usage(input_tokens=30))
-    job = _job(tmp_path, 8, requests=4, per="1s", upstream=mock_api.url)
+    runtime, host_disk = "", None
+    if where == "ssh":
+        runtime, host_disk = _on_a_host(request.getfixturevalue("ssh_pool"), tmp_path)
+    job = _job(tmp_path, 8, requests=4, per="1s", upstream=mock_api.url, runtime_more=runtime)
     ran = cli("run", str(job))
     assert ran.code == 0, ran.out + ran.err
+    if host_disk is not None:  # the key is not on the host's disk either
+        assert _files_holding(host_disk, KEY) == []
+        assert sorted((host_disk / "sandboxes").iterdir()) == []
     posts = mock_api.posts()
     assert [p.status for p in posts] == [200] * 16  # no 429 was ever answered
     assert mock_api.max_in_window(0.9) <= 4
     assert {p.key for p in posts} == {KEY}
     report = _report(tmp_path)
     assert report["totals"] == {"succeeded": 8}
+    assert [h["host"] for h in report["hosts"]] == (["h1"] if where == "ssh" else [])
     (api,) = report["apis"]
     tally = mock_api.tally()
     assert (api["requests"], api["inputTokens"], api["outputTokens"]) == (
