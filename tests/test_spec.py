@@ -261,3 +261,13 @@ def test_an_env_value_is_refused_only_under_a_name_whose_words_say_secret(
     with pytest.raises(JobError) as caught:
         spec.load(job_file)
     assert f"task.env.{name}: {name!r} looks like a secret" in str(caught.value)
+
+
+def test_a_limit_name_declared_twice_is_located_at_the_second(tmp_path: Path) -> None:
+    limits = '[[limits]]\nname = "api"\nrequests = 5\nper = "1m"\n'
+    job_file = write_job(tmp_path, MINIMAL + limits + limits)
+    with pytest.raises(JobError) as caught:
+        spec.load(job_file)
+    assert str(caught.value) == (
+        f"{job_file}:12:8: limits[1].name: limit 'api' is already declared by limits[0]"
+    )

@@ -28,7 +28,7 @@ from ..templates import (
 )
 from ..tomlpos import KeyPath
 from . import apis, leaks, paths
-from .context import Context, list_of, strings, table_of
+from .context import Context, list_of, repeated_names, strings, table_of
 
 __all__ = ["Context", "check_job", "schema_values"]
 
@@ -266,14 +266,8 @@ def _check_limits(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 )
             )
         if isinstance(name, str):
-            if name in names:
-                problems.append(
-                    ctx.at_value(
-                        ("limits", index, "name"),
-                        f"limit {name!r} is already declared by limits[{names[name]}]",
-                    )
-                )
             names.setdefault(name, index)
+    problems += repeated_names(doc, "limits", "limit", ctx)
     wanted = table_of(doc, "task").get("limits")
     if isinstance(wanted, list):
         for index, name in enumerate(wanted):

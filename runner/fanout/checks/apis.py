@@ -11,7 +11,7 @@ from typing import Any
 from ..apistyles import FACTS, Style
 from ..errors import Problem
 from ..tomlpos import KeyPath
-from .context import Context, list_of, table_of
+from .context import Context, list_of, repeated_names, table_of
 
 # The keys a style that reads no usage cannot keep: nothing would count the tokens
 # or the cost, so a token window would only ever hold estimates and a budget would
@@ -31,18 +31,8 @@ def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     if not apis:
         return []
     problems = _check_network(doc, ctx)
-    names: dict[str, int] = {}
+    problems += repeated_names(doc, "apis", "api", ctx)
     for index, api in apis:
-        name = api.get("name")
-        if isinstance(name, str):
-            if name in names:
-                problems.append(
-                    ctx.at_value(
-                        ("apis", index, "name"),
-                        f"api {name!r} is already declared by apis[{names[name]}]",
-                    )
-                )
-            names.setdefault(name, index)
         problems += _check_upstream(api, index, ctx)
         problems += _check_style(api, index, ctx)
         if "budget" in api and "prices" not in api and api.get("style") != Style.PLAIN:

@@ -46,6 +46,22 @@ class Context:
         )
 
 
+def repeated_names(doc: Any, key: str, noun: str, ctx: Context) -> list[Problem]:
+    """A problem at each entry of the array of tables ``doc[key]`` whose ``name`` an
+    earlier entry has already: "limit 'x' is already declared by limits[0]"."""
+    problems = []
+    first: dict[str, int] = {}
+    for index, entry in enumerate(list_of(doc, key)):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in first:
+            message = f"{noun} {name!r} is already declared by {key}[{first[name]}]"
+            problems.append(ctx.at_value((key, index, "name"), message))
+        first.setdefault(name, index)
+    return problems
+
+
 def strings(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, str]]:
     """Every string in a TOML value, with its key path."""
     if isinstance(value, str):
