@@ -191,6 +191,22 @@ class Pool:
         }
         return Host(**values)
 
+    def inventory(self, directory: Path, server: Sshd, *, slots: int = 4) -> Path:
+        """A hosts.toml in ``directory`` naming ``server`` (as ``host`` does), and the
+        pool's known hosts where fanout looks for them under the test's HOME: what a
+        job's ``runtime.hosts = "hosts.toml"`` needs to run there."""
+        host = self.host(server, slots=slots)
+        path = directory / "hosts.toml"
+        path.write_text(
+            f'[[hosts]]\nname = "{host.name}"\naddress = "{host.address}"\nport = {host.port}\n'
+            f'user = "{host.user}"\nidentity = "{host.identity}"\n'
+            f'sandboxRoot = "{host.sandbox_root}"\nslots = {host.slots}\n'
+        )
+        config = Path(os.environ["HOME"]) / ".config" / "fanout"
+        config.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.known_hosts, config / "known_hosts")
+        return path
+
     def trust(self, server: Sshd) -> None:
         with self.known_hosts.open("a") as stream:
             stream.write(server.known_hosts_line + "\n")

@@ -11,7 +11,6 @@ the upstream's tally."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -121,18 +120,8 @@ def test_the_claude_cli_runs_units_through_the_gateway_in_bwrap(
 def test_the_claude_cli_runs_units_through_the_gateway_on_an_ssh_host(
     claude_cli: Path, claude_mock: MockApi, tmp_path: Path, ssh_pool: Any
 ) -> None:
-    server = ssh_pool.add("h1")
+    ssh_pool.inventory(tmp_path, ssh_pool.add("h1"), slots=3)
     root = ssh_pool.base / "sandboxes"
-    root.mkdir(mode=0o777)
-    root.chmod(0o777)
-    (tmp_path / "hosts.toml").write_text(
-        f'[[hosts]]\nname = "h1"\naddress = "127.0.0.1"\nport = {server.port}\n'
-        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
-        f'sandboxRoot = "{root}"\nslots = 3\n'
-    )
-    config = Path(os.environ["HOME"]) / ".config" / "fanout"
-    config.mkdir(parents=True)
-    shutil.copy(ssh_pool.known_hosts, config / "known_hosts")
     job = _job(tmp_path, claude_cli, claude_mock.url, 'hosts = "hosts.toml"')
     ran = cli("run", str(job))
     assert ran.code == 0, ran.out + ran.err

@@ -12,8 +12,6 @@ Claude Code CLI runs the same locally and over SSH in test_gateway_claude.py."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,19 +102,8 @@ def keyed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _on_a_host(ssh_pool: Any, directory: Path) -> tuple[str, Path]:
-    """The runtime lines that put a job on one real sshd host, and the host's disk."""
-    server = ssh_pool.add("h1")
-    root = ssh_pool.base / "sandboxes"
-    root.mkdir(mode=0o777)
-    root.chmod(0o777)
-    (directory / "hosts.toml").write_text(
-        f'[[hosts]]\nname = "h1"\naddress = "127.0.0.1"\nport = {server.port}\n'
-        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
-        f'sandboxRoot = "{root}"\nslots = 4\n'
-    )
-    config = Path(os.environ["HOME"]) / ".config" / "fanout"
-    config.mkdir(parents=True)
-    shutil.copy(ssh_pool.known_hosts, config / "known_hosts")
+    """The runtime line that puts a job on one real sshd host, and the host's disk."""
+    ssh_pool.inventory(directory, ssh_pool.add("h1"))
     return 'hosts = "hosts.toml"', ssh_pool.base
 
 
