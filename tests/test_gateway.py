@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from fanout.apistyles import FACTS, Style
 from fanout.errors import FanoutError, SpendStopped
 from fanout.events import Events
 from fanout.gateway import Gateway
+from fanout.gateway.limiter import Limiter
 from fanout.outcome import ApiUsage
 from fanout.spec.model import Api, Price, Window
 
@@ -576,3 +578,20 @@ async def test_once_the_budget_is_spent_a_request_is_refused_without_queueing() 
         assert (status, waiting(r)) == (400, 0)
         release.set()
         assert (await first)[0] == 200
+
+
+async def test_each_request_sent_upstream_tells_its_limiter_when_it_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The windows count a request from when its headers left (Limiter.sent), a retry
+    # after a 429 from its own sending.
+    sent: list[float] = []
+    monkeypatch.setattr(Limiter, "sent", lambda self, ticket: sent.append(time.monotonic()))
+    async with rig() as r:
+        r.mock.script(Fault.RATE_LIMIT, retry_after=0.2)
+        status, _, _ = await r.post(r.token(), message())
+        assert status == 200
+        refused, accepted = r.mock.posts()
+        assert len(sent) == 2
+        assert sent[0] <= refused.at
+        assert refused.at < sent[1] <= accepted.at

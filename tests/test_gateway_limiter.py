@@ -349,3 +349,14 @@ async def test_an_injected_clock_sets_the_windows_and_the_loop_runs_the_timers()
     ticket = await _within(limiter.admit(input_tokens=0, output_tokens=0))
     assert round(ticket.queued, 6) == 10.05
     assert _now() == 10.05
+
+
+async def test_a_request_counts_from_when_it_was_sent_not_from_its_admission() -> None:
+    # Admitted at 0 but sent at 0.5 (the loop was busy): the next of a one-per-10-s
+    # window may reach the upstream no sooner than 10 s after the first did.
+    limiter = _limiter(requests=_w(1, 10))
+    ticket = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    await asyncio.sleep(0.5)
+    limiter.sent(ticket)
+    limiter.settle(ticket, input_tokens=0, output_tokens=0)
+    assert await _admitted_at(limiter) == round(0.5 + 10 + SKEW, 6)

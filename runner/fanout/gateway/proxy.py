@@ -19,7 +19,9 @@ stays in the limiter's windows (the upstream may well have counted it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -99,7 +101,10 @@ class Proxy:
         return app
 
     def open_session(self) -> None:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_headers_sent)
         self.session = aiohttp.ClientSession(
+            trace_configs=[trace],
             # No total: an agent's stream may run for many minutes.  A silent upstream
             # is cut after 10 minutes (Claude Code's own request timeout).
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=600),
@@ -176,7 +181,13 @@ class Proxy:
                 return _error(style, 400, "invalid", refused)
             try:
                 answer = await self.session.request(
-                    request.method, url, headers=headers, data=body or None, allow_redirects=False
+                    request.method,
+                    url,
+                    headers=headers,
+                    data=body or None,
+                    allow_redirects=False,
+                    # The windows count the request from when it left (Limiter.sent).
+                    trace_request_ctx=functools.partial(route.limiter.sent, ticket),
                 )
             except (aiohttp.ClientError, TimeoutError) as exc:
                 route.limiter.release(ticket)
@@ -311,3 +322,13 @@ def _error(style: Style, status: int, kind: str, message: str) -> web.Response:
         body=styles.error_body(style, status, kind, message),
         content_type="application/json",
     )
+
+
+async def _headers_sent(
+    session: aiohttp.ClientSession,
+    context: types.SimpleNamespace,
+    params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    sent = context.trace_request_ctx
+    if callable(sent):
+        sent()
