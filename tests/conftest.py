@@ -7,14 +7,21 @@ transport cannot touch the developer's home or the network.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from mockapi import MockApi
+
 REPO = Path(__file__).resolve().parents[1]
+# Where scripts/system-deps installs the npm tools (eslint, the Claude Code CLI): a fixed
+# prefix, since bwrap sandboxes hide /tmp.
+TOOLS = Path(os.environ.get("FANOUT_TEST_TOOLS", "/opt/fanout-test-tools"))
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -56,6 +63,32 @@ def repo() -> Path:
 def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def mock_api() -> Iterator[MockApi]:
+    """A mock upstream API (tests/mockapi.py) on 127.0.0.1, port 0, serving on a thread
+    of its own so sync and async tests alike can use it; `.url`, `.configure(...)`."""
+    from mockapi import MockApi
+
+    with MockApi().in_thread() as api:
+        yield api
+
+
+@pytest.fixture
+def claude_cli() -> Path:
+    """The real Claude Code CLI (npm @anthropic-ai/claude-code, its native binary), as
+    scripts/system-deps installs it.  Missing: a skip on a developer's machine, a
+    failure under CI (which installs it), as for the linters of test_lint.py."""
+    claude = TOOLS / "node_modules" / ".bin" / "claude"
+    if not os.access(claude, os.X_OK):
+        reason = (
+            f"the Claude Code CLI is not installed at {claude} (scripts/system-deps installs it)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return claude
 
 
 @pytest.fixture

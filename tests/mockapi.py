@@ -1,0 +1,677 @@
+"""A mock upstream API on loopback for the gateway's tests, on aiohttp.
+
+It speaks the Anthropic Messages API (`POST /v1/messages`, streamed as server-sent events
+exactly as the real API sends them, or as one JSON message) and OpenAI's chat completions
+(`POST /v1/chat/completions`, streamed with a final usage chunk when the request asks
+for `stream_options.include_usage`, or as one JSON object).  In tool mode an Anthropic
+request whose last user message carries no `tool_result` is answered with a Bash
+`tool_use` (the command from the config), anything else ends the turn, so a real agent
+CLI runs a scripted two-turn loop against it.
+
+Like the real upstreams it enforces a limit of its own (N requests per sliding window of
+W seconds, answering 429 `rate_limit_error` with `retry-after` beyond it and sending
+`anthropic-ratelimit-requests-*` / `x-ratelimit-*-requests` headers), can be scripted to
+fail the next k requests (see `Fault`), and records every request it receives
+(`MockApi.seen`) so a test can compare the upstream's tally with what fanout reports.
+`HEAD` of any path answers 200 (Claude Code's connectivity pre-check).
+
+Start it in the test's loop (`async with MockApi(...) as mock`) or on a thread of its
+own (`with MockApi(...).in_thread() as mock`, what the `mock_api` fixture does), so a
+test that runs fanout synchronously can use it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+ANTHROPIC = "/v1/messages"
+OPENAI = "/v1/chat/completions"
+DEFAULT_COMMAND = "echo done > out.txt"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """Tokens of one answer.  `input_tokens` is the uncached input, as Anthropic counts
+    it (OpenAI's `prompt_tokens` is input + cache_read, `cached_tokens` is cache_read)."""
+
+    input_tokens: int = 12
+    output_tokens: int = 5
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MockConfig:
+    """What the mock answers.  `limit` requests per sliding `window` seconds (None: no
+    limit); `usage` on every successful answer; `latency` seconds before answering and
+    `gap` seconds between streamed events (to see that a proxy does not buffer);
+    `require_key`: answer 401 to any other key."""
+
+    tool: bool = False
+    command: str = DEFAULT_COMMAND
+    text: str = "All done."
+    usage: Usage = field(default_factory=Usage)
+    limit: int | None = None
+    window: float = 60.0
+    latency: float = 0.0
+    gap: float = 0.0
+    require_key: str | None = None
+
+
+class Fault(enum.Enum):
+    """A scripted failure, rendered in the style of the endpoint it answers:
+
+    | fault       | Anthropic                                             | OpenAI                                      |
+    | RATE_LIMIT  | 429 rate_limit_error, retry-after                     | 429 rate_limit_exceeded, retry-after        |
+    | OVERLOADED  | 529 overloaded_error                                  | 503 server_error (engine overloaded)        |
+    | SPEND_LIMIT | 429 rate_limit_error, details.error_code              | 429 insufficient_quota                      |
+    |             | enforced_spend_limit_reached, no retry-after          |                                             |
+    | CREDIT      | 400 invalid_request_error "credit balance is too low" | 429 insufficient_quota credit_balance_exhausted |
+    | USAGE_LIMIT | 400 "You have reached your specified API usage limits"| 429 insufficient_quota organization_usage_limit_exceeded |
+    | UNAUTHORIZED| 401 authentication_error                              | 401 invalid_api_key                         |
+    """
+
+    RATE_LIMIT = "rate_limit"
+    OVERLOADED = "overloaded"
+    SPEND_LIMIT = "spend_limit"
+    CREDIT = "credit"
+    USAGE_LIMIT = "usage_limit"
+    UNAUTHORIZED = "unauthorized"
+
+
+CREDIT_MESSAGE = (
+    "Your credit balance is too low to access the Anthropic API. "
+    "Please go to Plans & Billing to upgrade or purchase credits."
+)
+USAGE_LIMIT_MESSAGE = (
+    "You have reached your specified API usage limits. "
+    "You will regain access on 2027-01-01 at 00:00 UTC."
+)
+SPEND_LIMIT_MESSAGE = (
+    "You have reached your organization's monthly spend limit; it resets at 2027-01-01T00:00:00Z."
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Seen:
+    """One request as the mock received it.  `at` is time.monotonic() at arrival; `key`
+    comes from x-api-key, else `Authorization: Bearer`, else x-goog-api-key ("" if none);
+    `usage` is what a successful answer carried (None for an error or a HEAD)."""
+
+    at: float
+    method: str
+    path: str
+    query: str
+    key: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    model: str | None
+    stream: bool
+    status: int
+    usage: Usage | None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Script:
+    fault: Fault
+    retry_after: float | None
+
+
+class MockApi:
+    """The mock upstream; see the module docstring.  Safe to configure and read from
+    another thread than the one serving."""
+
+    def __init__(
+        self,
+        config: MockConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config or MockConfig()
+        self._host = host
+        self._lock = threading.Lock()
+        self._seen: list[Seen] = []
+        self._accepted: deque[float] = deque()
+        self._script: deque[_Script] = deque()
+        self._in_flight = 0
+        self._peak_in_flight = 0
+        self._answered = 0
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._clock = clock
+
+    # -- configuration -------------------------------------------------------------
+
+    @property
+    def config(self) -> MockConfig:
+        return self._config
+
+    def configure(self, **changes: Any) -> None:
+        """Replace fields of the config (e.g. `configure(tool=True, limit=5, window=10)`)."""
+        with self._lock:
+            self._config = replace(self._config, **changes)
+
+    def script(self, fault: Fault, times: int = 1, *, retry_after: float | None = None) -> None:
+        """Answer the next `times` API requests (HEADs do not count) with `fault`, before
+        the window limit is looked at.  `retry_after` (seconds) is sent as `retry-after`;
+        RATE_LIMIT defaults to 1, the others send none (as the real spend limit does)."""
+        if retry_after is None and fault is Fault.RATE_LIMIT:
+            retry_after = 1
+        with self._lock:
+            self._script.extend(_Script(fault=fault, retry_after=retry_after) for _ in range(times))
+
+    # -- what it saw ----------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if not self._port:
+            raise RuntimeError("the mock API is not started")
+        return f"http://{self._host}:{self._port}"
+
+    @property
+    def seen(self) -> list[Seen]:
+        """Every request so far, in arrival order (a copy)."""
+        with self._lock:
+            return list(self._seen)
+
+    def posts(self) -> list[Seen]:
+        """The API requests (POSTs) so far."""
+        return [s for s in self.seen if s.method == "POST"]
+
+    def tally(self, key: str | None = None) -> Usage:
+        """The usage the mock answered, summed (over requests with `key` if given)."""
+        total = Usage(input_tokens=0, output_tokens=0)
+        for s in self.posts():
+            if s.usage is not None and (key is None or s.key == key):
+                total = total.plus(s.usage)
+        return total
+
+    def max_in_window(self, seconds: float) -> int:
+        """The most API requests that arrived within any window of `seconds` (a request
+        at t and one at t + seconds are not in one window, as in the mock's own limit)."""
+        times = sorted(s.at for s in self.posts())
+        most = 0
+        start = 0
+        for end, at in enumerate(times):
+            while times[start] <= at - seconds:
+                start += 1
+            most = max(most, end - start + 1)
+        return most
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most API requests the mock was answering at one time."""
+        return self._peak_in_flight
+
+    # -- serving ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("HEAD", "/{tail:.*}", self._head)
+        app.router.add_route("POST", "/{tail:.*}", self._post)
+        app.router.add_route("GET", "/{tail:.*}", self._other)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, 0)
+        await site.start()
+        self._runner = runner
+        self._port = runner.addresses[0][1]
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> MockApi:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @contextlib.contextmanager
+    def in_thread(self) -> Iterator[MockApi]:
+        """Serve on a loop of the mock's own, on a daemon thread, until the block ends."""
+        ready = threading.Event()
+        failed: list[BaseException] = []
+        stop: list[Callable[[], object]] = []
+
+        async def main() -> None:
+            done = asyncio.Event()
+            try:
+                await self.start()
+            except BaseException as error:
+                failed.append(error)
+                ready.set()
+                raise
+            loop = asyncio.get_running_loop()
+            stop.append(lambda: loop.call_soon_threadsafe(done.set))
+            ready.set()
+            try:
+                await done.wait()
+            finally:
+                await self.close()
+
+        thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+        thread.start()
+        ready.wait()
+        if failed:
+            raise failed[0]
+        try:
+            yield self
+        finally:
+            stop[0]()
+            thread.join(timeout=10)
+
+    # -- handlers ---------------------------------------------------------------------
+
+    def _record(self, request: web.Request, body: bytes, at: float) -> Seen:
+        headers = request.headers
+        key = headers.get("x-api-key", "")
+        if not key and headers.get("authorization", "").lower().startswith("bearer "):
+            key = headers["authorization"][len("bearer ") :]
+        key = key or headers.get("x-goog-api-key", "")
+        parsed: Any = None
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(body) if body else None
+        parsed = parsed if isinstance(parsed, dict) else {}
+        model = parsed.get("model")
+        return Seen(
+            at=at,
+            method=request.method,
+            path=request.path,
+            query=request.query_string,
+            key=key,
+            headers=tuple((k.lower(), v) for k, v in headers.items()),
+            body=body,
+            model=model if isinstance(model, str) else None,
+            stream=parsed.get("stream") is True,
+            status=0,
+            usage=None,
+        )
+
+    def _store(self, seen: Seen, status: int, usage: Usage | None = None) -> None:
+        with self._lock:
+            self._seen.append(replace(seen, status=status, usage=usage))
+
+    async def _head(self, request: web.Request) -> web.StreamResponse:
+        self._store(self._record(request, b"", self._clock()), 200)
+        return web.Response(status=200)
+
+    async def _other(self, request: web.Request) -> web.StreamResponse:
+        self._store(self._record(request, b"", self._clock()), 404)
+        return _anthropic_error(404, "not_found_error", f"no route {request.path}")
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        at = self._clock()
+        body = await request.read()
+        seen = self._record(request, body, at)
+        style = request.path
+        if style not in (ANTHROPIC, OPENAI):
+            self._store(seen, 404)
+            return _anthropic_error(404, "not_found_error", f"no route {request.path}")
+        with self._lock:
+            config = self._config
+            self._in_flight += 1
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+        try:
+            refusal, headers = self._admit(seen, config, at)
+            if config.latency:
+                await asyncio.sleep(config.latency)
+            if refusal is not None:
+                self._store(seen, refusal.status)
+                return refusal
+            # Recorded before the answer is written: a client that has read the whole
+            # stream then finds the request in the record.
+            self._store(seen, 200, config.usage)
+            parsed = seen.json()
+            if style == ANTHROPIC:
+                return await self._anthropic(request, parsed, config, headers)
+            return await self._openai(request, parsed, config, headers)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _admit(
+        self, seen: Seen, config: MockConfig, at: float
+    ) -> tuple[web.Response | None, dict[str, str]]:
+        """The error this request gets, if any (a scripted fault, a wrong key, the
+        window), and the rate-limit headers of its answer."""
+        openai = seen.path == OPENAI
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+            if scripted is None and config.require_key not in (None, seen.key):
+                scripted = _Script(fault=Fault.UNAUTHORIZED, retry_after=None)
+            if scripted is not None:
+                return _fault(scripted, openai=openai), {}
+            headers: dict[str, str] = {}
+            if config.limit is not None:
+                while self._accepted and self._accepted[0] <= at - config.window:
+                    self._accepted.popleft()
+                if len(self._accepted) >= config.limit:
+                    wait = self._accepted[0] + config.window - at
+                    headers = self._limit_headers(config.limit, 0, wait, openai=openai)
+                    # Whole seconds, rounded up, as the real APIs send it.
+                    headers["retry-after"] = str(max(1, math.ceil(wait)))
+                    if openai:
+                        refusal = _openai_error(
+                            429, "requests", "rate_limit_exceeded", "Rate limit reached", headers
+                        )
+                    else:
+                        refusal = _anthropic_error(429, "rate_limit_error", "mock limit", headers)
+                    return refusal, {}
+                self._accepted.append(at)
+                reset = self._accepted[0] + config.window - at
+                headers = self._limit_headers(
+                    config.limit, config.limit - len(self._accepted), reset, openai=openai
+                )
+        return None, headers
+
+    def _limit_headers(
+        self, limit: int, remaining: int, reset_in: float, *, openai: bool
+    ) -> dict[str, str]:
+        if openai:
+            return {
+                "x-ratelimit-limit-requests": str(limit),
+                "x-ratelimit-remaining-requests": str(remaining),
+                "x-ratelimit-reset-requests": f"{max(1, math.ceil(reset_in * 1000))}ms",
+            }
+        # RFC 3339 in whole seconds, rounded up so that waiting until then is enough.
+        reset = datetime.fromtimestamp(math.ceil(time.time() + reset_in), UTC)
+        return {
+            "anthropic-ratelimit-requests-limit": str(limit),
+            "anthropic-ratelimit-requests-remaining": str(remaining),
+            "anthropic-ratelimit-requests-reset": reset.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+    def _number(self) -> int:
+        """A number for the ids of one answer (msg_mock1, toolu_mock1, ...)."""
+        with self._lock:
+            self._answered += 1
+            return self._answered
+
+    async def _anthropic(
+        self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        n = self._number()
+        model = body.get("model") or "claude-mock"
+        use_tool = config.tool and not _has_tool_result(body)
+        usage = config.usage
+        start_usage = {
+            "input_tokens": usage.input_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
+            # The real API counts a token or so at message_start; the final count is
+            # message_delta's (cumulative, not to be added to this one).
+            "output_tokens": min(1, usage.output_tokens),
+        }
+        stop = "tool_use" if use_tool else "end_turn"
+        tool_input = {"command": config.command, "description": "Run the scripted command"}
+        headers["request-id"] = f"req_mock{n}"
+        if not body.get("stream"):
+            block: dict[str, Any] = (
+                {"type": "tool_use", "id": f"toolu_mock{n}", "name": "Bash", "input": tool_input}
+                if use_tool
+                else {"type": "text", "text": config.text}
+            )
+            message = {
+                "id": f"msg_mock{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [block],
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {**start_usage, "output_tokens": usage.output_tokens},
+            }
+            return web.json_response(message, headers=headers)
+        if use_tool:
+            first: dict[str, Any] = {
+                "type": "tool_use",
+                "id": f"toolu_mock{n}",
+                "name": "Bash",
+                "input": {},
+            }
+            text = json.dumps(tool_input)
+            half = len(text) // 2
+            deltas = [
+                {"type": "input_json_delta", "partial_json": text[:half]},
+                {"type": "input_json_delta", "partial_json": text[half:]},
+            ]
+        else:
+            first = {"type": "text", "text": ""}
+            words = config.text.split(" ")
+            deltas = [
+                {"type": "text_delta", "text": w if i == 0 else " " + w}
+                for i, w in enumerate(words)
+            ]
+        events: list[tuple[str, dict[str, Any]]] = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": f"msg_mock{n}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": start_usage,
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": first},
+            ),
+            ("ping", {"type": "ping"}),
+            *(
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": d})
+                for d in deltas
+            ),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": usage.output_tokens},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        chunks = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+        return await _stream(request, chunks, config.gap, headers)
+
+    async def _openai(
+        self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        n = self._number()
+        model = body.get("model") or "gpt-mock"
+        usage = config.usage
+        usage_body = {
+            "prompt_tokens": usage.input_tokens + usage.cache_read_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.cache_read_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        }
+        created = int(time.time())
+        headers["x-request-id"] = f"req_mock{n}"
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": f"chatcmpl-mock{n}",
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": config.text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": usage_body,
+                },
+                headers=headers,
+            )
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            data: dict[str, Any] = {
+                "id": f"chatcmpl-mock{n}",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if include_usage:
+                data["usage"] = None
+            return data
+
+        words = config.text.split(" ")
+        datas = [chunk({"role": "assistant", "content": ""}, None)]
+        datas += [chunk({"content": w if i == 0 else " " + w}, None) for i, w in enumerate(words)]
+        datas.append(chunk({}, "stop"))
+        if include_usage:
+            datas.append(
+                {
+                    "id": f"chatcmpl-mock{n}",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage_body,
+                }
+            )
+        chunks = [f"data: {json.dumps(d)}\n\n".encode() for d in datas]
+        chunks.append(b"data: [DONE]\n\n")
+        return await _stream(request, chunks, config.gap, headers)
+
+
+def _has_tool_result(body: Any) -> bool:
+    messages = body.get("messages") or []
+    last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+    return isinstance(last, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in last
+    )
+
+
+async def _stream(
+    request: web.Request, chunks: list[bytes], gap: float, headers: Mapping[str, str]
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        status=200,
+        headers={"content-type": "text/event-stream", "cache-control": "no-cache", **headers},
+    )
+    await response.prepare(request)
+    for i, chunk in enumerate(chunks):
+        if gap and i:
+            await asyncio.sleep(gap)
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
+def _anthropic_error(
+    status: int,
+    kind: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    details: Mapping[str, str] | None = None,
+) -> web.Response:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if details:
+        error["details"] = dict(details)
+    return web.json_response(
+        {"type": "error", "error": error, "request_id": "req_mockerror"},
+        status=status,
+        headers=headers,
+    )
+
+
+def _openai_error(
+    status: int, kind: str, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}},
+        status=status,
+        headers=headers,
+    )
+
+
+def _fault(scripted: _Script, *, openai: bool) -> web.Response:
+    headers = {} if scripted.retry_after is None else {"retry-after": f"{scripted.retry_after:g}"}
+    fault = scripted.fault
+    if openai:
+        if fault is Fault.RATE_LIMIT:
+            return _openai_error(
+                429, "requests", "rate_limit_exceeded", "Rate limit reached", headers
+            )
+        if fault is Fault.OVERLOADED:
+            return _openai_error(
+                503, "server_error", "server_error", "The engine is currently overloaded", headers
+            )
+        if fault is Fault.UNAUTHORIZED:
+            return _openai_error(
+                401, "invalid_request_error", "invalid_api_key", "Incorrect API key"
+            )
+        code = {
+            Fault.SPEND_LIMIT: "insufficient_quota",
+            Fault.CREDIT: "credit_balance_exhausted",
+            Fault.USAGE_LIMIT: "organization_usage_limit_exceeded",
+        }[fault]
+        return _openai_error(
+            429, "insufficient_quota", code, "You exceeded your current quota", headers
+        )
+    if fault is Fault.RATE_LIMIT:
+        return _anthropic_error(429, "rate_limit_error", "mock limit", headers)
+    if fault is Fault.OVERLOADED:
+        return _anthropic_error(529, "overloaded_error", "Overloaded", headers)
+    if fault is Fault.SPEND_LIMIT:
+        return _anthropic_error(
+            429,
+            "rate_limit_error",
+            SPEND_LIMIT_MESSAGE,
+            headers,
+            {"error_code": "enforced_spend_limit_reached"},
+        )
+    if fault is Fault.CREDIT:
+        return _anthropic_error(400, "invalid_request_error", CREDIT_MESSAGE, headers)
+    if fault is Fault.USAGE_LIMIT:
+        return _anthropic_error(400, "invalid_request_error", USAGE_LIMIT_MESSAGE, headers)
+    return _anthropic_error(401, "authentication_error", "invalid x-api-key", headers)

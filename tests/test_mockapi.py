@@ -1,0 +1,265 @@
+"""The mock upstream of the gateway's tests (tests/mockapi.py) behaves like the real APIs
+where the gateway and the agents depend on it: its limit, its streams, its record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from mockapi import Fault, MockApi, Usage
+
+
+def _post(
+    api: MockApi, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(
+        api.url + path,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return (
+                response.status,
+                {k.lower(): v for k, v in response.headers.items()},
+                response.read(),
+            )
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+def _events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """Parse a server-sent event stream strictly: every event is `event:` + `data:` lines
+    ended by a blank line, and the data is JSON."""
+    events = []
+    text = raw.decode()
+    assert text.endswith("\n\n")
+    for block in text[:-2].split("\n\n"):
+        lines = block.split("\n")
+        assert len(lines) == 2, block
+        assert lines[0].startswith("event: "), block
+        assert lines[1].startswith("data: "), block
+        data = json.loads(lines[1][len("data: ") :])
+        assert data["type"] == lines[0][len("event: ") :]
+        events.append((data["type"], data))
+    return events
+
+
+MESSAGE = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 100,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+def test_it_enforces_its_own_sliding_window_with_retry_after(mock_api: MockApi) -> None:
+    mock_api.configure(limit=2, window=60)
+    statuses = [_post(mock_api, "/v1/messages", MESSAGE) for _ in range(3)]
+    assert [s for s, _, _ in statuses] == [200, 200, 429]
+    ok_headers = statuses[1][1]
+    assert ok_headers["anthropic-ratelimit-requests-limit"] == "2"
+    assert ok_headers["anthropic-ratelimit-requests-remaining"] == "0"
+    _, headers, body = statuses[2]
+    assert headers["retry-after"] == "60"
+    assert json.loads(body) == {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "mock limit"},
+        "request_id": "req_mockerror",
+    }
+    assert [s.status for s in mock_api.posts()] == [200, 200, 429]
+    assert mock_api.max_in_window(60) == 3
+
+
+def test_max_in_window_counts_arrivals_in_any_half_open_window() -> None:
+    times = iter([0.0, 1.0, 1.0, 2.0, 2.5])
+    api = MockApi(clock=lambda: next(times))
+    with api.in_thread():
+        for _ in range(5):
+            _post(api, "/v1/messages", MESSAGE)
+    assert api.max_in_window(1.0) == 2  # 0.0 and 1.0 are not in one window of 1 s
+    assert api.max_in_window(1.01) == 3  # 0.0, 1.0, 1.0
+    assert api.max_in_window(2.0) == 4  # 1.0, 1.0, 2.0, 2.5
+
+
+def test_a_stream_is_the_real_apis_events_and_a_tool_loop(mock_api: MockApi) -> None:
+    mock_api.configure(
+        tool=True,
+        command="echo done > out.txt",
+        usage=Usage(input_tokens=30, output_tokens=7, cache_read_tokens=4, cache_write_tokens=2),
+    )
+    status, headers, raw = _post(mock_api, "/v1/messages?beta=true", {**MESSAGE, "stream": True})
+    assert status == 200
+    assert headers["content-type"] == "text/event-stream"
+    events = _events(raw)
+    assert [name for name, _ in events] == [
+        "message_start",
+        "content_block_start",
+        "ping",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert events[0][1]["message"]["usage"] == {
+        "input_tokens": 30,
+        "cache_creation_input_tokens": 2,
+        "cache_read_input_tokens": 4,
+        "output_tokens": 1,
+    }
+    assert events[1][1]["content_block"]["type"] == "tool_use"
+    assert events[1][1]["content_block"]["name"] == "Bash"
+    partial = "".join(d["delta"]["partial_json"] for n, d in events if n == "content_block_delta")
+    assert json.loads(partial)["command"] == "echo done > out.txt"
+    assert events[6][1]["delta"]["stop_reason"] == "tool_use"
+    assert events[6][1]["usage"] == {"output_tokens": 7}
+
+    result = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_mock1", "content": ""}],
+    }
+    turn2 = {**MESSAGE, "stream": True, "messages": [{"role": "user", "content": "hi"}, result]}
+    events = _events(_post(mock_api, "/v1/messages", turn2)[2])
+    assert events[1][1]["content_block"] == {"type": "text", "text": ""}
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+    assert text == "All done."
+    assert events[-2][1]["delta"]["stop_reason"] == "end_turn"
+    seen = mock_api.posts()
+    assert [(s.path, s.query, s.stream, s.model) for s in seen] == [
+        ("/v1/messages", "beta=true", True, "claude-sonnet-4-5"),
+        ("/v1/messages", "", True, "claude-sonnet-4-5"),
+    ]
+    assert mock_api.tally() == Usage(
+        input_tokens=60, output_tokens=14, cache_read_tokens=8, cache_write_tokens=4
+    )
+
+
+def test_a_message_without_stream_is_one_json_with_usage(mock_api: MockApi) -> None:
+    status, _, raw = _post(mock_api, "/v1/messages", MESSAGE)
+    body = json.loads(raw)
+    assert status == 200
+    assert body["content"] == [{"type": "text", "text": "All done."}]
+    assert body["stop_reason"] == "end_turn"
+    assert body["usage"] == {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 5,
+    }
+
+
+def test_it_records_the_key_from_either_header(mock_api: MockApi) -> None:
+    _post(mock_api, "/v1/messages", MESSAGE, {"x-api-key": "sk-one"})
+    _post(
+        mock_api,
+        "/v1/chat/completions",
+        {"model": "gpt-x", "messages": []},
+        {"authorization": "Bearer sk-two"},
+    )
+    _post(mock_api, "/v1/messages", MESSAGE)
+    assert [s.key for s in mock_api.posts()] == ["sk-one", "sk-two", ""]
+    assert mock_api.tally("sk-two") == Usage(input_tokens=12, output_tokens=5)
+
+
+def test_a_wrong_key_gets_401_when_a_key_is_required(mock_api: MockApi) -> None:
+    mock_api.configure(require_key="sk-real")
+    assert _post(mock_api, "/v1/messages", MESSAGE, {"x-api-key": "sk-real"})[0] == 200
+    status, _, body = _post(mock_api, "/v1/messages", MESSAGE, {"x-api-key": "tok"})
+    assert (status, json.loads(body)["error"]["type"]) == (401, "authentication_error")
+
+
+def test_scripted_faults_answer_the_next_requests(mock_api: MockApi) -> None:
+    mock_api.script(Fault.SPEND_LIMIT)
+    mock_api.script(Fault.OVERLOADED, 1, retry_after=2)
+    mock_api.script(Fault.CREDIT)
+    spend, overloaded, credit, ok = (_post(mock_api, "/v1/messages", MESSAGE) for _ in range(4))
+    assert spend[0] == 429
+    assert "retry-after" not in spend[1]
+    error = json.loads(spend[2])["error"]
+    assert (error["type"], error["details"]) == (
+        "rate_limit_error",
+        {"error_code": "enforced_spend_limit_reached"},
+    )
+    assert (overloaded[0], overloaded[1]["retry-after"]) == (529, "2")
+    assert json.loads(overloaded[2])["error"] == {
+        "type": "overloaded_error",
+        "message": "Overloaded",
+    }
+    assert credit[0] == 400
+    assert "credit balance is too low" in json.loads(credit[2])["error"]["message"]
+    assert ok[0] == 200
+    assert [s.usage for s in mock_api.posts()] == [None, None, None, Usage()]
+
+
+def test_openai_streams_end_with_a_usage_chunk_when_asked(mock_api: MockApi) -> None:
+    mock_api.configure(usage=Usage(input_tokens=10, output_tokens=3, cache_read_tokens=6))
+    body = {
+        "model": "gpt-x",
+        "messages": [],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, headers, raw = _post(mock_api, "/v1/chat/completions", body)
+    assert (status, headers["content-type"]) == (200, "text/event-stream")
+    blocks = raw.decode().split("\n\n")
+    assert blocks[-2:] == ["data: [DONE]", ""]
+    chunks = [json.loads(b[len("data: ") :]) for b in blocks[:-2]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1]) == "All done."
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {
+        "prompt_tokens": 16,
+        "completion_tokens": 3,
+        "total_tokens": 19,
+        "prompt_tokens_details": {"cached_tokens": 6},
+    }
+    without = _post(mock_api, "/v1/chat/completions", {**body, "stream_options": None})[2]
+    assert b'"usage"' not in without
+    plain = json.loads(
+        _post(mock_api, "/v1/chat/completions", {"model": "gpt-x", "messages": []})[2]
+    )
+    assert plain["usage"]["completion_tokens"] == 3
+
+
+def test_head_answers_200_without_a_key(mock_api: MockApi) -> None:
+    request = urllib.request.Request(mock_api.url + "/", method="HEAD")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+    assert [(s.method, s.path, s.key) for s in mock_api.seen] == [("HEAD", "/", "")]
+    assert mock_api.posts() == []
+
+
+def test_the_openai_sdk_worker_reads_the_mocks_stream(mock_api: MockApi, tmp_path: Path) -> None:
+    mock_api.configure(usage=Usage(input_tokens=9, output_tokens=4))
+    worker = Path(__file__).parent / "workers" / "openai_worker.py"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "OPENAI_BASE_URL": f"{mock_api.url}/v1",
+        "OPENAI_API_KEY": "sk-worker",
+    }
+    for flags in ([], ["--include-usage"]):
+        done = subprocess.run(
+            [sys.executable, str(worker), *flags],
+            input="Say it.",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, "All done.\n"), done.stderr
+        assert (tmp_path / "answer.txt").read_text() == "All done.\n"
+    assert done.stderr == "usage: 9 in, 4 out\n"
+    seen = mock_api.posts()
+    assert [(s.path, s.key, s.model, s.stream) for s in seen] == [
+        ("/v1/chat/completions", "sk-worker", "gpt-4o-mini", True)
+    ] * 2
+    assert [s.json().get("stream_options") for s in seen] == [None, {"include_usage": True}]
