@@ -43,8 +43,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("fates", ("outcome",)),
     ("job language", ("templates.rendering", "templates.analysis", "templates", "schema")),
-    ("checks", ("checks.context", "checks.leaks", "checks.paths", "checks")),
-    ("spec", ("spec.model", "spec.build", "spec")),
+    ("checks", ("checks.context", "checks.leaks", "checks.paths", "checks.apis", "checks")),
+    ("spec", ("spec.model", "spec.build", "spec", "apikeys")),
     ("selection", ("inputcommand", "sources", "units")),
     # What an attempt is, decided on the coordinator, and the pieces every transport uses.
     (

@@ -78,6 +78,9 @@ AGREEMENT = [
     (("definitions", "runtime"), spec.Runtime, {"hosts_file"}),
     (("definitions", "host"), spec.Host, set()),
     (("definitions", "limit"), spec.Limit, set()),
+    (("definitions", "api"), spec.Api, set()),
+    (("definitions", "window"), spec.Window, set()),
+    (("definitions", "price"), spec.Price, set()),
     (("definitions", "backoff"), spec.Backoff, set()),
     (("definitions", "retry", "properties", "throttle"), spec.Throttle, set()),
     (("definitions", "retry"), spec.Retry, set()),
@@ -89,6 +92,15 @@ AGREEMENT = [
 ]
 
 
+# A key whose field is named for its one value: ``budget = { usd = 20 }`` is
+# ``Api.budget_usd`` (a budget in another currency would be another key).
+FIELD_OF_KEY: dict[tuple[type, str], str] = {(spec.Api, "budget"): "budget_usd"}
+
+
+def _field_name(cls: type, key: str) -> str:
+    return FIELD_OF_KEY.get((cls, key), spec.snake_case(key))
+
+
 @pytest.mark.parametrize(
     ("where", "cls", "extra"), AGREEMENT, ids=[cls.__name__ for _, cls, _ in AGREEMENT]
 )
@@ -98,7 +110,7 @@ def test_schema_keys_and_dataclass_fields_agree(
     node: Any = job_schema()
     for part in where:
         node = node[part]
-    keys = {spec.snake_case(key) for key in node["properties"]}
+    keys = {_field_name(cls, key) for key in node["properties"]}
     assert keys == set(spec.dataclass_fields(cls)) - extra
 
 
@@ -128,7 +140,7 @@ def _property_nodes() -> Iterator[tuple[type, str, dict[str, Any], dataclasses.F
             node = node[part]
         by_name = {f.name: f for f in dataclasses.fields(cls)}
         for key, prop in node["properties"].items():
-            yield cls, key, prop, by_name[spec.snake_case(key)]
+            yield cls, key, prop, by_name[_field_name(cls, key)]
 
 
 def _model_default(item: dataclasses.Field[Any]) -> Any:

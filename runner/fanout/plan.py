@@ -1,8 +1,9 @@
 """What a run would do, for a reviewer: ``fanout plan``.
 
 A Plan holds the resolved job, the units selected now, the first unit's rendered task,
-the effective concurrency, the pace the tightest rate limit allows and the next cron
-fires.  ``render_text`` turns it into the text the CLI prints.
+the effective concurrency, the pace the tightest rate limit allows, each API's windows,
+bottleneck and budget, and the next cron fires.  ``render_text`` turns it into the text
+the CLI prints.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .checks import paths
 from .errors import Problem
 from .invocation import Invocation
 from .quantities import duration_text, format_duration, size_text
-from .spec import Inputs, Spec, camel_case
+from .spec import Api, Inputs, Price, Spec, Window, camel_case
 from .templates import Expression, RenderError, Template
 from .units import Unit, select
 
@@ -60,6 +61,8 @@ class Plan:
     dropped: int = 0
     # The first unit's stage and collect paths that every unit's attempt would refuse.
     path_problems: tuple[Problem, ...] = ()
+    # The [[apis]] keySecret variables the environment lacks (``fanout run`` refuses).
+    missing_keys: tuple[str, ...] = ()
 
     @property
     def problems(self) -> tuple[Problem, ...]:
@@ -103,6 +106,11 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         sandbox=describe_sandbox(spec),
         fires=next_fires(spec, now, fires),
         commands=tuple(plan_lines(spec, environ)),
+        missing_keys=tuple(
+            api.key_secret
+            for api in spec.apis
+            if api.key_secret is not None and api.key_secret not in environ
+        ),
     )
 
 
@@ -177,6 +185,7 @@ def render_text(plan: Plan) -> str:
     lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
     lines += plan.commands
     lines += _pace_lines(spec, plan.units)
+    lines += _api_lines(spec, plan.missing_keys)
     ladder = " -> ".join(
         f"{r.name} x{r.attempts}" + (f" ({duration_text(r.timeout)})" if r.timeout else "")
         for r in spec.retry.ladder
@@ -212,6 +221,10 @@ def render_text(plan: Plan) -> str:
 
 def _pace_lines(spec: Spec, units: int) -> list[str]:
     paces = limits.paces(spec)
+    if not paces and spec.apis:
+        return [
+            "Pace      no [[limits]]: units start as concurrency allows, requests wait in [[apis]]"
+        ]
     if not paces:
         return ["Pace      no rate limits declared: dispatch is bounded by concurrency only"]
     lines = []
@@ -237,6 +250,110 @@ def _pace_lines(spec: Spec, units: int) -> list[str]:
         )
     )
     return lines
+
+
+_TOKEN_WORDS = {"inputTokens": "input tokens", "outputTokens": "output tokens"}
+_WINDOW_KEYS = (
+    ("requests", "requests"),
+    ("input_tokens", "inputTokens"),
+    ("output_tokens", "outputTokens"),
+)
+
+
+def _per_minute(window: Window) -> float:
+    return window.limit * 60 / window.per
+
+
+def _amount(value: float) -> str:
+    """30000.0 -> '30,000', 0.8333 -> '0.833': whole where it is, three figures else."""
+    if value == int(value) or value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _api_lines(spec: Spec, missing_keys: tuple[str, ...]) -> list[str]:
+    """Each API: where it goes, its windows as rates, its bottleneck and its budget.
+
+    The job does not say how many tokens a request holds, so a token window is shown
+    as the request size above which it, not the requests window, is the bottleneck:
+    the plan states what it knows and the reader supplies their prompt size."""
+    lines = []
+    for n, api in enumerate(spec.apis):
+        if api.key_secret is None:
+            key = "no key sent"
+        elif api.key_secret in missing_keys:
+            key = f"key ${api.key_secret} NOT SET (`fanout run` refuses)"
+        else:
+            key = f"key ${api.key_secret}"
+        lines.append(
+            f"{'APIs' if n == 0 else '':<10}{api.name}: {api.upstream} (style {api.style}; "
+            f"workers get {api.base_url_env}, {api.token_env}; {key})"
+        )
+        lines += [f"            {line}" for line in _window_lines(api)]
+        lines.append(f"            {'budget':<13}{_budget_text(api)}")
+    return lines
+
+
+def _window_lines(api: Api) -> list[str]:
+    lines = []
+    requests = api.requests
+    for field_name, key in _WINDOW_KEYS:
+        window: Window | None = getattr(api, field_name)
+        if window is None:
+            continue
+        rate = _per_minute(window)
+        text = f"{window.limit:,} per {duration_text(window.per)} ({_amount(rate)}/min)"
+        if requests is not None and window is not requests:
+            size = _amount(rate / _per_minute(requests))
+            text += f": the bottleneck above {size} {_TOKEN_WORDS[key]} per request"
+        lines.append(f"{key:<13}{text}")
+    if api.max_in_flight is not None:
+        lines.append(f"{'maxInFlight':<13}{api.max_in_flight} request(s) at once")
+    lines.append(f"{'bottleneck':<13}{_bottleneck_text(api)}")
+    return lines
+
+
+def _bottleneck_text(api: Api) -> str:
+    tokens = [
+        (key, window)
+        for field_name, key in _WINDOW_KEYS[1:]
+        if (window := getattr(api, field_name)) is not None
+    ]
+    if api.requests is not None:
+        text = f"requests, {_amount(_per_minute(api.requests))} request(s)/min"
+        if tokens:
+            # The token window that binds at the smallest request is the next bottleneck.
+            key, window = min(tokens, key=lambda item: _per_minute(item[1]))
+            size = _amount(_per_minute(window) / _per_minute(api.requests))
+            text += f", until requests average over {size} {_TOKEN_WORDS[key]}; then {key}"
+        return text
+    if tokens:
+        key, window = min(tokens, key=lambda item: _per_minute(item[1]))
+        return (
+            f"{key}: {_amount(_per_minute(window))} {_TOKEN_WORDS[key]}/min divided by "
+            "each request's (no requests window)"
+        )
+    if api.max_in_flight is not None:
+        return f"maxInFlight only: no windows, at most {api.max_in_flight} request(s) at once"
+    return "none: no windows and no maxInFlight, requests are only counted"
+
+
+def _price_text(glob: str, price: Price) -> str:
+    text = f"{glob} ${price.input:g} in, ${price.output:g} out"
+    cached = [
+        f"${value:g} {what}"
+        for value, what in ((price.cache_read, "cache read"), (price.cache_write, "cache write"))
+        if value is not None
+    ]
+    return text + (f", {', '.join(cached)}" if cached else "")
+
+
+def _budget_text(api: Api) -> str:
+    budget = f"${api.budget_usd:,.2f} per run" if api.budget_usd is not None else "none"
+    if not api.prices:
+        return f"{budget}; no prices: cost is not counted"
+    prices = "; ".join(_price_text(glob, price) for glob, price in api.prices)
+    return f"{budget}; prices per million tokens: {prices}"
 
 
 def _task_lines(task: Invocation) -> list[str]:
@@ -284,6 +401,8 @@ def to_document(value: Any, name: str = "") -> Any:
         return value.pattern
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, Api):
+        return _api_document(value)
     if is_dataclass(value):
         document = {}
         skip = _HIDDEN | (_inapplicable_inputs(value) if isinstance(value, Inputs) else set())
@@ -316,3 +435,35 @@ def _inapplicable_inputs(inputs: Inputs) -> set[str]:
     if not inputs.pointer:
         skip.add("pointer")
     return skip
+
+
+def _api_document(api: Api) -> dict[str, Any]:
+    """An ``[[apis]]`` table as written: its floats are dollars, not durations, its
+    budget a table and its prices a table by glob (``to_document`` reads fields)."""
+    document: dict[str, Any] = {
+        "name": api.name,
+        "upstream": api.upstream,
+        "style": str(api.style),
+        "baseUrlEnv": api.base_url_env,
+        "tokenEnv": api.token_env,
+    }
+    if api.key_secret is not None:
+        document["keySecret"] = api.key_secret
+    for field_name, key in _WINDOW_KEYS:
+        window: Window | None = getattr(api, field_name)
+        if window is not None:
+            document[key] = {"limit": window.limit, "per": duration_text(window.per)}
+    if api.max_in_flight is not None:
+        document["maxInFlight"] = api.max_in_flight
+    if api.prices:
+        document["prices"] = {
+            glob: {
+                camel_case(item.name): getattr(price, item.name)
+                for item in fields(price)
+                if getattr(price, item.name) is not None
+            }
+            for glob, price in api.prices
+        }
+    if api.budget_usd is not None:
+        document["budget"] = {"usd": api.budget_usd}
+    return document

@@ -231,6 +231,10 @@ _PATTERN_MESSAGES: dict[str, Callable[[str], str]] = {
     "#/properties/name": lambda v: (
         f"{v!r} is not a job name (at most 64 lowercase letters, digits, '.', '_' and '-')"
     ),
+    "#/definitions/api/properties/name": lambda v: (
+        f"{v!r} is not an API name (at most 63 lowercase letters, digits and '-', "
+        "starting with a letter)"
+    ),
     "#/definitions/rung/properties/name": lambda v: (
         f"{v!r} is not a rung name (letters, digits, '.', '_' and '-')"
     ),
@@ -310,6 +314,9 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
     if validator in ("minimum", "maximum"):
         word = "at least" if validator == "minimum" else "at most"
         return [(path, False, f"must be {word} {value}, not {instance}")]
+    if validator in ("exclusiveMinimum", "exclusiveMaximum"):
+        word = "more" if validator == "exclusiveMinimum" else "less"
+        return [(path, False, f"must be {word} than {value}, not {instance}")]
     if validator in ("minItems", "minLength"):
         return [(path, False, "must not be empty")]
     if validator == "uniqueItems":

@@ -3,9 +3,10 @@
 Templates compile and refer only to variables that will exist (down to which rung sets
 which ``rung.vars``), so does the ``units.where`` expression, literal stage and collect
 paths can be staged and collected, referenced limits exist, durations read sensibly, cron schedules
-and time zones are valid, globs and regular expressions are well formed, and no secret
-value is written into the file.  Every check reads the raw document defensively: a
-value of the wrong type was already reported by the schema and is skipped here.
+and time zones are valid, globs and regular expressions are well formed, ``[[apis]]``
+can be kept (``apis``), and no secret value is written into the file.  Every check
+reads the raw document defensively: a value of the wrong type was already reported by
+the schema and is skipped here.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..templates import (
     is_template,
 )
 from ..tomlpos import KeyPath
-from . import leaks, paths
+from . import apis, leaks, paths
 from .context import Context, list_of, strings, table_of
 
 __all__ = ["Context", "check_job", "schema_values"]
@@ -46,6 +47,7 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems += _check_templates(doc, ctx)
     problems += _check_units(doc, ctx)
     problems += _check_limits(doc, ctx)
+    problems += apis.check_apis(doc, ctx)
     problems += _check_inputs(doc, ctx)
     problems += _check_runtime(doc, ctx)
     problems += _check_retry(doc, ctx)

@@ -15,17 +15,20 @@ from types import MappingProxyType
 from typing import Any
 
 from .. import cron
+from ..apistyles import FACTS, Style
 from ..quantities import parse_duration, parse_size
 from ..schema import key_name, with_defaults
 from ..templates import Expression, Template, Templates
 from ..tomlpos import KeyPath, Positions
 from .model import (
     Aggregate,
+    Api,
     Backoff,
     Collect,
     Host,
     Inputs,
     Limit,
+    Price,
     Retry,
     Rounds,
     Rung,
@@ -35,6 +38,7 @@ from .model import (
     Throttle,
     Trigger,
     Units,
+    Window,
 )
 
 
@@ -125,6 +129,7 @@ def build(
         )
         for raw in doc.get("limits", ())
     )
+    apis = tuple(api_from(raw) for raw in doc.get("apis", ()))
     raw_retry = doc["retry"]
     raw_backoff = raw_retry["backoff"]
     raw_throttle = raw_retry["throttle"]
@@ -193,6 +198,7 @@ def build(
         task=task,
         runtime=runtime,
         limits=limits,
+        apis=apis,
         retry=retry,
         rounds=Rounds(max=doc["rounds"]["max"]),
         collect=Collect(apply=doc["collect"]["apply"]),
@@ -201,6 +207,54 @@ def build(
         file=path,
         templates=templates,
         positions=positions,
+    )
+
+
+def api_from(raw: Mapping[str, Any]) -> Api:
+    """An Api from one validated ``[[apis]]`` table.  An unset ``baseUrlEnv`` or
+    ``tokenEnv`` is the style's usual variable (``apistyles.FACTS``: it depends on the
+    style, so it cannot be a schema default); ``checks`` made sure plain names both."""
+    style = Style(raw["style"])
+    facts = FACTS[style]
+    base_url_env = raw.get("baseUrlEnv", facts.base_url_env)
+    token_env = raw.get("tokenEnv", facts.token_env)
+    assert base_url_env is not None, "checked: style plain names baseUrlEnv"
+    assert token_env is not None, "checked: style plain names tokenEnv"
+
+    def window(key: str) -> Window | None:
+        written = raw.get(key)
+        if written is None:
+            return None
+        return Window(limit=written["limit"], per=parse_duration(written["per"]))
+
+    def price(written: Mapping[str, Any]) -> Price:
+        def optional(key: str) -> float | None:
+            return float(written[key]) if key in written else None
+
+        return Price(
+            input=float(written["input"]),
+            output=float(written["output"]),
+            cache_read=optional("cacheRead"),
+            cache_write=optional("cacheWrite"),
+        )
+
+    budget = raw.get("budget")
+    return Api(
+        name=raw["name"],
+        # Without its trailing "/": the worker's path, which starts with one, is
+        # appended, and "https://host/v1/" + "/messages" would ask for "//messages".
+        upstream=raw["upstream"].rstrip("/"),
+        style=style,
+        base_url_env=base_url_env,
+        token_env=token_env,
+        key_secret=raw.get("keySecret"),
+        requests=window("requests"),
+        input_tokens=window("inputTokens"),
+        output_tokens=window("outputTokens"),
+        max_in_flight=raw.get("maxInFlight"),
+        # TOML keeps a table's keys in file order: the first glob that matches wins.
+        prices=tuple((glob, price(p)) for glob, p in raw.get("prices", {}).items()),
+        budget_usd=float(budget["usd"]) if budget is not None else None,
     )
 
 

@@ -1,0 +1,26 @@
+"""The real keys of a job's ``[[apis]]``, read from the coordinator's environment for
+the gateway alone (never for a worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import EnvironmentProblem
+from .spec import Spec
+
+
+def api_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
+    """API name -> its real key, for each API with a ``keySecret``; EnvironmentProblem
+    naming every variable that is not set, as ``Runner.secrets`` does for task.secrets
+    (checked before the run is recorded, so nothing starts that could not authenticate).
+
+    An API without ``keySecret`` is absent: the gateway sends it no key."""
+    named = [api.key_secret for api in spec.apis if api.key_secret is not None]
+    # Two APIs may share one key (two endpoints of one account): named once.
+    missing = list(dict.fromkeys(name for name in named if name not in environ))
+    if missing:
+        raise EnvironmentProblem(
+            f"API key(s) {', '.join(missing)} not set: export them in the environment "
+            "fanout runs in ([[apis]] keySecret names them)"
+        )
+    return {api.name: environ[api.key_secret] for api in spec.apis if api.key_secret is not None}
