@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import multiprocessing
 import os
@@ -62,65 +61,11 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from aiohttp import web
-
 from fanout.apistyles import FACTS, Style
 from fanout.events import Events
 from fanout.spec import Api, Window
 
-
-class MockApi:
-    """STAND-IN until tests/mockapi.py lands (branch h-e2e): answers /v1/messages."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[float, str]] = []
-        self.url = ""
-
-    async def __aenter__(self) -> MockApi:
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._runner.cleanup()
-
-    def arrivals(self, path: str) -> list[float]:
-        return [when for when, got in self.log if got == path]
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        self.log.append((time.monotonic(), request.path))
-        body = await request.json()
-        usage = {"input_tokens": 10, "output_tokens": 5}
-        if not body.get("stream"):
-            return web.json_response(
-                {
-                    "id": "m",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": body["model"],
-                    "content": [{"type": "text", "text": "ok"}],
-                    "stop_reason": "end_turn",
-                    "usage": usage,
-                }
-            )
-        answer = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await answer.prepare(request)
-        for event in (
-            {"type": "message_start", "message": {"usage": {**usage, "output_tokens": 1}}},
-            {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "ok"}},
-            {"type": "message_delta", "usage": {"output_tokens": 5}},
-            {"type": "message_stop"},
-        ):
-            await answer.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-        await answer.write_eof()
-        return answer
-
+from mockapi import MockApi
 
 FANOUT = [sys.executable, "-m", "fanout"]
 KEY = "bench-upstream-key"  # the mock's "real" key; not a secret of anyone's
@@ -193,17 +138,6 @@ def steady_fraction(arrivals: Sequence[float], period: int, limit: int, per: flo
     return (b - a) / (times[b] - times[a]) * per / limit
 
 
-def most_in_window(arrivals: Sequence[float], per: float) -> int:
-    """Most arrivals in any half-open window [t, t + per)."""
-    times = sorted(arrivals)
-    most = first = 0
-    for last, when in enumerate(times):
-        while times[first] <= when - per:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
-
-
 async def fanout_run(job: Path, env: dict[str, str]) -> None:
     process = await asyncio.create_subprocess_exec(
         *FANOUT,
@@ -262,7 +196,8 @@ async def pacing_case(mode: str, k: int, args: argparse.Namespace, scratch: Path
             "ANTHROPIC_API_KEY": KEY,
         }
         await fanout_run(job, env)
-        arrivals = mock.arrivals("/v1/messages")
+        arrivals = [seen.at for seen in mock.posts()]
+        most = mock.max_in_window(per)
     if len(arrivals) != units * k:
         raise SystemExit(f"{mode} k={k}: the mock got {len(arrivals)}, not {units * k}")
     period = limit if mode == "gateway" else (limit // k) * k
@@ -271,7 +206,7 @@ async def pacing_case(mode: str, k: int, args: argparse.Namespace, scratch: Path
         k=k,
         requests=len(arrivals),
         steady=steady_fraction(arrivals, period, limit, per),
-        most_in_window=most_in_window(arrivals, per),
+        most_in_window=most,
         span=max(arrivals) - min(arrivals),
         least_span=(math.ceil(len(arrivals) / limit) - 1) * per,
     )
