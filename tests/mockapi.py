@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import TracebackType
@@ -78,6 +78,9 @@ class MockConfig:
     latency: float = 0.0
     gap: float = 0.0
     require_key: str | None = None
+    # Awaited before the last event of a stream (in the mock's loop): a test holds the
+    # end of an answer back until it has seen the beginning arrive through a proxy.
+    hold: Callable[[], Awaitable[object]] | None = None
 
 
 class Fault(enum.Enum):
@@ -514,7 +517,7 @@ class MockApi:
             ("message_stop", {"type": "message_stop"}),
         ]
         chunks = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-        return await _stream(request, chunks, config.gap, headers)
+        return await _stream(request, chunks, config.gap, headers, config.hold)
 
     async def _openai(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
@@ -580,7 +583,7 @@ class MockApi:
             )
         chunks = [f"data: {json.dumps(d)}\n\n".encode() for d in datas]
         chunks.append(b"data: [DONE]\n\n")
-        return await _stream(request, chunks, config.gap, headers)
+        return await _stream(request, chunks, config.gap, headers, config.hold)
 
 
 def _has_tool_result(body: Any) -> bool:
@@ -592,7 +595,11 @@ def _has_tool_result(body: Any) -> bool:
 
 
 async def _stream(
-    request: web.Request, chunks: list[bytes], gap: float, headers: Mapping[str, str]
+    request: web.Request,
+    chunks: list[bytes],
+    gap: float,
+    headers: Mapping[str, str],
+    hold: Callable[[], Awaitable[object]] | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -602,6 +609,8 @@ async def _stream(
     for i, chunk in enumerate(chunks):
         if gap and i:
             await asyncio.sleep(gap)
+        if hold is not None and i == len(chunks) - 1:
+            await hold()
         await response.write(chunk)
     await response.write_eof()
     return response

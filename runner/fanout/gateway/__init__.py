@@ -1,0 +1,112 @@
+"""The API gateway in the coordinator: every request a worker makes to a job's
+``[[apis]]`` passes here, on 127.0.0.1 only (SSH hosts reach it through a remote
+forward).  It paces requests fleet-wide per API (``limiter``), swaps each attempt's
+token for the real key (``tokens``; the key never leaves this process), absorbs
+429/529 answers, streams answers through while reading their usage (``styles``), and
+keeps the accounts and the budget (``usage``).  The HTTP side is ``proxy``.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Callable, Mapping, Sequence
+
+from aiohttp import web
+
+from ..errors import FanoutError, SpendStopped
+from ..events import Events
+from ..outcome import ApiUsage
+from ..spec.model import Api
+from .proxy import Proxy
+
+
+class Gateway:
+    """One gateway for all of a job's APIs, at ``url``/<api name>/."""
+
+    def __init__(
+        self,
+        apis: Sequence[Api],
+        keys: Mapping[str, str],
+        *,
+        events: Events,
+        stop: Callable[[FanoutError], None],
+        rng: random.Random | None = None,
+    ) -> None:
+        # Bound now, so the port is known before any transport (an SSH forward, a
+        # worker's environment) is built; nothing is served until ``start``.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._socket.bind(("127.0.0.1", 0))
+            self._socket.listen(128)
+            self._socket.setblocking(False)
+        except OSError:
+            self._socket.close()
+            raise
+        self._stop = stop
+        self._stopped: SpendStopped | None = None
+        self._proxy = Proxy(apis, keys, events=events, stop=self._spent, rng=rng or random.Random())
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def port(self) -> int:
+        port: int = self._socket.getsockname()[1]
+        return port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def stopped(self) -> SpendStopped | None:
+        """Why the gateway stopped the run's spending (the first reason), if it did."""
+        return self._stopped
+
+    def _spent(self, error: SpendStopped) -> None:
+        if self._stopped is None:
+            self._stopped = error
+            self._stop(error)
+
+    async def start(self) -> None:
+        self._proxy.open_session()
+        # No access log: a query string may carry a token (?key=).  A worker that
+        # disconnects cancels its request, also while it waits in the queue.
+        runner = web.AppRunner(
+            self._proxy.app(),
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+        )
+        await runner.setup()
+        await web.SockSite(runner, self._socket).start()
+        self._runner = runner
+
+    async def close(self) -> None:
+        """Stops serving (requests still running are cancelled) and closes the upstream
+        connections.  Safe to call twice, or without ``start``."""
+        try:
+            if self._runner is not None:
+                runner, self._runner = self._runner, None
+                await runner.cleanup()
+        finally:
+            await self._proxy.close_session()
+            self._socket.close()
+
+    def restore(self, spent: Mapping[str, float]) -> None:
+        """USD already spent this run per API (a resumed run): counted toward each
+        budget, which may stop the run at once."""
+        self._proxy.accounts.restore(spent)
+
+    def grant(self, *, unit: str, attempt: int, deadline: float) -> str:
+        """A fresh token for one attempt, valid for every API until ``revoke``;
+        ``deadline`` (loop time) is when the gateway stops retrying 429s for it."""
+        return self._proxy.grants.grant(unit=unit, attempt=attempt, deadline=deadline)
+
+    def revoke(self, token: str) -> tuple[ApiUsage, ...]:
+        """From now the token gets 401; what it used, one entry per API it called."""
+        return self._proxy.grants.revoke(token)
+
+    def totals(self) -> tuple[ApiUsage, ...]:
+        """The run's usage so far (since this process started), every API in job order."""
+        return self._proxy.accounts.ledger.all()

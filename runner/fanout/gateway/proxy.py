@@ -1,0 +1,346 @@
+"""The gateway's HTTP side (aiohttp, server and client): one request from a worker,
+from its token to the upstream's last byte.
+
+``/<api>/<rest>?<query>`` goes to ``<upstream>/<rest>?<query>``.  On the way: the token
+is checked and swapped for the real key, the request waits its turn in the API's
+limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
+answer streams back chunk by chunk while its usage is read.  What the gateway answers
+itself is shaped as the style's own errors, so agents print the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from ..apistyles import FACTS, Style
+from ..errors import SpendStopped
+from ..events import Events
+from ..spec.model import Api
+from . import ratelimits, styles
+from .limiter import Limiter, Ticket
+from .styles import Estimate, TokenCounts, Verdict
+from .tokens import Grant, Grants
+from .usage import Accounts
+
+# Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, JITTER)), the backoff
+# doubling from BACKOFF_START to BACKOFF_MAX.  The jitter spreads the retries of many
+# waiting requests apart after a pause ends.
+BACKOFF_START = 1.0
+BACKOFF_MAX = 60.0
+JITTER = 0.2
+# A request without a cap on its output reserves this much of an output-tokens window
+# (the common default cap of agent CLIs) until its usage replaces the reservation;
+# reserving the whole window instead would run such requests one per window.
+UNCAPPED_OUTPUT = 4096
+# Agent requests carry whole conversations (Anthropic accepts up to 32 MB).
+MAX_BODY = 64 * 1024 * 1024
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_AUTH = frozenset({"x-api-key", "authorization", "x-goog-api-key"})
+_NOT_UPSTREAM = _HOP | _AUTH | {"host", "content-length", "accept-encoding"}
+# The client session decompresses whatever the upstream sends despite "identity".
+_NOT_DOWNSTREAM = _HOP | {"content-length", "content-encoding"}
+
+
+@dataclass(kw_only=True, slots=True)
+class Route:
+    """One API's state in the gateway."""
+
+    api: Api
+    key: str
+    limiter: Limiter
+
+
+class Proxy:
+    """Serves the workers' requests; ``Gateway`` owns its socket and lifetime."""
+
+    def __init__(
+        self,
+        apis: Sequence[Api],
+        keys: Mapping[str, str],
+        *,
+        events: Events,
+        stop: Callable[[SpendStopped], None],
+        rng: random.Random,
+    ) -> None:
+        self.routes = {
+            api.name: Route(
+                api=api,
+                key=keys.get(api.name, ""),
+                limiter=Limiter(
+                    requests=api.requests,
+                    input_tokens=api.input_tokens,
+                    output_tokens=api.output_tokens,
+                    max_in_flight=api.max_in_flight,
+                ),
+            )
+            for api in apis
+        }
+        self.grants = Grants([api.name for api in apis])
+        self.accounts = Accounts(apis, events=events, stop=stop)
+        self.events = events
+        self.rng = rng
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    def open_session(self) -> None:
+        self.session = aiohttp.ClientSession(
+            # No total: an agent's stream may run for many minutes.  A silent upstream
+            # is cut after 10 minutes (Claude Code's own request timeout).
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=600),
+            connector=aiohttp.TCPConnector(limit=0),  # the limiters decide concurrency
+            # No proxy or netrc from the environment: nothing may add credentials.
+            trust_env=False,
+            auto_decompress=True,
+        )
+
+    async def close_session(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- one request ------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "HEAD":  # Claude Code's connectivity pre-check
+            return web.Response(status=200)
+        # raw_path: the path as sent (with its query), so the upstream gets it unchanged.
+        name, _, rest = request.raw_path.partition("?")[0].lstrip("/").partition("/")
+        route = self.routes.get(name)
+        if route is None:
+            known = ", ".join(self.routes) or "none"
+            message = f"fanout gateway: no API named {name!r} here (the job's APIs: {known})"
+            return _error(Style.PLAIN, 404, "not_found", message)
+        style = route.api.style
+        grant = self._holder(request)
+        if grant is None:
+            message = (
+                f"fanout gateway: api {name}: this token is not valid"
+                " (its attempt has ended, or it was never issued)"
+            )
+            return _error(style, 401, "auth", message)
+        refused = self.accounts.refused.get(name)
+        if refused is not None:  # never a 429 or 529: agents would retry those
+            return _error(style, 400, "invalid", refused)
+        return await self._forward(request, route, grant, rest)
+
+    def _holder(self, request: web.Request) -> Grant | None:
+        bearer = request.headers.get("authorization", "")
+        candidates = (
+            request.headers.get("x-api-key", ""),
+            bearer[7:].strip() if bearer[:7].lower() == "bearer " else "",
+            request.headers.get("x-goog-api-key", ""),
+            request.query.get("key", ""),
+        )
+        return next((g for c in candidates if c and (g := self.grants.holder(c))), None)
+
+    def _upstream(self, request: web.Request, route: Route, rest: str) -> tuple[URL, list[Any]]:
+        query = "&".join(
+            part
+            for part in request.query_string.split("&")
+            if part and part.split("=", 1)[0] != "key"
+        )
+        base = route.api.upstream.rstrip("/")
+        url = URL(f"{base}/{rest}" + (f"?{query}" if query else ""), encoded=True)
+        listed = {
+            token.strip().lower() for token in request.headers.get("connection", "").split(",")
+        }
+        headers: list[Any] = [
+            (k, v)
+            for k, v in request.headers.items()
+            if k.lower() not in _NOT_UPSTREAM and k.lower() not in listed
+        ]
+        headers.append(("accept-encoding", "identity"))  # so usage can be read on the way
+        if route.key:
+            facts = FACTS[route.api.style]
+            headers.append((facts.key_header, facts.key_prefix + route.key))
+        return url, headers
+
+    async def _forward(
+        self, request: web.Request, route: Route, grant: Grant, rest: str
+    ) -> web.StreamResponse:
+        style = route.api.style
+        body = await request.read()
+        guess = styles.estimate(style, body, rest)
+        body = styles.prepared(style, rest, body)
+        url, headers = self._upstream(request, route, rest)
+        assert self.session is not None, "the gateway is not started"
+        loop = asyncio.get_running_loop()
+        backoff, sent, queued, throttles = BACKOFF_START, 0, 0.0, 0
+        while True:
+            ticket = await route.limiter.admit(
+                input_tokens=guess.input_tokens,
+                output_tokens=UNCAPPED_OUTPUT
+                if guess.output_tokens is None
+                else guess.output_tokens,
+            )
+            queued += ticket.queued
+            refused = self.accounts.refused.get(route.api.name)
+            if refused is not None:  # the budget was spent while this one waited
+                route.limiter.settle(ticket, input_tokens=0, output_tokens=0)
+                self._account(route, grant, None, sent, queued, throttles)
+                return _error(style, 400, "invalid", refused)
+            try:
+                answer = await self.session.request(
+                    request.method, url, headers=headers, data=body or None, allow_redirects=False
+                )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                route.limiter.release(ticket)
+                self._account(route, grant, None, sent, queued, throttles)
+                message = (
+                    f"fanout gateway: api {route.api.name}: the upstream did not answer"
+                    f" ({_said(exc)})"
+                )
+                return _error(style, 502, "upstream", message)
+            except BaseException:
+                route.limiter.release(ticket)
+                raise
+            sent += 1
+            async with answer:
+                now = datetime.now(UTC)
+                told = ratelimits.remaining(answer.headers, now)
+                if told is not None:
+                    route.limiter.observe(told)
+                if answer.status < 400:
+                    return await self._stream(
+                        request, answer, route, grant, ticket, guess, sent, queued, throttles
+                    )
+                try:
+                    data = await answer.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    data = b""
+                finally:
+                    route.limiter.release(ticket)
+                verdict = styles.classify(style, answer.status, data)
+                if verdict is Verdict.RETRY:
+                    wait = ratelimits.retry_after(answer.headers, now)
+                    pause = max(wait or 0.0, backoff) * (1 + self.rng.uniform(0, JITTER))
+                    if loop.time() + pause < grant.deadline:
+                        throttles += 1
+                        route.limiter.pause(pause)
+                        self.events.emit(
+                            "api.throttled",
+                            api=route.api.name,
+                            unit=grant.unit,
+                            attempt=grant.attempt,
+                            status=answer.status,
+                            retryAfter=wait,
+                            pause=round(pause, 3),
+                        )
+                        backoff = min(backoff * 2, BACKOFF_MAX)
+                        continue
+                self._account(route, grant, None, sent, queued, throttles)
+                if verdict is Verdict.SPEND:
+                    self.accounts.upstream_refused(route.api.name, answer.status, data)
+                return web.Response(
+                    status=answer.status,
+                    headers=_downstream(answer.headers),
+                    body=data.replace(route.key.encode(), b"[key]") if route.key else data,
+                )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        answer: aiohttp.ClientResponse,
+        route: Route,
+        grant: Grant,
+        ticket: Ticket,
+        guess: Estimate,
+        sent: int,
+        queued: float,
+        throttles: int,
+    ) -> web.StreamResponse:
+        """Writes the answer to the worker as its chunks arrive, reading its usage."""
+        sse = answer.content_type == "text/event-stream"
+        reader = styles.UsageReader(route.api.style, sse=sse, model=guess.model)
+        response = web.StreamResponse(status=answer.status, headers=_downstream(answer.headers))
+        counts: TokenCounts | None = None
+        try:
+            await response.prepare(request)
+            try:
+                async for chunk in answer.content.iter_any():
+                    reader.feed(chunk)
+                    await response.write(chunk)
+            except (aiohttp.ClientError, TimeoutError):
+                # Cut mid-answer: the worker's connection is closed after what arrived,
+                # so its client sees a broken stream rather than a complete one.
+                response.force_close()
+                return response
+            await response.write_eof()
+        except ConnectionResetError:  # the worker went away
+            pass
+        finally:
+            counts = reader.result()
+            if counts is None:
+                route.limiter.release(ticket)
+            else:
+                route.limiter.settle(
+                    ticket,
+                    input_tokens=counts.paced_input_tokens,
+                    output_tokens=counts.output_tokens,
+                )
+            self._account(route, grant, counts, sent, queued, throttles)
+        return response
+
+    def _account(
+        self,
+        route: Route,
+        grant: Grant,
+        counts: TokenCounts | None,
+        sent: int,
+        queued: float,
+        throttles: int,
+    ) -> None:
+        self.accounts.add(
+            route.api.name,
+            counts,
+            grant.ledger,
+            requests=sent,
+            queued_seconds=queued,
+            throttles=throttles,
+        )
+
+
+def _downstream(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    listed = {token.strip().lower() for token in headers.get("connection", "").split(",")}
+    return [
+        (k, v)
+        for k, v in headers.items()
+        if k.lower() not in _NOT_DOWNSTREAM and k.lower() not in listed
+    ]
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _error(style: Style, status: int, kind: str, message: str) -> web.Response:
+    return web.Response(
+        status=status,
+        body=styles.error_body(style, status, kind, message),
+        content_type="application/json",
+    )

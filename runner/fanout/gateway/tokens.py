@@ -1,0 +1,54 @@
+"""Per-attempt tokens: the "API key" a worker is given instead of the real one.
+
+A token is ``secrets.token_urlsafe(32)`` (256 random bits), good for every API of the
+job from ``grant`` until ``revoke``; after that, and for any string never granted, the
+gateway answers 401.  A token is only ever a dictionary key here: never logged, never
+in an event, never in an error message.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..outcome import ApiUsage
+from .usage import Ledger
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Grant:
+    """Whom a token was granted to, until when the gateway retries for it (the loop
+    time past which a retry would outlive the attempt: then a 429 passes through), and
+    what its requests used."""
+
+    unit: str
+    attempt: int
+    deadline: float
+    ledger: Ledger = field(compare=False)
+
+
+class Grants:
+    def __init__(self, apis: Sequence[str]) -> None:
+        self._apis = tuple(apis)
+        self._live: dict[str, Grant] = {}
+
+    def grant(self, *, unit: str, attempt: int, deadline: float) -> str:
+        token = secrets.token_urlsafe(32)
+        self._live[token] = Grant(
+            unit=unit, attempt=attempt, deadline=deadline, ledger=Ledger(self._apis)
+        )
+        return token
+
+    def holder(self, token: str) -> Grant | None:
+        return self._live.get(token)
+
+    def revoke(self, token: str) -> tuple[ApiUsage, ...]:
+        """Ends the token; what it used, one ``ApiUsage`` per API it called, in job
+        order (empty for a token unknown or already revoked).  A request still running
+        when its token is revoked finishes; its usage counts toward the run, not here."""
+        grant = self._live.pop(token, None)
+        return grant.ledger.used() if grant is not None else ()
+
+    def __len__(self) -> int:
+        return len(self._live)

@@ -1,0 +1,311 @@
+"""The gateway's per-request limiter on virtual time (looptime drives the loop clock the
+limiter reads and its timers run on); admission times are asserted exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import pytest
+
+from fanout.gateway.limiter import SKEW, Limiter, Remaining, Ticket
+from fanout.spec import Window
+
+pytestmark = pytest.mark.looptime
+
+T = TypeVar("T")
+
+
+def _w(limit: int, per: float) -> Window:
+    return Window(limit=limit, per=per)
+
+
+def _limiter(
+    *,
+    requests: Window | None = None,
+    input_tokens: Window | None = None,
+    output_tokens: Window | None = None,
+    max_in_flight: int | None = None,
+) -> Limiter:
+    return Limiter(
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        max_in_flight=max_in_flight,
+    )
+
+
+def _now() -> float:
+    return round(asyncio.get_running_loop().time(), 6)
+
+
+async def _within(awaitable: Awaitable[T], seconds: float = 1000) -> T:
+    """A virtual deadline, so a limiter that never admits fails fast instead of hanging."""
+    return await asyncio.wait_for(awaitable, seconds)
+
+
+async def _admitted_at(limiter: Limiter, input_tokens: int = 0, output_tokens: int = 0) -> float:
+    ticket = await _within(limiter.admit(input_tokens=input_tokens, output_tokens=output_tokens))
+    limiter.settle(ticket, input_tokens=input_tokens, output_tokens=output_tokens)
+    return _now()
+
+
+def _most_in_any_window(events: list[tuple[float, int]], width: float) -> int:
+    """The largest sum of amounts whose times fall in one half-open [t, t + width)."""
+    events = sorted(events)
+    best = 0
+    for start, _ in events:
+        best = max(best, sum(a for t, a in events if start <= t < start + width))
+    return best
+
+
+async def test_no_window_ever_exceeds_its_limit_under_random_load() -> None:
+    rng = random.Random(12)
+    requests, inputs, outputs = _w(20, 10), _w(30000, 10), _w(20000, 30)
+    limiter = _limiter(
+        requests=requests, input_tokens=inputs, output_tokens=outputs, max_in_flight=6
+    )
+    counted: list[tuple[float, int, int]] = []  # admission time, input and output it kept
+
+    async def caller(start: float) -> None:
+        await asyncio.sleep(start)
+        for _ in range(6):
+            estimate, reserve = rng.randint(0, 3000), rng.choice([100, 500, 1000, 4000])
+            if rng.random() < 0.05:
+                estimate = 40_000  # above the window: capped at 30,000
+            if rng.random() < 0.02:
+                reserve = 64_000  # above the window: capped at 20,000
+            ticket = await limiter.admit(input_tokens=estimate, output_tokens=reserve)
+            admitted = asyncio.get_running_loop().time()
+            await asyncio.sleep(rng.uniform(0, 4))
+            if rng.random() < 0.1:
+                limiter.release(ticket)  # the reservation stays, capped
+                counted.append((admitted, min(estimate, 30_000), min(reserve, 20_000)))
+            else:
+                real_in = rng.randint(0, min(estimate, 30_000))
+                real_out = rng.randint(0, min(reserve, 20_000))
+                limiter.settle(ticket, input_tokens=real_in, output_tokens=real_out)
+                counted.append((admitted, real_in, real_out))
+            await asyncio.sleep(rng.uniform(0, 2))
+
+    await _within(asyncio.gather(*(caller(rng.uniform(0, 20)) for _ in range(30))), seconds=100_000)
+    assert len(counted) == 180
+    # Windows a little longer than ``per``: the skew's margin holds too.  The load fills
+    # the requests window to its limit, so the property is tested where it can break.
+    width = 1 - 1e-3
+    assert _most_in_any_window([(t, 1) for t, _, _ in counted], 10 + SKEW * width) == 20
+    assert _most_in_any_window([(t, i) for t, i, _ in counted], 10 + SKEW * width) <= 30_000
+    assert _most_in_any_window([(t, o) for t, _, o in counted], 30 + SKEW * width) <= 20_000
+    assert limiter.stats()["inFlight"] == 0
+
+
+async def test_admissions_follow_arrival_order_and_the_head_is_never_overtaken() -> None:
+    limiter = _limiter(input_tokens=_w(1000, 10))
+    first = await limiter.admit(input_tokens=800, output_tokens=0)
+    order: list[tuple[str, float]] = []
+
+    async def caller(name: str, tokens: int, delay: float) -> None:
+        await asyncio.sleep(delay)
+        ticket = await limiter.admit(input_tokens=tokens, output_tokens=0)
+        order.append((name, _now()))
+        limiter.settle(ticket, input_tokens=tokens, output_tokens=0)
+
+    # "big" does not fit until the first leaves the window; "small" would fit at once
+    # (800 + 100) but must not pass the head.
+    await _within(
+        asyncio.gather(
+            caller("big", 500, 1),
+            caller("small", 100, 2),
+            caller("late", 100, 3),
+            caller("x", 300, 4),
+        )
+    )
+    limiter.settle(first, input_tokens=800, output_tokens=0)
+    assert order == [("big", 10.05), ("small", 10.05), ("late", 10.05), ("x", 10.05)]
+
+
+async def test_callers_are_admitted_in_the_order_they_asked() -> None:
+    limiter = _limiter(requests=_w(2, 1))
+    order: list[int] = []
+
+    async def caller(number: int) -> None:
+        await asyncio.sleep(number * 0.01)
+        await _admitted_at(limiter)
+        order.append(number)
+
+    await _within(asyncio.gather(*(caller(n) for n in reversed(range(12)))))
+    assert order == list(range(12))
+
+
+@pytest.mark.parametrize("side", ["input", "output"])
+async def test_a_reservation_above_a_windows_limit_is_capped_at_the_limit(side: str) -> None:
+    window = _w(1000, 60)
+    limiter = _limiter(input_tokens=window) if side == "input" else _limiter(output_tokens=window)
+
+    def tokens(count: int) -> dict[str, int]:
+        other = "output_tokens" if side == "input" else "input_tokens"
+        return {f"{side}_tokens": count, other: 0}
+
+    await limiter.admit(**tokens(0))  # in the window, holding none of its tokens
+    await asyncio.sleep(1)
+    oversized = await _within(limiter.admit(**tokens(50_000)), 1)
+    # Capped at 1000 it fits at once; uncapped it would wait for the empty entry to leave.
+    assert (_now(), oversized.queued) == (1, 0)
+    limiter.release(oversized)  # keeps the capped reservation: the whole window
+    assert await _admitted_at(limiter, **tokens(1)) == 61.05
+
+
+async def test_max_in_flight_caps_concurrent_requests() -> None:
+    limiter = _limiter(requests=_w(1000, 1), max_in_flight=2)
+    running = peak = 0
+    times: list[float] = []
+
+    async def request(index: int) -> None:
+        nonlocal running, peak
+        ticket = await limiter.admit(input_tokens=0, output_tokens=0)
+        times.append(_now())
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(1)
+        running -= 1
+        if index % 2:
+            limiter.release(ticket)
+        else:
+            limiter.settle(ticket, input_tokens=0, output_tokens=0)
+
+    await _within(asyncio.gather(*(request(i) for i in range(5))))
+    assert peak == 2
+    assert times == [0, 0, 1, 1, 2]
+
+
+async def test_settle_is_idempotent_and_frees_one_slot() -> None:
+    limiter = _limiter(output_tokens=_w(1000, 60), max_in_flight=2)
+    first = await limiter.admit(input_tokens=0, output_tokens=500)
+    second = await limiter.admit(input_tokens=0, output_tokens=0)
+    limiter.settle(first, input_tokens=0, output_tokens=0)
+    limiter.settle(first, input_tokens=0, output_tokens=900)  # a late duplicate: ignored
+    limiter.release(first)
+    third = await _within(limiter.admit(input_tokens=0, output_tokens=1000), 1)
+    assert (_now(), third.queued) == (0, 0)  # first holds 0 tokens and no slot
+    fourth = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    await asyncio.sleep(5)
+    assert not fourth.done()  # second and third are in flight
+    limiter.settle(second, input_tokens=0, output_tokens=0)
+    assert (await _within(fourth)).queued == 5
+
+
+async def test_usage_above_the_reservation_counts_and_later_requests_wait_longer() -> None:
+    limiter = _limiter(output_tokens=_w(1000, 60))
+    ticket = await limiter.admit(input_tokens=0, output_tokens=100)
+    await asyncio.sleep(1)
+    limiter.settle(ticket, input_tokens=0, output_tokens=1500)  # 500 over the limit
+    assert await _admitted_at(limiter, output_tokens=100) == 60.05
+
+
+async def test_usage_below_the_reservation_frees_room_at_once() -> None:
+    limiter = _limiter(output_tokens=_w(1000, 60))
+    ticket = await limiter.admit(input_tokens=0, output_tokens=900)
+    waiting = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=900))
+    await asyncio.sleep(2)
+    limiter.settle(ticket, input_tokens=0, output_tokens=50)
+    assert (await _within(waiting)).queued == 2
+
+
+async def test_a_pause_holds_admissions_and_a_shorter_one_does_not_shorten_it() -> None:
+    limiter = _limiter(requests=_w(1, 10))
+    assert await _admitted_at(limiter) == 0
+    waiting = asyncio.create_task(_admitted_at(limiter))  # due at 10.05
+    await asyncio.sleep(1)
+    limiter.pause(30)
+    await asyncio.sleep(1)
+    limiter.pause(5)
+    assert await waiting == 31
+    limiter.pause(20)  # past the window's own 41.05
+    assert await _admitted_at(limiter) == 51
+
+
+async def test_upstream_remaining_zero_holds_until_its_reset() -> None:
+    limiter = _limiter(requests=_w(100, 60), input_tokens=_w(10_000, 60))
+    limiter.observe(Remaining(requests=0, requests_reset=12.5))
+    assert await _admitted_at(limiter) == 12.5
+    limiter.observe(Remaining(requests=50, requests_reset=3, input_tokens=0, input_tokens_reset=7))
+    assert await _admitted_at(limiter, input_tokens=10) == 19.5
+    limiter.observe(Remaining(requests=0))  # no reset said: nothing to wait for
+    assert await _admitted_at(limiter) == 19.5
+
+
+async def test_little_remaining_is_spread_until_the_reset() -> None:
+    limiter = _limiter(requests=_w(100, 60))
+    limiter.observe(Remaining(requests=4, requests_reset=8))  # under 10% of 100: spread
+    times = [await _admitted_at(limiter) for _ in range(7)]
+    assert times == [0, 2, 4, 6, 8, 8, 8]  # one per 8 / 4 s, and no longer after the reset
+    limiter.observe(Remaining(requests=40, requests_reset=8))  # plenty: no spread
+    assert [await _admitted_at(limiter) for _ in range(3)] == [8, 8, 8]
+
+
+async def test_little_remaining_of_tokens_spreads_by_each_requests_tokens() -> None:
+    limiter = _limiter(input_tokens=_w(100_000, 60))
+    limiter.observe(Remaining(input_tokens=6000, input_tokens_reset=30))  # 200 a second
+    times = [await _admitted_at(limiter, input_tokens=1000) for _ in range(3)]
+    assert times == [0, 5, 10]
+
+
+async def test_a_cancelled_waiter_leaves_no_trace() -> None:
+    limiter = _limiter(requests=_w(1, 10))
+    assert await _admitted_at(limiter) == 0
+    head = asyncio.create_task(_admitted_at(limiter))
+    behind = asyncio.create_task(_admitted_at(limiter))
+    await asyncio.sleep(1)
+    head.cancel()
+    assert await _within(behind) == 10.05  # not 20.1: the cancelled head took nothing
+    assert limiter.stats()["waiting"] == 0
+
+
+async def test_a_waiter_cancelled_as_the_queue_moves_is_skipped() -> None:
+    limiter = _limiter(max_in_flight=1)
+    first = await limiter.admit(input_tokens=0, output_tokens=0)
+    head = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    behind = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    await asyncio.sleep(1)
+    head.cancel()  # its admit() has not seen the cancellation yet ...
+    limiter.settle(first, input_tokens=0, output_tokens=0)  # ... when the queue moves
+    assert (await _within(behind)).queued == 1
+    assert head.cancelled()
+    assert limiter.stats() == {"admitted": 2, "queuedSeconds": 1, "inFlight": 1, "waiting": 0}
+
+
+async def test_a_waiter_cancelled_right_after_its_admission_gives_it_back() -> None:
+    limiter = _limiter(requests=_w(2, 10), max_in_flight=1)
+    first = await limiter.admit(input_tokens=0, output_tokens=0)
+    granted = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    await asyncio.sleep(1)
+    limiter.settle(first, input_tokens=0, output_tokens=0)  # admits ``granted`` ...
+    granted.cancel()  # ... which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await granted
+    second: Ticket = await _within(limiter.admit(input_tokens=0, output_tokens=0), 1)
+    assert (_now(), second.queued) == (1, 0)  # the slot and the window's room came back
+    limiter.settle(second, input_tokens=0, output_tokens=0)
+    assert await _admitted_at(limiter) == 10.05  # first and second fill the window
+
+
+@pytest.mark.parametrize(("limit", "per", "rounds"), [(5, 10, 4), (50, 60, 3), (1, 1, 6)])
+async def test_throughput_is_the_limit_per_window_plus_the_skew(
+    limit: int, per: float, rounds: int
+) -> None:
+    limiter = _limiter(requests=_w(limit, per))
+    times = await asyncio.gather(*(_admitted_at(limiter) for _ in range(limit * rounds)))
+    expected = [round(r * (per + SKEW), 6) for r in range(rounds) for _ in range(limit)]
+    assert sorted(times) == expected
+
+
+async def test_queued_seconds_are_recorded_on_the_ticket_and_in_stats() -> None:
+    limiter = _limiter(requests=_w(1, 10))
+    first = await limiter.admit(input_tokens=0, output_tokens=0)
+    assert first.queued == 0
+    await asyncio.sleep(3)
+    second = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    assert round(second.queued, 6) == 7.05
+    assert limiter.stats() == {"admitted": 2, "queuedSeconds": 7.05, "inFlight": 2, "waiting": 0}
