@@ -24,6 +24,10 @@
    request to the last against the least the limit allows, (ceil(R/N) - 1)·W for R
    requests (the start-up burst is where task pacing loses most on a short job).
 
+   Then the issue's own example, both ways: 12 units of two requests each under 5
+   requests per 10 s (the issue measured 66 s with task pacing, where request pacing
+   allows about 40 s).
+
 2. Latency the gateway adds: sequential requests from one aiohttp client, alternating
    direct to the mock and through an in-process ``fanout.gateway.Gateway`` (a request
    limit far above the load), JSON and SSE-streamed; p50 and p99 of each, and the
@@ -39,7 +43,8 @@
 
 Usage: .venv/bin/python bench/gateway.py [--limit N] [--per SECONDS] [--windows M]
        [--requests 1,2,3,4,8] [--concurrency C] [--latency-requests R]
-       [--load-clients C] [--load-seconds S] [--only pacing|latency|throughput]
+       [--load-clients C] [--load-seconds S] [--load-rounds R]
+       [--only pacing|example|latency|throughput]
 """
 
 from __future__ import annotations
@@ -121,27 +126,39 @@ requestsPerTask = {k}
 
 
 @dataclass(frozen=True)
+class Case:
+    mode: str  # "gateway" or "task"
+    k: int  # requests per unit
+    units: int
+    limit: int
+    per: float
+    concurrency: int
+
+
+@dataclass(frozen=True)
 class Pacing:
-    mode: str
-    k: int
+    case: Case
     requests: int
-    steady: float
+    steady: float | None  # None: too few requests for two whole periods
     most_in_window: int
     span: float
     least_span: float
+    wall: float  # the whole ``fanout run``, start-up included
 
 
-def steady_fraction(arrivals: Sequence[float], period: int, limit: int, per: float) -> float:
+def steady_fraction(arrivals: Sequence[float], period: int, limit: int, per: float) -> float | None:
     """The steady fraction of the docstring: rate over whole periods past the first."""
     times = sorted(arrivals)
     a = period
     b = period * ((len(times) - 1) // period)
     if b <= a:
-        raise SystemExit(f"{len(times)} requests are too few to measure periods of {period}")
+        return None
     return (b - a) / (times[b] - times[a]) * per / limit
 
 
-async def fanout_run(job: Path, env: dict[str, str]) -> None:
+async def fanout_run(job: Path, env: dict[str, str]) -> float:
+    """Seconds the run took; it must succeed."""
+    start = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         *FANOUT,
         "run",
@@ -157,13 +174,37 @@ async def fanout_run(job: Path, env: dict[str, str]) -> None:
             f"fanout run {job.name} failed ({process.returncode}):\n"
             f"{out.decode()[-1500:]}\n{err.decode()[-1500:]}"
         )
+    return time.perf_counter() - start
 
 
-async def pacing_case(mode: str, k: int, args: argparse.Namespace, scratch: Path) -> Pacing:
-    """One real ``fanout run`` of ceil((M·N + 1)/k) units of k requests each."""
-    limit, per = args.limit, args.per
-    units = math.ceil((args.windows * limit + 1) / k)
-    workdir = scratch / f"{mode}-{k}"
+def cases(args: argparse.Namespace) -> list[Case]:
+    """Table 1's cases: ceil((M·N + 1)/k) units of k requests, so M whole periods."""
+    return [
+        Case(
+            mode=mode,
+            k=k,
+            units=math.ceil((args.windows * args.limit + 1) / k),
+            limit=args.limit,
+            per=args.per,
+            concurrency=args.concurrency,
+        )
+        for k in args.requests
+        for mode in ("gateway", "task")
+    ]
+
+
+def example_cases(args: argparse.Namespace) -> list[Case]:
+    """The issue's example: 12 units of two requests under 5 requests per 10 s."""
+    return [
+        Case(mode=mode, k=2, units=12, limit=5, per=10.0, concurrency=args.concurrency)
+        for mode in ("gateway", "task")
+    ]
+
+
+async def pacing_case(case: Case, scratch: Path) -> Pacing:
+    """One real ``fanout run`` of ``case``, and what the upstream received."""
+    mode, k, units, limit, per = case.mode, case.k, case.units, case.limit, case.per
+    workdir = scratch / f"{mode}-{k}-{units}-{limit}"
     workdir.mkdir()
     worker = workdir / "worker.py"
     worker.write_text(WORKER % {"body": BODY})
@@ -187,7 +228,7 @@ async def pacing_case(mode: str, k: int, args: argparse.Namespace, scratch: Path
                 python=sys.executable,
                 worker=worker,
                 task_env=task_env,
-                concurrency=args.concurrency,
+                concurrency=case.concurrency,
                 pacing=pacing,
             )
         )
@@ -198,20 +239,20 @@ async def pacing_case(mode: str, k: int, args: argparse.Namespace, scratch: Path
             # task pacing a task secret (then the worker holds it).
             "ANTHROPIC_API_KEY": KEY,
         }
-        await fanout_run(job, env)
+        wall = await fanout_run(job, env)
         arrivals = [seen.at for seen in mock.posts()]
         most = mock.max_in_window(per)
     if len(arrivals) != units * k:
         raise SystemExit(f"{mode} k={k}: the mock got {len(arrivals)}, not {units * k}")
     period = limit if mode == "gateway" else (limit // k) * k
     return Pacing(
-        mode=mode,
-        k=k,
+        case=case,
         requests=len(arrivals),
         steady=steady_fraction(arrivals, period, limit, per),
         most_in_window=most,
         span=max(arrivals) - min(arrivals),
         least_span=(math.ceil(len(arrivals) / limit) - 1) * per,
+        wall=wall,
     )
 
 
@@ -226,12 +267,13 @@ def pacing_table(rows: Sequence[Pacing], args: argparse.Namespace) -> None:
         "| first→last s: gateway | task pacing | least s |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    by = {(row.mode, row.k): row for row in rows}
+    by = {(row.case.mode, row.case.k): row for row in rows}
     for k in args.requests:
         gate, task = by[("gateway", k)], by[("task", k)]
         ceiling = (args.limit // k) * k / args.limit
         print(
-            f"| {k} | {gate.requests} | {gate.steady:.3f} | {task.steady:.3f} | {ceiling:.3f} "
+            f"| {k} | {gate.requests} | {_fraction(gate.steady)} | {_fraction(task.steady)} "
+            f"| {ceiling:.3f} "
             f"| {gate.most_in_window} | {task.most_in_window} | {gate.span:.1f} "
             f"| {task.span:.1f} | {gate.least_span:.1f} |"
         )
@@ -241,6 +283,30 @@ def pacing_table(rows: Sequence[Pacing], args: argparse.Namespace) -> None:
         "floor(N/k)·k with task pacing), divided by N/W; goal through the gateway >= 0.95. "
         "Least s: (ceil(R/N) - 1)·W, the least the limit allows from the first request "
         "to the last.\n"
+    )
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def example_table(rows: Sequence[Pacing]) -> None:
+    print(
+        "The issue's example: 12 units of 2 requests each under 5 requests per 10 s, "
+        "a real `fanout run`\n"
+    )
+    print("| pacing | wall s | first→last request s | least s | most in any 10 s |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        name = "gateway" if row.case.mode == "gateway" else "task pacing (requestsPerTask = 2)"
+        print(
+            f"| {name} | {row.wall:.1f} | {row.span:.1f} | {row.least_span:.1f} "
+            f"| {row.most_in_window} |"
+        )
+    print(
+        "\nWall: the whole `fanout run`, start-up included.  Task pacing fits "
+        "floor(5/2) = 2 units in a window and starts them evenly; the gateway sends 5 "
+        "requests at once, then one as each leaves the window.\n"
     )
 
 
@@ -448,20 +514,20 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--load-clients", type=int, default=64)
     parser.add_argument("--load-seconds", type=float, default=5.0)
     parser.add_argument("--load-rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["pacing", "latency", "throughput"])
+    parser.add_argument("--only", choices=["pacing", "example", "latency", "throughput"])
     return parser.parse_args()
 
 
 async def bench(args: argparse.Namespace) -> None:
     printers: list[Callable[[], None]] = []
-    if args.only in (None, "pacing"):
+    if args.only in (None, "pacing", "example"):
         with tempfile.TemporaryDirectory(prefix="fanout-bench-") as scratch:
-            rows = [
-                await pacing_case(mode, k, args, Path(scratch))
-                for k in args.requests
-                for mode in ("gateway", "task")
-            ]
-        printers.append(lambda: pacing_table(rows, args))
+            if args.only in (None, "pacing"):
+                rows = [await pacing_case(case, Path(scratch)) for case in cases(args)]
+                printers.append(lambda: pacing_table(rows, args))
+            if args.only in (None, "example"):
+                example = [await pacing_case(case, Path(scratch)) for case in example_cases(args)]
+                printers.append(lambda: example_table(example))
     if args.only in (None, "latency"):
         latencies = await latency(args)
         printers.append(lambda: latency_table(latencies))
