@@ -17,7 +17,9 @@ fail the next k requests (see `Fault`), and records every request it receives
 
 Start it in the test's loop (`async with MockApi(...) as mock`) or on a thread of its
 own (`with MockApi(...).in_thread() as mock`, what the `mock_api` fixture does), so a
-test that runs fanout synchronously can use it too.
+test that runs fanout synchronously can use it too.  A benchmark runs it as a process
+of its own (`python tests/mockapi.py --limit 50 --window 60`: it prints its URL, serves
+until stdin closes, and `GET /_mock/seen` gives its record as JSON).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -67,7 +69,8 @@ class MockConfig:
     """What the mock answers.  `limit` requests per sliding `window` seconds (None: no
     limit); `usage` on every successful answer; `latency` seconds before answering and
     `gap` seconds between streamed events (to see that a proxy does not buffer);
-    `require_key`: answer 401 to any other key."""
+    `require_key`: answer 401 to any other key; `prefix`: the API's paths start with
+    it (an upstream URL with a path, e.g. "/proxy" serves "/proxy/v1/messages")."""
 
     tool: bool = False
     command: str = DEFAULT_COMMAND
@@ -81,6 +84,7 @@ class MockConfig:
     # Awaited before the last event of a stream (in the mock's loop): a test holds the
     # end of an answer back until it has seen the beginning arrive through a proxy.
     hold: Callable[[], Awaitable[object]] | None = None
+    prefix: str = ""
 
 
 class Fault(enum.Enum):
@@ -94,6 +98,8 @@ class Fault(enum.Enum):
     | CREDIT      | 400 invalid_request_error "credit balance is too low" | 429 insufficient_quota credit_balance_exhausted |
     | USAGE_LIMIT | 400 "You have reached your specified API usage limits"| 429 insufficient_quota organization_usage_limit_exceeded |
     | UNAUTHORIZED| 401 authentication_error                              | 401 invalid_api_key                         |
+    | STREAM_ERROR| 200 stream: message_start, then an `error` event      | 500 server_error                            |
+    |             | (overloaded_error), as the real API fails mid-stream  |                                             |
     """
 
     RATE_LIMIT = "rate_limit"
@@ -102,6 +108,7 @@ class Fault(enum.Enum):
     CREDIT = "credit"
     USAGE_LIMIT = "usage_limit"
     UNAUTHORIZED = "unauthorized"
+    STREAM_ERROR = "stream_error"
 
 
 CREDIT_MESSAGE = (
@@ -128,8 +135,10 @@ class Seen:
     path: str
     query: str
     key: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
+    # Out of the repr: a failed assertion on a list of Seen stays readable (Claude's
+    # bodies are some 76 kB).
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
+    body: bytes = field(repr=False)
     model: str | None
     stream: bool
     status: int
@@ -142,7 +151,7 @@ class Seen:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Script:
     fault: Fault
-    retry_after: float | None
+    headers: Mapping[str, str]
 
 
 class MockApi:
@@ -165,6 +174,8 @@ class MockApi:
         self._in_flight = 0
         self._peak_in_flight = 0
         self._answered = 0
+        self._held = False
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._clock = clock
@@ -180,14 +191,60 @@ class MockApi:
         with self._lock:
             self._config = replace(self._config, **changes)
 
-    def script(self, fault: Fault, times: int = 1, *, retry_after: float | None = None) -> None:
+    def script(
+        self,
+        fault: Fault,
+        times: int = 1,
+        *,
+        retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         """Answer the next `times` API requests (HEADs do not count) with `fault`, before
         the window limit is looked at.  `retry_after` (seconds) is sent as `retry-after`;
-        RATE_LIMIT defaults to 1, the others send none (as the real spend limit does)."""
-        if retry_after is None and fault is Fault.RATE_LIMIT:
+        RATE_LIMIT defaults to 1, the others send none (as the real spend limit does).
+        `headers` are added as given (e.g. `{"retry-after-ms": "1500"}`, or an HTTP-date
+        `retry-after` with `retry_after` left None)."""
+        if retry_after is None and fault is Fault.RATE_LIMIT and not headers:
             retry_after = 1
+        sent = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+        sent.update(headers or {})
         with self._lock:
-            self._script.extend(_Script(fault=fault, retry_after=retry_after) for _ in range(times))
+            self._script.extend(_Script(fault=fault, headers=sent) for _ in range(times))
+
+    def hold(self) -> None:
+        """Keep every API request that arrives from now waiting (in flight, recorded at
+        arrival) until `release()`: a test sees how many a client keeps in flight."""
+        with self._lock:
+            self._held = True
+
+    def release(self) -> None:
+        with self._lock:
+            self._held = False
+            waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            loop.call_soon_threadsafe(_wake, waiter)
+
+    def wait_in_flight(self, count: int, timeout: float = 30.0) -> None:
+        """Block (a test's thread, not the mock's loop) until `count` API requests are
+        in flight; AssertionError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.in_flight} requests in flight, not {count}")
+            time.sleep(0.01)
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def clear(self) -> None:
+        """Forget the record, the window and the script (the config stays)."""
+        with self._lock:
+            self._seen.clear()
+            self._accepted.clear()
+            self._script.clear()
+            self._peak_in_flight = self._in_flight
 
     # -- what it saw ----------------------------------------------------------------
 
@@ -238,6 +295,7 @@ class MockApi:
         app = web.Application()
         app.router.add_route("HEAD", "/{tail:.*}", self._head)
         app.router.add_route("POST", "/{tail:.*}", self._post)
+        app.router.add_route("GET", "/_mock/seen", self._report)
         app.router.add_route("GET", "/{tail:.*}", self._other)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -247,6 +305,7 @@ class MockApi:
         self._port = runner.addresses[0][1]
 
     async def close(self) -> None:
+        self.release()  # a held request would keep the server from shutting down
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -332,6 +391,23 @@ class MockApi:
         self._store(self._record(request, b"", self._clock()), 200)
         return web.Response(status=200)
 
+    async def _report(self, request: web.Request) -> web.StreamResponse:
+        """The record as JSON, for a client in another process (a benchmark); not
+        recorded itself, and without keys or bodies."""
+        return web.json_response(
+            [
+                {
+                    "at": s.at,
+                    "method": s.method,
+                    "path": s.path,
+                    "model": s.model,
+                    "status": s.status,
+                    "usage": None if s.usage is None else asdict(s.usage),
+                }
+                for s in self.seen
+            ]
+        )
+
     async def _other(self, request: web.Request) -> web.StreamResponse:
         self._store(self._record(request, b"", self._clock()), 404)
         return _anthropic_error(404, "not_found_error", f"no route {request.path}")
@@ -340,25 +416,43 @@ class MockApi:
         at = self._clock()
         body = await request.read()
         seen = self._record(request, body, at)
-        style = request.path
-        if style not in (ANTHROPIC, OPENAI):
-            self._store(seen, 404)
-            return _anthropic_error(404, "not_found_error", f"no route {request.path}")
         with self._lock:
             config = self._config
+        style = request.path.removeprefix(config.prefix)
+        if style not in (ANTHROPIC, OPENAI) or not request.path.startswith(config.prefix):
+            self._store(seen, 404)
+            return _anthropic_error(404, "not_found_error", f"no route {request.path}")
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            self._store(seen, 400)
+            return _anthropic_error(400, "invalid_request_error", "the body is not a JSON object")
+        with self._lock:
             self._in_flight += 1
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
         try:
             refusal, headers = self._admit(seen, config, at)
             if config.latency:
                 await asyncio.sleep(config.latency)
+            await self._unless_held()
+            if refusal is STREAM_ERROR:
+                usage = config.usage
+                started = Usage(
+                    input_tokens=usage.input_tokens,
+                    output_tokens=min(1, usage.output_tokens),
+                    cache_read_tokens=usage.cache_read_tokens,
+                    cache_write_tokens=usage.cache_write_tokens,
+                )
+                self._store(seen, 200, started)
+                return await self._broken_stream(request, parsed, config)
             if refusal is not None:
                 self._store(seen, refusal.status)
                 return refusal
             # Recorded before the answer is written: a client that has read the whole
             # stream then finds the request in the record.
             self._store(seen, 200, config.usage)
-            parsed = seen.json()
             if style == ANTHROPIC:
                 return await self._anthropic(request, parsed, config, headers)
             return await self._openai(request, parsed, config, headers)
@@ -366,17 +460,29 @@ class MockApi:
             with self._lock:
                 self._in_flight -= 1
 
+    async def _unless_held(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if not self._held:
+                return
+            self._waiters.append((loop, waiter))
+        await waiter
+
     def _admit(
         self, seen: Seen, config: MockConfig, at: float
     ) -> tuple[web.Response | None, dict[str, str]]:
         """The error this request gets, if any (a scripted fault, a wrong key, the
-        window), and the rate-limit headers of its answer."""
-        openai = seen.path == OPENAI
+        window; STREAM_ERROR for a stream to break), and the rate-limit headers of its
+        answer."""
+        openai = seen.path.endswith(OPENAI)
         with self._lock:
             scripted = self._script.popleft() if self._script else None
             if scripted is None and config.require_key not in (None, seen.key):
-                scripted = _Script(fault=Fault.UNAUTHORIZED, retry_after=None)
+                scripted = _Script(fault=Fault.UNAUTHORIZED, headers={})
             if scripted is not None:
+                if scripted.fault is Fault.STREAM_ERROR and not openai:
+                    return STREAM_ERROR, {}
                 return _fault(scripted, openai=openai), {}
             headers: dict[str, str] = {}
             if config.limit is not None:
@@ -423,6 +529,38 @@ class MockApi:
         with self._lock:
             self._answered += 1
             return self._answered
+
+    async def _broken_stream(
+        self, request: web.Request, body: Any, config: MockConfig
+    ) -> web.StreamResponse:
+        """A 200 stream that starts a message, then fails as the real API does under
+        load: an `error` event, no message_delta, no message_stop."""
+        n = self._number()
+        usage = config.usage
+        start = {
+            "type": "message_start",
+            "message": {
+                "id": f"msg_mock{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model") or "claude-mock",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": usage.input_tokens,
+                    "cache_creation_input_tokens": usage.cache_write_tokens,
+                    "cache_read_input_tokens": usage.cache_read_tokens,
+                    "output_tokens": min(1, usage.output_tokens),
+                },
+            },
+        }
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        chunks = [
+            f"event: message_start\ndata: {json.dumps(start)}\n\n".encode(),
+            f"event: error\ndata: {json.dumps(error)}\n\n".encode(),
+        ]
+        return await _stream(request, chunks, config.gap, {"request-id": f"req_mock{n}"})
 
     async def _anthropic(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
@@ -586,6 +724,15 @@ class MockApi:
         return await _stream(request, chunks, config.gap, headers, config.hold)
 
 
+# The marker `_admit` returns for a scripted STREAM_ERROR (a 200 that breaks mid-stream).
+STREAM_ERROR = web.Response(status=200)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def _has_tool_result(body: Any) -> bool:
     messages = body.get("messages") or []
     last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
@@ -644,7 +791,7 @@ def _openai_error(
 
 
 def _fault(scripted: _Script, *, openai: bool) -> web.Response:
-    headers = {} if scripted.retry_after is None else {"retry-after": f"{scripted.retry_after:g}"}
+    headers = scripted.headers
     fault = scripted.fault
     if openai:
         if fault is Fault.RATE_LIMIT:
@@ -659,6 +806,8 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
             return _openai_error(
                 401, "invalid_request_error", "invalid_api_key", "Incorrect API key"
             )
+        if fault is Fault.STREAM_ERROR:
+            return _openai_error(500, "server_error", "server_error", "The server had an error")
         code = {
             Fault.SPEND_LIMIT: "insufficient_quota",
             Fault.CREDIT: "credit_balance_exhausted",
@@ -684,3 +833,26 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
     if fault is Fault.USAGE_LIMIT:
         return _anthropic_error(400, "invalid_request_error", USAGE_LIMIT_MESSAGE, headers)
     return _anthropic_error(401, "authentication_error", "invalid x-api-key", headers)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve in this process: print the URL, serve until stdin closes."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="the mock upstream API of fanout's tests")
+    parser.add_argument("--limit", type=int, default=None, help="requests per window")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before answering")
+    parser.add_argument("--tool", action="store_true", help="answer with a Bash tool call first")
+    options = parser.parse_args(argv)
+    config = MockConfig(
+        limit=options.limit, window=options.window, latency=options.latency, tool=options.tool
+    )
+    with MockApi(config).in_thread() as api:
+        print(api.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,17 +9,20 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mockapi import Fault, MockApi, Usage
 
 
 def _post(
-    api: MockApi, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    api: MockApi | str, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(
-        api.url + path,
+        (api if isinstance(api, str) else api.url) + path,
         data=json.dumps(body).encode(),
         headers={"content-type": "application/json", **(headers or {})},
         method="POST",
@@ -263,3 +266,98 @@ def test_the_openai_sdk_worker_reads_the_mocks_stream(mock_api: MockApi, tmp_pat
         ("/v1/chat/completions", "sk-worker", "gpt-4o-mini", True)
     ] * 2
     assert [s.json().get("stream_options") for s in seen] == [None, {"include_usage": True}]
+
+
+def test_scripted_headers_and_a_stream_that_breaks(mock_api: MockApi) -> None:
+    mock_api.script(Fault.RATE_LIMIT, headers={"retry-after": "Wed, 01 Dec 2027 00:00:00 GMT"})
+    mock_api.script(Fault.RATE_LIMIT, headers={"retry-after-ms": "1500"})
+    mock_api.script(Fault.STREAM_ERROR)
+    dated, ms = (_post(mock_api, "/v1/messages", MESSAGE)[1] for _ in range(2))
+    assert dated["retry-after"] == "Wed, 01 Dec 2027 00:00:00 GMT"
+    assert (ms["retry-after-ms"], "retry-after" in ms) == ("1500", False)
+    status, _, raw = _post(mock_api, "/v1/messages", {**MESSAGE, "stream": True})
+    events = _events(raw)
+    assert status == 200
+    assert [name for name, _ in events] == ["message_start", "error"]
+    assert events[1][1]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert mock_api.posts()[-1].usage == Usage(input_tokens=12, output_tokens=1)
+    mock_api.clear()
+    assert mock_api.seen == []
+    assert mock_api.tally() == Usage(input_tokens=0, output_tokens=0)
+
+
+def test_openai_limit_headers_and_429(mock_api: MockApi) -> None:
+    mock_api.configure(limit=1, window=30)
+    body = {"model": "gpt-x", "messages": []}
+    (ok, ok_headers, _), (refused, headers, raw) = (
+        _post(mock_api, "/v1/chat/completions", body) for _ in range(2)
+    )
+    assert (ok, ok_headers["x-ratelimit-remaining-requests"]) == (200, "0")
+    assert ok_headers["x-ratelimit-limit-requests"] == "1"
+    assert (refused, headers["retry-after"]) == (429, "30")
+    assert json.loads(raw)["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_it_holds_requests_and_counts_them_in_flight(mock_api: MockApi) -> None:
+    mock_api.hold()
+    with ThreadPoolExecutor(3) as pool:
+        answers = [pool.submit(_post, mock_api, "/v1/messages", MESSAGE) for _ in range(3)]
+        mock_api.wait_in_flight(3)
+        assert not any(a.done() for a in answers)
+        mock_api.release()
+        assert [a.result()[0] for a in answers] == [200, 200, 200]
+    assert (mock_api.peak_in_flight, mock_api.in_flight) == (3, 0)
+
+
+def test_a_prefix_moves_the_api_below_a_path(mock_api: MockApi) -> None:
+    mock_api.configure(prefix="/org/proxy")
+    assert _post(mock_api, "/org/proxy/v1/messages", MESSAGE)[0] == 200
+    assert _post(mock_api, "/org/proxy/v1/chat/completions", {"messages": []})[0] == 200
+    assert _post(mock_api, "/v1/messages", MESSAGE)[0] == 404
+    assert [s.path for s in mock_api.posts()] == [
+        "/org/proxy/v1/messages",
+        "/org/proxy/v1/chat/completions",
+        "/v1/messages",
+    ]
+
+
+def test_a_body_that_is_not_a_json_object_gets_400(mock_api: MockApi) -> None:
+    request = urllib.request.Request(mock_api.url + "/v1/messages", data=b"[1", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"]["type"] == "invalid_request_error"
+
+
+def test_it_runs_as_a_process_of_its_own_with_its_record_over_http() -> None:
+    mock = Path(__file__).parent / "mockapi.py"
+    server = subprocess.Popen(
+        [sys.executable, str(mock), "--limit", "1", "--window", "60"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert [_post(url, "/v1/messages", MESSAGE)[0] for _ in range(2)] == [200, 429]
+        with urllib.request.urlopen(url + "/_mock/seen", timeout=30) as response:
+            seen = json.loads(response.read())
+        assert [(s["method"], s["status"], s["usage"]) for s in seen] == [
+            (
+                "POST",
+                200,
+                {
+                    "input_tokens": 12,
+                    "output_tokens": 5,
+                    "cache_read_tokens": 0,
+                    "cache_write_tokens": 0,
+                },
+            ),
+            ("POST", 429, None),
+        ]
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
