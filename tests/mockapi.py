@@ -81,10 +81,14 @@ class MockConfig:
     latency: float = 0.0
     gap: float = 0.0
     require_key: str | None = None
+    prefix: str = ""
     # Awaited before the last event of a stream (in the mock's loop): a test holds the
     # end of an answer back until it has seen the beginning arrive through a proxy.
-    hold: Callable[[], Awaitable[object]] | None = None
-    prefix: str = ""
+    before_last_event: Callable[[], Awaitable[object]] | None = None
+    # A 401 names the key it refused, as some upstreams do (OpenAI, partly masked).
+    echo_key: bool = False
+    # A stream's connection is dropped after this many events (an upstream that died).
+    cut_after: int | None = None
 
 
 class Fault(enum.Enum):
@@ -483,7 +487,10 @@ class MockApi:
             if scripted is not None:
                 if scripted.fault is Fault.STREAM_ERROR and not openai:
                     return STREAM_ERROR, {}
-                return _fault(scripted, openai=openai), {}
+                refusal = _fault(scripted, openai=openai)
+                if config.echo_key and scripted.fault is Fault.UNAUTHORIZED:
+                    refusal.text = (refusal.text or "").replace("key", f"key {seen.key}", 1)
+                return refusal, {}
             headers: dict[str, str] = {}
             if config.limit is not None:
                 while self._accepted and self._accepted[0] <= at - config.window:
@@ -655,7 +662,9 @@ class MockApi:
             ("message_stop", {"type": "message_stop"}),
         ]
         chunks = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-        return await _stream(request, chunks, config.gap, headers, config.hold)
+        return await _stream(
+            request, chunks, config.gap, headers, config.before_last_event, config.cut_after
+        )
 
     async def _openai(
         self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
@@ -721,7 +730,9 @@ class MockApi:
             )
         chunks = [f"data: {json.dumps(d)}\n\n".encode() for d in datas]
         chunks.append(b"data: [DONE]\n\n")
-        return await _stream(request, chunks, config.gap, headers, config.hold)
+        return await _stream(
+            request, chunks, config.gap, headers, config.before_last_event, config.cut_after
+        )
 
 
 # The marker `_admit` returns for a scripted STREAM_ERROR (a 200 that breaks mid-stream).
@@ -746,7 +757,8 @@ async def _stream(
     chunks: list[bytes],
     gap: float,
     headers: Mapping[str, str],
-    hold: Callable[[], Awaitable[object]] | None = None,
+    before_last_event: Callable[[], Awaitable[object]] | None = None,
+    cut_after: int | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -756,8 +768,11 @@ async def _stream(
     for i, chunk in enumerate(chunks):
         if gap and i:
             await asyncio.sleep(gap)
-        if hold is not None and i == len(chunks) - 1:
-            await hold()
+        if before_last_event is not None and i == len(chunks) - 1:
+            await before_last_event()
+        if i == cut_after and request.transport is not None:
+            request.transport.abort()
+            return response
         await response.write(chunk)
     await response.write_eof()
     return response

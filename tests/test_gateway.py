@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from mockapi import Fault, MockApi, MockConfig, Usage
 
 KEY = "sk-ant-real-0123456789abcdef"
 SONNET = Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+
+
+def ignore(error: FanoutError) -> None:
+    pass
 
 
 class NoJitter(random.Random):
@@ -158,7 +163,7 @@ async def test_a_stream_reaches_the_worker_chunk_by_chunk() -> None:
     # The mock holds its last event back until the worker has read the first one: a
     # gateway that buffered the answer would never deliver that first event.
     first_seen = asyncio.Event()
-    async with rig(MockConfig(require_key=KEY, hold=first_seen.wait)) as r:
+    async with rig(MockConfig(require_key=KEY, before_last_event=first_seen.wait)) as r:
         token = r.token()
         url = r.gateway.url + "/anthropic/v1/messages"
         async with r.client.post(
@@ -378,7 +383,9 @@ def waiting(r: Rig) -> int:
 
 async def test_a_request_queued_while_the_budget_is_spent_is_refused_unsent() -> None:
     release = asyncio.Event()
-    config = MockConfig(require_key=KEY, usage=Usage(input_tokens=1_000_000), hold=release.wait)
+    config = MockConfig(
+        require_key=KEY, usage=Usage(input_tokens=1_000_000), before_last_event=release.wait
+    )
     async with rig(config, budget_usd=2.0, max_in_flight=1) as r:
         token = r.token()
         first = asyncio.create_task(r.post(token, message(stream=True)))
@@ -394,7 +401,9 @@ async def test_a_request_queued_while_the_budget_is_spent_is_refused_unsent() ->
 
 async def test_a_worker_that_hangs_up_while_queued_leaves_the_queue() -> None:
     release = asyncio.Event()
-    async with rig(MockConfig(require_key=KEY, hold=release.wait), max_in_flight=1) as r:
+    async with rig(
+        MockConfig(require_key=KEY, before_last_event=release.wait), max_in_flight=1
+    ) as r:
         token = r.token()
         first = asyncio.create_task(r.post(token, message(stream=True)))
         await wait_until(lambda: len(r.mock.posts()) == 1)
@@ -470,3 +479,72 @@ async def test_an_unpriced_model_is_said_once() -> None:
         assert [(e["event"], e["model"]) for e in r.events] == [("api.unpriced", "claude-opus-4-8")]
         (usage,) = r.gateway.revoke(token)
         assert (usage.input_tokens, usage.cost_usd) == (24, 0.0)
+
+
+async def test_one_token_serves_every_api_of_the_job_and_revoke_lists_them_in_job_order() -> None:
+    async with MockApi(MockConfig(require_key=KEY)) as mock:
+        apis = [
+            make_api(mock.url, Style.OPENAI),
+            make_api(mock.url, Style.ANTHROPIC),
+            make_api(mock.url, Style.GEMINI),
+        ]
+        gateway = Gateway(apis, {"openai": KEY, "anthropic": KEY}, events=Events(), stop=ignore)
+        port = gateway.port
+        assert gateway.url == f"http://127.0.0.1:{port}"
+        await gateway.start()
+        try:
+            token = gateway.grant(unit="u", attempt=3, deadline=1e9)
+            async with aiohttp.ClientSession() as client:
+                for path, body in (
+                    ("/anthropic/v1/messages", message()),
+                    ("/openai/v1/chat/completions", {"model": "gpt-5", "messages": []}),
+                ):
+                    async with client.post(
+                        gateway.url + path, json=body, headers={"authorization": f"Bearer {token}"}
+                    ) as answer:
+                        assert answer.status == 200
+            used = gateway.revoke(token)
+            assert [(u.api, u.requests) for u in used] == [("openai", 1), ("anthropic", 1)]
+            assert [(u.api, u.requests) for u in gateway.totals()] == [
+                ("openai", 1),
+                ("anthropic", 1),
+                ("gemini", 0),
+            ]
+        finally:
+            await gateway.close()
+
+
+async def test_a_gateway_closed_without_starting_frees_its_port() -> None:
+    gateway = Gateway([], {}, events=Events(), stop=ignore)
+    port = gateway.port
+    assert port > 0
+    await gateway.close()
+    await gateway.close()
+    assert gateway.port == port
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", port))
+    finally:
+        probe.close()
+
+
+async def test_an_upstream_that_echoes_the_key_shows_the_worker_a_placeholder() -> None:
+    async with rig(MockConfig(require_key="another", echo_key=True)) as r:
+        status, data, _ = await r.post(r.token(), message())
+        assert (status, data["error"]["message"]) == (401, "invalid x-api-key [key]")
+        assert r.mock.posts()[0].key == KEY
+
+
+async def test_a_stream_the_upstream_cuts_reaches_the_worker_cut() -> None:
+    # Ending it cleanly would hand the agent half an answer as if it were whole.
+    async with rig(MockConfig(require_key=KEY, cut_after=1)) as r:
+        token = r.token()
+        url = r.gateway.url + "/anthropic/v1/messages"
+        async with r.client.post(
+            url, json=message(stream=True), headers={"x-api-key": token}
+        ) as answer:
+            assert answer.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await answer.read()
+        (usage,) = r.gateway.revoke(token)  # what message_start said is counted
+        assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 12, 1)

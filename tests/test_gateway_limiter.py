@@ -213,6 +213,16 @@ async def test_usage_below_the_reservation_frees_room_at_once() -> None:
     assert (await _within(waiting)).queued == 2
 
 
+async def test_a_request_settled_after_it_left_the_window_changes_nothing_there() -> None:
+    limiter = _limiter(input_tokens=_w(1000, 10))
+    slow = await limiter.admit(input_tokens=600, output_tokens=0)  # a long generation
+    await asyncio.sleep(20)
+    full = await _within(limiter.admit(input_tokens=1000, output_tokens=0), 1)
+    limiter.settle(slow, input_tokens=0, output_tokens=0)  # 20 s after its window
+    limiter.settle(full, input_tokens=1000, output_tokens=0)
+    assert await _admitted_at(limiter, input_tokens=600) == 30.05
+
+
 async def test_a_pause_holds_admissions_and_a_shorter_one_does_not_shorten_it() -> None:
     limiter = _limiter(requests=_w(1, 10))
     assert await _admitted_at(limiter) == 0
@@ -250,6 +260,21 @@ async def test_little_remaining_of_tokens_spreads_by_each_requests_tokens() -> N
     limiter.observe(Remaining(input_tokens=6000, input_tokens_reset=30))  # 200 a second
     times = [await _admitted_at(limiter, input_tokens=1000) for _ in range(3)]
     assert times == [0, 5, 10]
+
+
+async def test_what_counts_as_little_remaining() -> None:
+    # "tokens" (input and output together) against both our token windows: 10% of 20,000.
+    limiter = _limiter(input_tokens=_w(10_000, 60), output_tokens=_w(10_000, 60))
+    limiter.observe(Remaining(tokens=1000, tokens_reset=10))  # 100 a second, 200 a request
+    assert [await _admitted_at(limiter, 100, 100) for _ in range(3)] == [0, 2, 4]
+    limiter.observe(Remaining(tokens=2000, tokens_reset=10))  # not below 10%: no spread
+    assert [await _admitted_at(limiter, 100, 100) for _ in range(2)] == [4, 4]
+    # Without our own windows: requests below SMALL_REQUESTS spread, tokens never do.
+    bare = _limiter()
+    bare.observe(Remaining(requests=5, requests_reset=10, tokens=1, tokens_reset=10))
+    assert [await _admitted_at(bare, 100, 100) for _ in range(2)] == [4, 4]
+    bare.observe(Remaining(requests=4, requests_reset=10))
+    assert [await _admitted_at(bare) for _ in range(2)] == [6.5, 9]  # from the last, at 4
 
 
 async def test_a_cancelled_waiter_leaves_no_trace() -> None:
@@ -309,3 +334,18 @@ async def test_queued_seconds_are_recorded_on_the_ticket_and_in_stats() -> None:
     second = await _within(limiter.admit(input_tokens=0, output_tokens=0))
     assert round(second.queued, 6) == 7.05
     assert limiter.stats() == {"admitted": 2, "queuedSeconds": 7.05, "inFlight": 2, "waiting": 0}
+
+
+async def test_an_injected_clock_sets_the_windows_and_the_loop_runs_the_timers() -> None:
+    loop = asyncio.get_running_loop()
+    limiter = Limiter(
+        requests=_w(1, 10),
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        clock=lambda: loop.time() + 1000,
+    )
+    await _admitted_at(limiter)
+    ticket = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    assert round(ticket.queued, 6) == 10.05
+    assert _now() == 10.05

@@ -52,6 +52,8 @@ def test_an_anthropic_estimate_counts_the_prompts_json_text_over_four() -> None:
         (Style.OPENAI, {}, "v1/chat/completions", None),
         (Style.GEMINI, {"generationConfig": {"maxOutputTokens": 99}}, "v1beta/models/g:x", 99),
         (Style.ANTHROPIC, {"max_tokens": True}, "v1/messages", None),
+        (Style.OPENAI, {"input": "text"}, "v1/embeddings", 0),
+        (Style.GEMINI, {"contents": []}, "v1beta/models/e:embedContent", 0),
     ],
 )
 def test_the_output_reservation_comes_from_the_styles_cap(

@@ -40,6 +40,7 @@ class Gateway:
             self._socket.bind(("127.0.0.1", 0))
             self._socket.listen(128)
             self._socket.setblocking(False)
+            self._port: int = self._socket.getsockname()[1]
         except OSError:
             self._socket.close()
             raise
@@ -50,8 +51,7 @@ class Gateway:
 
     @property
     def port(self) -> int:
-        port: int = self._socket.getsockname()[1]
-        return port
+        return self._port
 
     @property
     def url(self) -> str:

@@ -1,23 +1,22 @@
 """Per-request pacing of one API: sliding windows of requests, input tokens and output
-tokens, requests in flight, pauses, and the upstream's own remaining counts, behind one
+tokens, requests in flight, pauses and the upstream's own counts, behind one
 first-come-first-served queue shared by every worker that calls the API.
 
-Windows.  Each admitted request leaves an entry (admission time, 1 request, input and
-output tokens) in a log.  A request may be admitted at t only if, for every window,
-the entries with time > t - per - SKEW plus its own amounts stay <= limit.  SKEW covers
-the time from our admission to the moment the upstream counts the request (a connection,
-TLS, the body's upload): two requests admitted ``per + SKEW`` apart reach the upstream at
-least ``per`` apart even when the first was quick and the second slow, so no window of
-length ``per`` anywhere holds more than ``limit`` as the upstream sees it.  A reservation
-above a window's limit is capped at the limit: otherwise it could never pass.
+Windows.  Each admission leaves an entry (its time, 1 request, input and output tokens).
+A request may be admitted at t only if, for every window, the entries with time > t -
+per - SKEW plus its own amounts stay <= limit.  SKEW covers the time from our admission
+to the upstream counting the request (connection, TLS, upload): two requests admitted
+``per + SKEW`` apart reach the upstream at least ``per`` apart even when the first was
+quick and the second slow, so no window of length ``per`` anywhere holds more than
+``limit`` as the upstream sees it.  A reservation above a window's limit is capped at the
+limit: otherwise it could never pass.
 
 Corrections.  ``settle`` replaces the reservation with the real usage; the entry keeps
-its admission time, since that is when the upstream counted it.  Usage below the
-reservation frees room at once.  Usage above it cannot be undone (the upstream has it
-already): the window then holds more than its limit, and later requests wait until the
-excess has left the window too, so the overshoot is paid back rather than repeated.
-``release`` (no usage known, e.g. the upstream failed) keeps the reservation: the
-upstream may well have counted the request.
+its admission time, when the upstream counted it.  Usage below the reservation frees room
+at once.  Usage above it cannot be undone (the upstream has it): the window then holds
+more than its limit, and later requests wait until the excess has left it too, so the
+overshoot is paid back rather than repeated.  ``release`` (no usage known, e.g. the
+upstream failed) keeps the reservation: the upstream may well have counted it.
 
 Order.  One queue, and only its head is considered: later callers never overtake it even
 when they would fit, so a large request is not starved by a stream of small ones.  The
@@ -48,11 +47,9 @@ from typing import Any
 
 from ..spec import Window
 
-# Admission to the upstream's arrival, on loopback or a nearby region (see the docstring).
-SKEW = 0.05
-# Waits shorter than this are float dust (a timer fired at 60.049999999 for 60.05): the
-# head is judged at now + _DUST, so it never spins on a timer that is due "now".  SKEW is
-# 50,000 times larger, so the upstream's windows are unaffected.
+SKEW = 0.05  # admission to the upstream's arrival (see the docstring)
+# Float dust (a timer fired at 60.049999999 for 60.05): the head is judged at now + _DUST
+# so it never spins on a timer due "now"; SKEW is 50,000 times larger, so this is safe.
 _DUST = 1e-6
 SMALL_FRACTION = 0.1
 SMALL_REQUESTS = 5
@@ -60,7 +57,7 @@ SMALL_REQUESTS = 5
 
 class _Kind(Enum):
     REQUESTS = "requests"
-    TOKENS = "tokens"  # input and output together (OpenAI; Anthropic's tightest)
+    TOKENS = "tokens"  # input and output together (OpenAI; Anthropic's tightest): both ours
     INPUT = "input tokens"
     OUTPUT = "output tokens"
 
@@ -87,13 +84,8 @@ class _Entry:
     output: int
 
     def amount(self, kind: _Kind) -> int:
-        if kind is _Kind.REQUESTS:
-            return 1
-        if kind is _Kind.INPUT:
-            return self.input
-        if kind is _Kind.OUTPUT:
-            return self.output
-        return self.input + self.output
+        amounts = {_Kind.REQUESTS: 1, _Kind.INPUT: self.input, _Kind.OUTPUT: self.output}
+        return amounts.get(kind, self.input + self.output)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,12 +100,37 @@ class Ticket:
 class _Waiter:
     future: asyncio.Future[_Entry]
     entry: _Entry  # the reservation, capped; ``at`` is set at admission
+    previous: _Entry | None = None  # the admission before it (undone with it)
 
 
-@dataclass(frozen=True, slots=True)
-class _Spread:
-    rate: float  # units of its kind per second the upstream has left
-    until: float
+@dataclass(eq=False, slots=True)
+class _Log:
+    """One window's entries that still count, oldest first, and their running sum."""
+
+    kind: _Kind
+    limit: int
+    reach: float  # per + SKEW
+    entries: deque[_Entry] = field(default_factory=deque)
+    total: int = 0
+    pruned: float = -math.inf  # entries with at + reach <= pruned have left
+
+    def counts(self, entry: _Entry) -> bool:
+        return entry.at + self.reach > self.pruned
+
+    def due(self, amount: int, t: float) -> float:
+        """The earliest moment >= t at which ``amount`` fits.  An entry counts while
+        t < at + reach: the same sum sets the timer and judges it when it fires, so
+        float rounding cannot make them disagree."""
+        while self.entries and self.entries[0].at + self.reach <= t:
+            self.total -= self.entries.popleft().amount(self.kind)
+        self.pruned = max(self.pruned, t)
+        excess = self.total + amount - self.limit
+        for entry in self.entries:
+            if excess <= 0:
+                break
+            excess -= entry.amount(self.kind)
+            t = entry.at + self.reach  # once the oldest entries have left, it fits
+        return t
 
 
 class Limiter:
@@ -131,14 +148,14 @@ class Limiter:
         self._clock = clock
         self._max_in_flight = max_in_flight
         kinds = (_Kind.REQUESTS, _Kind.INPUT, _Kind.OUTPUT)
-        self._by_kind = dict(zip(kinds, (requests, input_tokens, output_tokens), strict=True))
-        self._windows = [(k, w) for k, w in self._by_kind.items() if w is not None]
-        self._reach = max((w.per for _, w in self._windows), default=0.0) + SKEW
-        self._log: deque[_Entry] = deque()  # admission order, so sorted by time
+        windows = zip(kinds, (requests, input_tokens, output_tokens), strict=True)
+        self._logs = [_Log(kind, w.limit, w.per + SKEW) for kind, w in windows if w is not None]
+        self._last: _Entry | None = None  # the newest admission: spreads count from it
         self._open: set[_Entry] = set()  # admitted, neither settled nor released
         self._queue: deque[_Waiter] = deque()
         self._paused_until = -math.inf
-        self._spreads: dict[_Kind, _Spread] = {}
+        # Per kind: the units a second the upstream has left, and until when.
+        self._spreads: dict[_Kind, tuple[float, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._admitted = 0
         self._queued_seconds = 0.0
@@ -147,18 +164,13 @@ class Limiter:
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
     def _cap(self, kind: _Kind, amount: int) -> int:
-        window = self._by_kind[kind]
-        amount = max(0, amount)
-        return amount if window is None else min(amount, window.limit)
+        return min([max(0, amount)] + [log.limit for log in self._logs if log.kind is kind])
 
     async def admit(self, *, input_tokens: int, output_tokens: int) -> Ticket:
         """Wait for this request's turn and room in every window, then take it."""
         called = self._now()
-        reserved = _Entry(
-            at=called,
-            input=self._cap(_Kind.INPUT, input_tokens),
-            output=self._cap(_Kind.OUTPUT, output_tokens),
-        )
+        fit = self._cap
+        reserved = _Entry(called, fit(_Kind.INPUT, input_tokens), fit(_Kind.OUTPUT, output_tokens))
         waiter = _Waiter(asyncio.get_running_loop().create_future(), reserved)
         self._queue.append(waiter)
         self._grant()
@@ -168,7 +180,12 @@ class Limiter:
             if waiter.future.done() and not waiter.future.cancelled():
                 # Admitted, then cancelled before it could run: undo the admission.
                 self._open.discard(reserved)
-                self._log.remove(reserved)
+                self._count(reserved, -1)
+                for log in self._logs:
+                    if log.counts(reserved):
+                        log.entries.remove(reserved)
+                if self._last is reserved:
+                    self._last = waiter.previous
             elif waiter in self._queue:
                 self._queue.remove(waiter)
             self._grant()  # it may have been the head that held the others
@@ -184,7 +201,9 @@ class Limiter:
         if entry not in self._open:
             return  # settled or released already: a second call must not free twice
         self._open.discard(entry)
+        self._count(entry, -1)
         entry.input, entry.output = max(0, input_tokens), max(0, output_tokens)
+        self._count(entry, +1)
         self._grant()
 
     def release(self, ticket: Ticket) -> None:
@@ -212,19 +231,15 @@ class Limiter:
             if left <= 0:
                 self._paused_until = max(self._paused_until, now + reset)
             elif reset > 0 and self._small(kind, left):
-                self._spreads[kind] = _Spread(rate=left / reset, until=now + reset)
+                self._spreads[kind] = (left / reset, now + reset)
         self._grant()
 
     def _small(self, kind: _Kind, left: int) -> bool:
-        if kind is _Kind.TOKENS:
-            limits = [w.limit for k, w in self._windows if k is not _Kind.REQUESTS]
-            limit: int | None = sum(limits) if limits else None
-        else:
-            window = self._by_kind[kind]
-            limit = None if window is None else window.limit
-        if limit is None:
+        kinds = (_Kind.INPUT, _Kind.OUTPUT) if kind is _Kind.TOKENS else (kind,)
+        ours = [log.limit for log in self._logs if log.kind in kinds]
+        if not ours:
             return kind is _Kind.REQUESTS and left < SMALL_REQUESTS
-        return left < SMALL_FRACTION * limit
+        return left < SMALL_FRACTION * sum(ours)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -238,15 +253,13 @@ class Limiter:
         """Admit the head of the queue while it fits; else arm one timer for its due
         moment (none when only the in-flight cap holds it: a settle re-checks)."""
         if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+            self._timer.cancel()  # the head, or the moment it is due, may have changed
         while self._queue:
             head = self._queue[0]
             if head.future.done():  # cancelled; its admit() is about to see it
                 self._queue.popleft()
                 continue
             now = self._now()
-            self._prune(now)
             due = self._due(head.entry, now + _DUST)
             if due is None:
                 return
@@ -255,15 +268,17 @@ class Limiter:
                 self._timer = loop.call_later(due - now, self._grant)
                 return
             self._queue.popleft()
-            head.entry.at = now
-            self._log.append(head.entry)
+            head.entry.at, head.previous, self._last = now, self._last, head.entry
+            for log in self._logs:
+                log.entries.append(head.entry)
+            self._count(head.entry, +1)
             self._open.add(head.entry)
             head.future.set_result(head.entry)
 
-    def _prune(self, now: float) -> None:
-        # The newest entry stays: the spread of upstream feedback counts from it.
-        while len(self._log) > 1 and self._log[0].at + self._reach <= now:
-            self._log.popleft()
+    def _count(self, entry: _Entry, sign: int) -> None:
+        for log in self._logs:
+            if log.counts(entry):  # one that has left no longer weighs
+                log.total += sign * entry.amount(log.kind)
 
     def _due(self, reserved: _Entry, t: float) -> float | None:
         """The earliest moment >= t at which ``reserved`` may be admitted, or None while
@@ -272,28 +287,13 @@ class Limiter:
         if self._max_in_flight is not None and len(self._open) >= self._max_in_flight:
             return None
         due = max(t, self._paused_until, self._spread_due())
-        for kind, window in self._windows:
-            due = max(due, self._window_due(kind, window, reserved.amount(kind), t))
+        for log in self._logs:
+            due = max(due, log.due(reserved.amount(log.kind), t))
         return due
 
-    def _window_due(self, kind: _Kind, window: Window, amount: int, t: float) -> float:
-        reach = window.per + SKEW
-        # An entry counts while t < at + reach; the same sum decides the timer's moment
-        # and the check when it fires, so float rounding cannot make them disagree.
-        live = [entry for entry in self._log if entry.at + reach > t]
-        excess = sum(entry.amount(kind) for entry in live) + amount - window.limit
-        for entry in live:
-            if excess <= 0:
-                break
-            excess -= entry.amount(kind)
-            t = entry.at + reach  # once the oldest entries have left, it fits
-        return t
-
     def _spread_due(self) -> float:
-        if not self._spreads or not self._log:
+        last = self._last
+        if not self._spreads or last is None:
             return -math.inf
-        last = self._log[-1]
-        return max(
-            min(spread.until, last.at + last.amount(kind) / spread.rate)
-            for kind, spread in self._spreads.items()
-        )
+        spreads = self._spreads.items()
+        return max(min(until, last.at + last.amount(k) / rate) for k, (rate, until) in spreads)

@@ -5,7 +5,15 @@ from its token to the upstream's last byte.
 is checked and swapped for the real key, the request waits its turn in the API's
 limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
 answer streams back chunk by chunk while its usage is read.  What the gateway answers
-itself is shaped as the style's own errors, so agents print the message.
+itself is shaped as the style's own errors, so agents print the message: 401 for a
+token that is not (or no longer) valid, 400 once the run's budget for the API is spent
+(never a 429 or 529: agents retry those), 404 for an API the job does not have, 502
+when the upstream cannot be reached.
+
+Counting: ``requests`` counts every request sent upstream, a retried one each time
+(as the upstream's own tally does); ``throttles`` the 429/529 answers absorbed.  An
+answer that reports no usage counts no tokens and costs nothing, and its reservation
+stays in the limiter's windows (the upstream may well have counted it).
 """
 
 from __future__ import annotations
@@ -256,10 +264,10 @@ class Proxy:
                 self._account(route, grant, None, sent, queued, throttles)
                 if verdict is Verdict.SPEND:
                     self.accounts.upstream_refused(route.api.name, answer.status, data)
+                if len(route.key) >= 8:  # an upstream that echoes the key it refused
+                    data = data.replace(route.key.encode(), b"[key]")
                 return web.Response(
-                    status=answer.status,
-                    headers=_downstream(answer.headers),
-                    body=data.replace(route.key.encode(), b"[key]") if route.key else data,
+                    status=answer.status, headers=_downstream(answer.headers), body=data
                 )
 
     async def _stream(
@@ -286,9 +294,10 @@ class Proxy:
                     reader.feed(chunk)
                     await response.write(chunk)
             except (aiohttp.ClientError, TimeoutError):
-                # Cut mid-answer: the worker's connection is closed after what arrived,
-                # so its client sees a broken stream rather than a complete one.
-                response.force_close()
+                # Cut mid-answer: the worker's connection is dropped after what arrived,
+                # so its client sees a broken stream, not a whole answer that is half.
+                if request.transport is not None:
+                    request.transport.abort()
                 return response
             await response.write_eof()
         except ConnectionResetError:  # the worker went away

@@ -91,6 +91,8 @@ def estimate(style: Style, body: bytes, path: str) -> Estimate:
         if key in data
     )
     output = next((_int(data.get(k)) for k in _OUTPUT_KEYS if _int(data.get(k)) is not None), None)
+    if path.split("?")[0].endswith(("/embeddings", ":embedContent", ":batchEmbedContents")):
+        output = 0  # an embedding's input is billed, nothing comes out
     config = data.get("generationConfig")
     if output is None and isinstance(config, dict):
         output = _int(config.get("maxOutputTokens"))
