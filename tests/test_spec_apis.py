@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from fanout import plan, spec
+from fanout import plan, spec, starter
 from fanout.apikeys import api_keys
 from fanout.apistyles import FACTS, Style
 from fanout.errors import EnvironmentProblem, JobError
@@ -431,3 +431,35 @@ def test_a_key_two_apis_share_is_named_once(tmp_path: Path) -> None:
     with pytest.raises(EnvironmentProblem, match=r"^API key\(s\) K not set: "):
         api_keys(loaded, {})
     assert api_keys(loaded, {"K": "sk"}) == {"anthropic": "sk", "backup": "sk"}
+
+
+def test_the_starters_apis_example_is_a_valid_api(tmp_path: Path) -> None:
+    lines = starter.text().splitlines()
+    start = lines.index("# [[apis]]")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("# "):
+            break
+        block.append(line.removeprefix("# "))
+    loaded = load(tmp_path, job(apis="\n".join(block) + "\n"))
+    assert loaded.apis[0].name == "anthropic"
+    assert loaded.apis[0].budget_usd == 20.0
+    assert (loaded.apis[0].base_url_env, loaded.apis[0].token_env) == (
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_API_KEY",
+    )
+
+
+def test_a_wrong_type_is_reported_once_by_the_schema(tmp_path: Path) -> None:
+    # network = "yes" is no boolean; baseUrlEnv = 1 is no name, and claims no default.
+    text = job(
+        runtime='network = "yes"\n',
+        apis=ANTHROPIC
+        + "baseUrlEnv = 1\n"
+        + ANTHROPIC.replace('"anthropic"\nupstream', '"b"\nupstream')
+        + 'tokenEnv = "B_KEY"\n',
+    )
+    assert problems(tmp_path, text) == [
+        "8:11: runtime.network: expected true or false, got a string",
+        "13:14: apis[0].baseUrlEnv: expected a string, got an integer",
+    ]

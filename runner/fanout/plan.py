@@ -314,25 +314,32 @@ def _window_lines(api: Api) -> list[str]:
 
 
 def _bottleneck_text(api: Api) -> str:
+    """The tightest window by requests per minute.  A token window allows a request rate
+    that depends on the size of the requests, which the job does not say: each one is
+    given as the size up to which the requests window stays the tightest (input and
+    output tokens are not comparable, so neither token window is ranked above the
+    other)."""
     tokens = [
         (key, window)
         for field_name, key in _WINDOW_KEYS[1:]
         if (window := getattr(api, field_name)) is not None
     ]
     if api.requests is not None:
-        text = f"requests, {_amount(_per_minute(api.requests))} request(s)/min"
-        if tokens:
-            # The token window that binds at the smallest request is the next bottleneck.
-            key, window = min(tokens, key=lambda item: _per_minute(item[1]))
-            size = _amount(_per_minute(window) / _per_minute(api.requests))
-            text += f", until requests average over {size} {_TOKEN_WORDS[key]}; then {key}"
+        rate = _per_minute(api.requests)
+        text = f"requests, {_amount(rate)} request(s)/min"
+        sizes = [
+            f"{_amount(_per_minute(window) / rate)} {_TOKEN_WORDS[key]}" for key, window in tokens
+        ]
+        if sizes:
+            text += f", while requests average at most {' and '.join(sizes)}"
         return text
     if tokens:
-        key, window = min(tokens, key=lambda item: _per_minute(item[1]))
-        return (
-            f"{key}: {_amount(_per_minute(window))} {_TOKEN_WORDS[key]}/min divided by "
-            "each request's (no requests window)"
+        quotients = " or ".join(
+            f"{_amount(_per_minute(window))} / {_TOKEN_WORDS[key]} per request"
+            for key, window in tokens
         )
+        which = ", whichever is less" if len(tokens) > 1 else ""
+        return f"tokens: requests/min = {quotients}{which} (no requests window)"
     if api.max_in_flight is not None:
         return f"maxInFlight only: no windows, at most {api.max_in_flight} request(s) at once"
     return "none: no windows and no maxInFlight, requests are only counted"

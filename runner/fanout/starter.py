@@ -97,6 +97,23 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
         {},
     ),
     (
+        "# APIs the workers call through fanout's gateway: every request of every worker is\n"
+        "# paced, the real key stays on this machine (each attempt gets a token in tokenEnv),\n"
+        "# and usage and cost are counted per unit.  Needs runtime.network = true.\n"
+        "# [[apis]]\n"
+        '# name = "anthropic"\n'
+        '# upstream = "https://api.anthropic.com"\n'
+        '# style = "anthropic"                 # sets ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY\n'
+        '# keySecret = "ANTHROPIC_API_KEY"     # holds the real key; read by the gateway only\n'
+        '# requests = { limit = 50, per = "1m" }\n'
+        '# inputTokens = { limit = 30000, per = "1m" }\n'
+        '# outputTokens = { limit = 8000, per = "1m" }\n'
+        "# maxInFlight = 10\n"
+        '# prices = { "claude-sonnet-*" = { input = 3.0, output = 15.0 } }   # USD per Mtok\n'
+        "# budget = { usd = 20 }               # per run",
+        {},
+    ),
+    (
         "# The retry ladder: rungs tried in order until a unit succeeds.",
         {
             "retry": {

@@ -59,7 +59,8 @@ def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 
 def _check_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     runtime = table_of(doc, "runtime")
-    if runtime.get("network") is True:
+    network = runtime.get("network", False)
+    if network is True or not isinstance(network, bool):  # not a boolean: the schema said so
         return []
     message = (
         "a job with [[apis]] needs runtime.network = true: its workers reach the gateway "
@@ -137,7 +138,7 @@ def _variables(api: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
         written = api.get(key)
         if isinstance(written, str):
             found.append((key, written, True))
-        elif facts is not None:
+        elif key not in api and facts is not None:  # a wrong type: the schema said so
             default = facts.base_url_env if key == "baseUrlEnv" else facts.token_env
             if default is not None:
                 found.append((key, default, False))
@@ -174,7 +175,10 @@ def _check_variables(
                 problems.append(ctx.at_value(path, message))
             owners.setdefault(variable, here)
             meaning.setdefault(variable, _VARIABLES[key])
-    keys = {api["keySecret"]: index for index, api in apis if isinstance(api.get("keySecret"), str)}
+    keys: dict[str, int] = {}  # each keySecret, by the first API that names it
+    for index, api in apis:
+        if isinstance(api.get("keySecret"), str):
+            keys.setdefault(api["keySecret"], index)
     for position, name in enumerate(list_of(table_of(doc, "task"), "secrets")):
         if not isinstance(name, str):
             continue
