@@ -35,9 +35,9 @@
    share one event loop, so everything the gateway does per request is counted (no
    overlap with the client's or the mock's work).
 
-3. Requests per second the gateway sustains alone: the mock and a load generator of
-   many concurrent aiohttp clients run in a child process, the gateway (no limits) in
-   this one; the load generator's rate direct to the mock says whether the gateway or
+3. Requests per second the gateway sustains alone: the mock (``python
+   tests/mockapi.py``) and a load generator of many concurrent aiohttp clients run in
+   processes of their own, the gateway (no limits) in this one; the load generator's rate direct to the mock says whether the gateway or
    the load side was the bottleneck, and the gateway process's CPU time per request
    gives the rate one core would sustain.
 
@@ -76,6 +76,7 @@ from fanout.spec import Api, Window
 from mockapi import MockApi
 
 FANOUT = [sys.executable, "-m", "fanout"]
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 KEY = "bench-upstream-key"  # the mock's "real" key; not a secret of anyone's
 BODY = {"model": "claude-bench", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -396,17 +397,15 @@ def latency_table(rows: Sequence[tuple[str, list[float], list[float]]]) -> None:
 
 
 def _load_child(conn: Connection) -> None:
-    """The child of table 3: serves the mock, then loads whatever URL it is sent."""
+    """The load generator of table 3, a process of its own: loads each URL it is sent."""
 
     async def main() -> None:
-        async with MockApi() as mock:
-            conn.send(mock.url)
-            while True:
-                order = await asyncio.to_thread(conn.recv)
-                if order is None:
-                    return
-                url, key, clients, seconds = order
-                conn.send(await _load(url, key, clients, seconds))
+        while True:
+            order = await asyncio.to_thread(conn.recv)
+            if order is None:
+                return
+            url, key, clients, seconds = order
+            conn.send(await _load(url, key, clients, seconds))
 
     asyncio.run(main())
 
@@ -434,12 +433,21 @@ async def _load(url: str, key: str, clients: int, seconds: float) -> int:
 
 async def throughput(args: argparse.Namespace) -> list[tuple[str, float, float | None]]:
     """(path, requests per second, gateway CPU ms per request or None)."""
+    # The mock in a process of its own, as tests/mockapi.py runs for benchmarks.
+    mock = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(TESTS / "mockapi.py"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert mock.stdin is not None
+    assert mock.stdout is not None
+    upstream = (await mock.stdout.readline()).decode().strip()
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=_load_child, args=(child,), daemon=True)
     process.start()
     try:
-        upstream = await asyncio.to_thread(parent.recv)
 
         async def load(url: str, key: str) -> int:
             parent.send((url, key, args.load_clients, args.load_seconds))
@@ -471,6 +479,8 @@ async def throughput(args: argparse.Namespace) -> list[tuple[str, float, float |
         process.join(10)
         if process.is_alive():
             process.kill()
+        mock.stdin.close()  # the mock serves until its stdin closes
+        await mock.wait()
     return [
         ("direct to the mock", statistics.median(direct), None),
         ("through the gateway", statistics.median(through), statistics.median(cpu_ms)),
@@ -492,9 +502,9 @@ def throughput_table(
         ceiling = "" if cpu is None else f"{1000 / cpu:.0f}"
         print(f"| {path} | {rate:.0f} | {cost} | {ceiling} |")
     print(
-        "\nThe mock and the load generator share one process (and this machine's cores "
-        "with the gateway): the direct rate bounds what the load side can offer; the "
-        "last column is what one core spent only on the gateway would serve.\n"
+        "\nThe mock and the load generator run in processes of their own, sharing this "
+        "machine's cores with the gateway: the direct rate bounds what the load side can "
+        "offer; the last column is what one core spent only on the gateway would serve.\n"
     )
 
 
