@@ -1,4 +1,4 @@
-"""The API gateway against a mock upstream on loopback, in one run, three tables.
+"""The API gateway against a mock upstream on loopback, in one run.
 
 1. Pacing.  Units making k sequential requests each (k = 1, 2, 3, 4, 8) under a limit
    of N requests per W seconds (default 50 per 5 s), through a real ``fanout run`` of a
@@ -7,22 +7,21 @@
    ``$ANTHROPIC_API_KEY``), once with today's task pacing (``[[limits]]`` requests = N,
    per = W, requestsPerTask = k, the right guess, its best case; the worker calls the
    mock directly).  The worker is a small Python script making k requests with urllib;
-   sandbox none, so process start-up costs the least.  The mock never rejects (its own
-   limit is off): what it records is what each mode sends.
+   sandbox none, so process start-up costs the least.  The mock (tests/mockapi.py)
+   never rejects (its own limit is off): what it records is what each mode sends.
 
    *Steady fraction* = (b - a) / (t[b] - t[a]) * W / N, where t[i] is the time the
-   upstream received its i-th request (from 0), a = P and b = the largest multiple of
-   P not past the last request, and P is the period of the mode's schedule in
-   requests: N through the gateway (a request waits for the one N before it to leave
-   the window, so requests i and i + N are one window apart), floor(N/k)·k with task
-   pacing (one window's worth of task starts).  So it is requests per second over
-   whole periods, past the first (which holds the gateway's start-up burst of N at
-   once), as a fraction of N/W; a phase of the pattern cannot bias it.  Task pacing
-   cannot exceed floor(N/k)·k/N, the gateway W/(W + SKEW) (0.990 at 5 s: its limiter
-   spaces a request ``per + SKEW`` after the one N before it).  Also shown: the most requests the upstream received
-   in any W-second window (must be <= N), and the whole job's span from the first
-   request to the last against the least the limit allows, (ceil(R/N) - 1)·W for R
-   requests (the start-up burst is where task pacing loses most on a short job).
+   upstream received its i-th request (from 0), a = P, b = the largest multiple of P
+   not past the last request, and P is the period of the mode's schedule in requests:
+   N through the gateway (a request waits for the one N before it to leave the
+   window), floor(N/k)·k with task pacing (one window's worth of task starts).  So it
+   is requests per second over whole periods past the first (the first holds the
+   gateway's start-up burst of N at once), as a fraction of N/W; the pattern's phase
+   cannot bias it.  Task pacing cannot exceed floor(N/k)·k/N, the gateway W/(W + SKEW)
+   (0.990 at 5 s: its limiter admits a request ``per + SKEW`` after the one N before
+   it).  Also shown: the most requests the upstream received in any W-second window
+   (the limit says <= N), and the span from the first request to the last against
+   the least the limit allows, (ceil(R/N) - 1)·W for R requests.
 
    Then the issue's own example, both ways: 12 units of two requests each under 5
    requests per 10 s (the issue measured 66 s with task pacing, where request pacing
@@ -30,16 +29,17 @@
 
 2. Latency the gateway adds: sequential requests from one aiohttp client, alternating
    direct to the mock and through an in-process ``fanout.gateway.Gateway`` (a request
-   limit far above the load), JSON and SSE-streamed; p50 and p99 of each, and the
-   difference of each percentile (gateway minus direct).  Client, gateway and mock
-   share one event loop, so everything the gateway does per request is counted (no
-   overlap with the client's or the mock's work).
+   limit far above the load, so the limiter runs but never waits), JSON and streamed
+   (SSE); p50 and p99 of each, and each percentile's difference (gateway minus
+   direct).  Client, gateway and mock share one event loop, so everything the gateway
+   does per request is counted, none of it overlapped with the client's or the mock's.
 
 3. Requests per second the gateway sustains alone: the mock (``python
    tests/mockapi.py``) and a load generator of many concurrent aiohttp clients run in
-   processes of their own, the gateway (no limits) in this one; the load generator's rate direct to the mock says whether the gateway or
-   the load side was the bottleneck, and the gateway process's CPU time per request
-   gives the rate one core would sustain.
+   processes of their own, the gateway (no limits) in this one.  The load generator's
+   rate direct to the mock says whether the gateway or the load side was the
+   bottleneck; the gateway process's CPU time per request gives what one core would
+   sustain.
 
 Usage: .venv/bin/python bench/gateway.py [--limit N] [--per SECONDS] [--windows M]
        [--requests 1,2,3,4,8] [--concurrency C] [--latency-requests R]
@@ -282,6 +282,7 @@ def pacing_table(rows: Sequence[Pacing], args: argparse.Namespace) -> None:
         "\nSteady fraction: requests per second the upstream received over whole periods "
         "of each mode's schedule past the first (N requests through the gateway, "
         "floor(N/k)·k with task pacing), divided by N/W; goal through the gateway >= 0.95. "
+        "Task pacing's ceiling: floor(N/k)·k/N.  Most in any window: the limit allows N.  "
         "Least s: (ceil(R/N) - 1)·W, the least the limit allows from the first request "
         "to the last.\n"
     )
