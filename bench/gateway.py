@@ -18,7 +18,7 @@
    is requests per second over whole periods past the first (the first holds the
    gateway's start-up burst of N at once), as a fraction of N/W; the pattern's phase
    cannot bias it.  Task pacing cannot exceed floor(N/k)·k/N, the gateway W/(W + SKEW)
-   (0.990 at 5 s: its limiter admits a request ``per + SKEW`` after the one N before
+   (0.980 at 5 s: its limiter admits a request ``per + SKEW`` after the one N before
    it).  Also shown: the most requests the upstream received in any W-second window
    (the limit says <= N), and the span from the first request to the last against
    the least the limit allows, (ceil(R/N) - 1)·W for R requests.

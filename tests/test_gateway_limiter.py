@@ -123,7 +123,12 @@ async def test_admissions_follow_arrival_order_and_the_head_is_never_overtaken()
         )
     )
     limiter.settle(first, input_tokens=800, output_tokens=0)
-    assert order == [("big", 10.05), ("small", 10.05), ("late", 10.05), ("x", 10.05)]
+    assert order == [
+        ("big", round(10 + SKEW, 6)),
+        ("small", round(10 + SKEW, 6)),
+        ("late", round(10 + SKEW, 6)),
+        ("x", round(10 + SKEW, 6)),
+    ]
 
 
 async def test_callers_are_admitted_in_the_order_they_asked() -> None:
@@ -154,7 +159,7 @@ async def test_a_reservation_above_a_windows_limit_is_capped_at_the_limit(side: 
     # Capped at 1000 it fits at once; uncapped it would wait for the empty entry to leave.
     assert (_now(), oversized.queued) == (1, 0)
     limiter.release(oversized)  # keeps the capped reservation: the whole window
-    assert await _admitted_at(limiter, **tokens(1)) == 61.05
+    assert await _admitted_at(limiter, **tokens(1)) == round(61 + SKEW, 6)
 
 
 async def test_max_in_flight_caps_concurrent_requests() -> None:
@@ -201,7 +206,7 @@ async def test_usage_above_the_reservation_counts_and_later_requests_wait_longer
     ticket = await limiter.admit(input_tokens=0, output_tokens=100)
     await asyncio.sleep(1)
     limiter.settle(ticket, input_tokens=0, output_tokens=1500)  # 500 over the limit
-    assert await _admitted_at(limiter, output_tokens=100) == 60.05
+    assert await _admitted_at(limiter, output_tokens=100) == round(60 + SKEW, 6)
 
 
 async def test_usage_below_the_reservation_frees_room_at_once() -> None:
@@ -220,19 +225,19 @@ async def test_a_request_settled_after_it_left_the_window_changes_nothing_there(
     full = await _within(limiter.admit(input_tokens=1000, output_tokens=0), 1)
     limiter.settle(slow, input_tokens=0, output_tokens=0)  # 20 s after its window
     limiter.settle(full, input_tokens=1000, output_tokens=0)
-    assert await _admitted_at(limiter, input_tokens=600) == 30.05
+    assert await _admitted_at(limiter, input_tokens=600) == round(30 + SKEW, 6)
 
 
 async def test_a_pause_holds_admissions_and_a_shorter_one_does_not_shorten_it() -> None:
     limiter = _limiter(requests=_w(1, 10))
     assert await _admitted_at(limiter) == 0
-    waiting = asyncio.create_task(_admitted_at(limiter))  # due at 10.05
+    waiting = asyncio.create_task(_admitted_at(limiter))  # due at 10 + SKEW
     await asyncio.sleep(1)
     limiter.pause(30)
     await asyncio.sleep(1)
     limiter.pause(5)
     assert await waiting == 31
-    limiter.pause(20)  # past the window's own 41.05
+    limiter.pause(20)  # past the window's own 41 + SKEW
     assert await _admitted_at(limiter) == 51
 
 
@@ -284,7 +289,9 @@ async def test_a_cancelled_waiter_leaves_no_trace() -> None:
     behind = asyncio.create_task(_admitted_at(limiter))
     await asyncio.sleep(1)
     head.cancel()
-    assert await _within(behind) == 10.05  # not 20.1: the cancelled head took nothing
+    assert await _within(behind) == round(
+        10 + SKEW, 6
+    )  # not 20 + 2 * SKEW: the cancelled head took nothing
     assert limiter.stats()["waiting"] == 0
 
 
@@ -313,7 +320,7 @@ async def test_a_waiter_cancelled_right_after_its_admission_gives_it_back() -> N
     second: Ticket = await _within(limiter.admit(input_tokens=0, output_tokens=0), 1)
     assert (_now(), second.queued) == (1, 0)  # the slot and the window's room came back
     limiter.settle(second, input_tokens=0, output_tokens=0)
-    assert await _admitted_at(limiter) == 10.05  # first and second fill the window
+    assert await _admitted_at(limiter) == round(10 + SKEW, 6)  # first and second fill the window
 
 
 @pytest.mark.parametrize(("limit", "per", "rounds"), [(5, 10, 4), (50, 60, 3), (1, 1, 6)])
@@ -332,8 +339,13 @@ async def test_queued_seconds_are_recorded_on_the_ticket_and_in_stats() -> None:
     assert first.queued == 0
     await asyncio.sleep(3)
     second = await _within(limiter.admit(input_tokens=0, output_tokens=0))
-    assert round(second.queued, 6) == 7.05
-    assert limiter.stats() == {"admitted": 2, "queuedSeconds": 7.05, "inFlight": 2, "waiting": 0}
+    assert round(second.queued, 6) == round(7 + SKEW, 6)
+    assert limiter.stats() == {
+        "admitted": 2,
+        "queuedSeconds": round(7 + SKEW, 6),
+        "inFlight": 2,
+        "waiting": 0,
+    }
 
 
 async def test_an_injected_clock_sets_the_windows_and_the_loop_runs_the_timers() -> None:
@@ -347,8 +359,8 @@ async def test_an_injected_clock_sets_the_windows_and_the_loop_runs_the_timers()
     )
     await _admitted_at(limiter)
     ticket = await _within(limiter.admit(input_tokens=0, output_tokens=0))
-    assert round(ticket.queued, 6) == 10.05
-    assert _now() == 10.05
+    assert round(ticket.queued, 6) == round(10 + SKEW, 6)
+    assert _now() == round(10 + SKEW, 6)
 
 
 async def test_a_request_counts_from_when_it_was_sent_not_from_its_admission() -> None:

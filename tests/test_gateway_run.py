@@ -114,7 +114,7 @@ def test_a_paced_run_stays_under_the_upstreams_limit_and_reports_its_tally(
     # 8 units of 2 requests under 4 requests a second: the gateway paces the requests,
     # not the tasks.  The mock's own window is 0.9 s where the gateway's is 1 s: the
     # tenth covers the time from admission to arrival on a loaded machine (the gateway
-    # allows 50 ms for it), so a 429 here is the gateway's fault, not the scheduler's.
+    # allows 100 ms for it), so a 429 here is the gateway's fault, not the scheduler's.
     mock_api.configure(limit=4, window=0.9, require_key=KEY, usage=Usage(input_tokens=30))
     runtime, host_disk = "", None
     if where == "ssh":
