@@ -4,6 +4,7 @@ refuses (exact, located messages), and how ``fanout plan`` marks the preset's va
 from __future__ import annotations
 
 import textwrap
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,8 +107,17 @@ def test_what_each_preset_fills_in() -> None:
             (Style.ANTHROPIC,),
         ),
         "codex": (
-            ("codex", "exec", "--json", "--skip-git-repo-check", "-"),
-            {},
+            (
+                "codex",
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--color",
+                "never",
+                "-",
+            ),
+            {"NO_COLOR": "1"},
             {},
             ".codex",
             (Style.OPENAI,),
@@ -145,6 +155,48 @@ def test_what_each_preset_fills_in() -> None:
             (Style.OPENAI,),
         ),
     }
+
+
+def test_codex_is_pointed_at_the_gateway_by_its_config_file() -> None:
+    found = presets.config_file(
+        "codex", base_url="http://127.0.0.1:4711/openai", token_env="OPENAI_API_KEY"
+    )
+    assert found is not None
+    path, text = found
+    assert (path, tomllib.loads(text)) == (
+        ".codex/config.toml",
+        {
+            "model_provider": "fanout",
+            "check_for_update_on_startup": False,
+            "analytics": {"enabled": False},
+            "otel": {"exporter": "none"},
+            "model_providers": {
+                "fanout": {
+                    "name": "fanout",
+                    "base_url": "http://127.0.0.1:4711/openai",
+                    "env_key": "OPENAI_API_KEY",
+                    "wire_api": "responses",
+                    "request_max_retries": 0,
+                    "stream_max_retries": 0,
+                }
+            },
+        },
+    )
+
+
+def test_codex_without_a_gateway_keeps_its_own_provider_and_stays_quiet() -> None:
+    found = presets.config_file("codex", base_url=None, token_env="OPENAI_API_KEY")
+    assert found is not None
+    assert tomllib.loads(found[1]) == {
+        "check_for_update_on_startup": False,
+        "analytics": {"enabled": False},
+        "otel": {"exporter": "none"},
+    }
+
+
+@pytest.mark.parametrize("agent", ["claude", "gemini", "aider", "llm"])
+def test_the_other_agents_need_no_config_file(agent: str) -> None:
+    assert presets.config_file(agent, base_url="http://x", token_env="T") is None
 
 
 # -- claude's environment follows the gateway -----------------------------------------

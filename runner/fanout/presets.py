@@ -14,6 +14,7 @@ are the variables these agents read, so a preset names none of them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -70,10 +71,22 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
         ),
         "codex": Preset(
             agent="codex",
-            # Checked against the real CLI by tests/test_agents_codex.py.  "-": the
-            # prompt from stdin; --skip-git-repo-check: a sandbox is no git checkout.
-            argv=("codex", "exec", "--json", "--skip-git-repo-check", "-"),
-            env=_frozen({}),
+            # Checked against the real CLI by tests/test_agents_codex.py (the argv of
+            # tests/codexrun.py).  "-": the prompt from stdin; --skip-git-repo-check: a
+            # sandbox is no git checkout; fanout's sandbox is the one around it, and
+            # codex's own (landlock, seccomp) cannot start inside bwrap.
+            argv=(
+                "codex",
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--color",
+                "never",
+                "-",
+            ),
+            # No update check, analytics or telemetry: in its config file (config_file).
+            env=_frozen({"NO_COLOR": "1"}),
             gateway_env=_frozen({}),
             config_dir=".codex",
             styles=(Style.OPENAI,),
@@ -160,3 +173,37 @@ def environment(
             max(1, min(MAX_OUTPUT_TOKENS, output_tokens // 2))
         )
     return env
+
+
+def config_file(agent: str, *, base_url: str | None, token_env: str) -> tuple[str, str] | None:
+    """The file the agent must find in its config directory, as (path under HOME,
+    text), for a worker whose gateway URL for the agent's API is ``base_url`` (None:
+    no gateway, the agent calls its API with its own key) and whose token is in
+    ``token_env``; None when the agent needs none.  The attempt writes it into the
+    unit's HOME: it holds the gateway's URL, which is known only where the attempt runs.
+
+    codex reads its provider, retries, update check and analytics from config.toml
+    only (tests/codexrun.py found this out against the real CLI): a provider of its own
+    points it at the gateway, without retries of its own (the gateway retries)."""
+    if agent != "codex":
+        return None
+    lines = [
+        "check_for_update_on_startup = false",
+        "[analytics]",
+        "enabled = false",
+        "[otel]",
+        'exporter = "none"',
+    ]
+    if base_url is not None:
+        # A JSON string is a TOML basic string.
+        lines[:0] = ['model_provider = "fanout"']
+        lines += [
+            "[model_providers.fanout]",
+            'name = "fanout"',
+            f"base_url = {json.dumps(base_url)}",
+            f"env_key = {json.dumps(token_env)}",
+            'wire_api = "responses"',
+            "request_max_retries = 0",
+            "stream_max_retries = 0",
+        ]
+    return f"{PRESETS[agent].config_dir}/config.toml", "\n".join(lines) + "\n"
