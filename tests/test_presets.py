@@ -45,9 +45,8 @@ def api(style: str, name: str | None = None, extra: str = "") -> str:
     )
 
 
-def job(task: str, *apis: str, tail: str = "") -> str:
-    runtime = "[runtime]\nnetwork = true\n" if apis else ""
-    return HEAD + textwrap.dedent(task) + runtime + "".join(apis) + tail
+def job(task: str, *apis: str, tail: str = "", runtime: str = "network = true\n") -> str:
+    return HEAD + textwrap.dedent(task) + "[runtime]\n" + runtime + "".join(apis) + tail
 
 
 def load(tmp_path: Path, text: str) -> spec.Spec:
@@ -358,6 +357,22 @@ def test_args_are_not_checked_against_a_rung_with_its_own_command(tmp_path: Path
         tail=LADDER + '[[retry.ladder]]\nname = "own"\ncommand = ["claude", "-p"]\n',
     )
     assert [rung.name for rung in load(tmp_path, text).retry.ladder] == ["standard", "own"]
+
+
+def test_an_agent_needs_the_network(tmp_path: Path) -> None:
+    message = (
+        "agent 'llm' calls its model's API, and a sandbox without network cannot reach "
+        "it: set `runtime.network = true`"
+    )
+    assert problems(tmp_path, job('agent = "llm"\n', runtime="")) == [f"7:9: task.agent: {message}"]
+    assert problems(tmp_path, job('agent = "llm"\n', runtime="network = false\n")) == [
+        f"9:11: runtime.network: {message}"
+    ]
+
+
+def test_a_job_with_apis_is_told_about_the_network_once(tmp_path: Path) -> None:
+    found = problems(tmp_path, job('agent = "claude"\n', api("anthropic"), runtime=""))
+    assert [p.split(": ")[1] for p in found] == ["apis[0]"]
 
 
 def test_an_agent_whose_api_no_apis_entry_is_is_refused(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """What ``task.agent`` must satisfy beyond the schema: its ``args`` extend a command
-the preset supplies, and the agent can use the job's ``[[apis]]``."""
+the preset supplies, the agent can use the job's ``[[apis]]``, and it has a network."""
 
 from __future__ import annotations
 
@@ -28,7 +28,24 @@ def check_agent(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
             )
         )
     problems += _check_styles(agent, doc, ctx)
+    problems += _check_network(agent, doc, ctx)
     return problems
+
+
+def _check_network(agent: str, doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    """Every one of these agents calls a model API over the network: in a sandbox
+    without one each unit would fail on a connection error, the ladder climbed for
+    nothing.  A job with ``[[apis]]`` is told so by ``apis`` already."""
+    runtime = table_of(doc, "runtime")
+    if runtime.get("network", False) is not False or list_of(doc, "apis"):
+        return []  # true, "apis", or a value the schema refused
+    message = (
+        f"agent {agent!r} calls its model's API, and a sandbox without network cannot "
+        "reach it: set `runtime.network = true`"
+    )
+    if "network" in runtime:
+        return [ctx.at_value(("runtime", "network"), message)]
+    return [ctx.at_value(("task", "agent"), message)]
 
 
 def _check_styles(agent: str, doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
