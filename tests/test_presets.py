@@ -3,6 +3,7 @@ refuses (exact, located messages), and how ``fanout plan`` marks the preset's va
 
 from __future__ import annotations
 
+import json
 import textwrap
 import tomllib
 from datetime import UTC, datetime
@@ -123,7 +124,7 @@ def test_what_each_preset_fills_in() -> None:
         ),
         "gemini": (
             ("gemini", "-p", "", "--output-format", "json"),
-            {"GEMINI_TELEMETRY_ENABLED": "false", "GEMINI_SANDBOX": "false"},
+            {"GEMINI_CLI_TRUST_WORKSPACE": "true"},
             {},
             ".gemini",
             (Style.GEMINI,),
@@ -193,7 +194,29 @@ def test_codex_without_a_gateway_keeps_its_own_provider_and_stays_quiet() -> Non
     }
 
 
-@pytest.mark.parametrize("agent", ["claude", "gemini", "aider", "llm"])
+@pytest.mark.parametrize(
+    ("base_url", "attempts"), [("http://127.0.0.1:4711/gemini", 1), (None, None)]
+)
+def test_gemini_is_kept_quiet_and_its_retries_left_to_a_gateway_by_its_settings(
+    base_url: str | None, attempts: int | None
+) -> None:
+    found = presets.config_file("gemini", base_url=base_url, token_env="GEMINI_API_KEY")
+    assert found is not None
+    general: dict[str, object] = {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}
+    if attempts is not None:
+        general["maxAttempts"] = attempts
+    assert (found[0], json.loads(found[1])) == (
+        ".gemini/settings.json",
+        {
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": general,
+        },
+    )
+
+
+@pytest.mark.parametrize("agent", ["claude", "aider", "llm"])
 def test_the_other_agents_need_no_config_file(agent: str) -> None:
     assert presets.config_file(agent, base_url="http://x", token_env="T") is None
 
@@ -447,8 +470,7 @@ def test_plan_shows_a_job_command_unmarked(tmp_path: Path) -> None:
     assert task_lines(tmp_path, text) == [
         "  agent    gemini: its output is read for the attempt's fate, usage and cost",
         "  command  gemini -p a",
-        '  env      GEMINI_TELEMETRY_ENABLED=false   (from task.agent = "gemini")',
-        '           GEMINI_SANDBOX=false   (from task.agent = "gemini")',
+        '  env      GEMINI_CLI_TRUST_WORKSPACE=true   (from task.agent = "gemini")',
     ]
 
 

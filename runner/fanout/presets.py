@@ -94,17 +94,15 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
         ),
         "gemini": Preset(
             agent="gemini",
-            # Checked against the real CLI by tests/test_agents_gemini.py.  -p "" runs
-            # headless with the prompt read from stdin (-p is appended to it).
+            # Checked against the real CLI by tests/test_agents_gemini.py (the argv of
+            # its goldens).  -p "" runs headless with the prompt read from stdin (-p is
+            # appended to it).  --yolo (tools without asking) only when the job says
+            # (task.args), as claude's --allowedTools.
             argv=("gemini", "-p", "", "--output-format", "json"),
-            env=_frozen(
-                {
-                    "GEMINI_TELEMETRY_ENABLED": "false",
-                    # fanout's sandbox is the sandbox: gemini's own (docker, seatbelt)
-                    # cannot start inside it.
-                    "GEMINI_SANDBOX": "false",
-                }
-            ),
+            # A sandbox's work directory is no folder the user trusted; headless gemini
+            # refuses an untrusted one.  Telemetry, usage statistics and the update
+            # check are off in its settings file (config_file).
+            env=_frozen({"GEMINI_CLI_TRUST_WORKSPACE": "true"}),
             gateway_env=_frozen({}),
             config_dir=".gemini",
             styles=(Style.GEMINI,),
@@ -184,7 +182,11 @@ def config_file(agent: str, *, base_url: str | None, token_env: str) -> tuple[st
 
     codex reads its provider, retries, update check and analytics from config.toml
     only (tests/codexrun.py found this out against the real CLI): a provider of its own
-    points it at the gateway, without retries of its own (the gateway retries)."""
+    points it at the gateway, without retries of its own (the gateway retries).
+    gemini reads its auth type, telemetry, usage statistics, update check and retries
+    from settings.json only (tests/test_agents_gemini.py)."""
+    if agent == "gemini":
+        return _gemini_settings(gateway=base_url is not None)
     if agent != "codex":
         return None
     lines = [
@@ -207,3 +209,17 @@ def config_file(agent: str, *, base_url: str | None, token_env: str) -> tuple[st
             "stream_max_retries = 0",
         ]
     return f"{PRESETS[agent].config_dir}/config.toml", "\n".join(lines) + "\n"
+
+
+def _gemini_settings(*, gateway: bool) -> tuple[str, str]:
+    general: dict[str, object] = {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}
+    if gateway:
+        general["maxAttempts"] = 1  # the gateway retries
+    settings = {
+        # Headless, with the key (or the gateway's token) in GEMINI_API_KEY: no login.
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": general,
+    }
+    return f"{PRESETS['gemini'].config_dir}/settings.json", json.dumps(settings, indent=2) + "\n"
