@@ -39,11 +39,23 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "child",
             "feed",
             "apistyles",
+            # What task.agent fills in; checks and spec both read it.
+            "presets",
         ),
     ),
     ("fates", ("outcome",)),
     ("job language", ("templates.rendering", "templates.analysis", "templates", "schema")),
-    ("checks", ("checks.context", "checks.leaks", "checks.paths", "checks.apis", "checks")),
+    (
+        "checks",
+        (
+            "checks.context",
+            "checks.leaks",
+            "checks.paths",
+            "checks.apis",
+            "checks.agents",
+            "checks",
+        ),
+    ),
     ("spec", ("spec.model", "spec.build", "spec", "apikeys")),
     ("selection", ("inputcommand", "sources", "units")),
     # What an attempt is, decided on the coordinator, and the pieces every transport uses.

@@ -74,7 +74,7 @@ AGREEMENT = [
     ((), spec.Spec, {"file", "templates", "positions"}),
     (("definitions", "inputs"), spec.Inputs, set()),
     (("definitions", "units"), spec.Units, set()),
-    (("definitions", "task"), spec.Task, set()),
+    (("definitions", "task"), spec.Task, {"from_agent"}),
     (("definitions", "runtime"), spec.Runtime, {"hosts_file"}),
     (("definitions", "host"), spec.Host, set()),
     (("definitions", "limit"), spec.Limit, set()),

@@ -8,6 +8,7 @@ the CLI prints.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -213,7 +214,7 @@ def render_text(plan: Plan) -> str:
         lines += ["", "First unit's files would be refused by every attempt:"]
         lines += [f"  {problem}" for problem in plan.path_problems]
     if plan.first_task:
-        lines += ["", *_task_lines(plan.first_task)]
+        lines += ["", *_task_lines(plan.first_task, spec)]
     resolved = tomli_w.dumps(to_document(spec), multiline_strings=True)
     lines += ["", "Resolved job (defaults filled in):", textwrap.indent(resolved.rstrip(), "  ")]
     return "\n".join(lines) + "\n"
@@ -363,12 +364,16 @@ def _budget_text(api: Api) -> str:
     return f"{budget}; prices per million tokens: {prices}"
 
 
-def _task_lines(task: Invocation) -> list[str]:
+def _task_lines(task: Invocation, spec: Spec) -> list[str]:
     lines = [f"First unit's task ({task.unit_id}, rung {task.rung}, attempt {task.attempt}):"]
-    lines.append(f"  command  {shlex.join(task.argv)}")
+    agent = spec.task.agent
+    if agent is None:
+        lines.append(f"  command  {shlex.join(task.argv)}")
+    else:
+        lines += _agent_lines(task, spec, agent)
     if task.verify:
         lines.append(f"  verify   {shlex.join(task.verify)}")
-    if task.env:
+    if task.env and agent is None:
         lines.append("  env      " + " ".join(f"{k}={shlex.quote(v)}" for k, v in task.env.items()))
     if task.secrets:
         lines.append(f"  secrets  {', '.join(task.secrets)} (values come from the environment)")
@@ -380,6 +385,24 @@ def _task_lines(task: Invocation) -> list[str]:
     if task.prompt:
         lines.append("  prompt (stdin):")
         lines += [f"    | {line}" for line in task.prompt.rstrip("\n").split("\n")]
+    return lines
+
+
+def _agent_lines(task: Invocation, spec: Spec, agent: str) -> list[str]:
+    """The command and environment of an agent's task, one variable a line, each value
+    the preset filled in marked as such: a reviewer sees what the job did not say."""
+    mark = f"   (from task.agent = {json.dumps(agent)})"
+    rung = spec.retry.ladder[0]  # the first task is the first rung's
+    filled = spec.task.from_agent
+    command = shlex.join(task.argv)
+    if rung.command is None and "command" in filled:
+        extended = " and task.args" if spec.task.args else ""
+        command += mark.replace(")", f"{extended})")
+    lines = [f"  agent    {agent}: its output is read for the attempt's fate, usage and cost"]
+    lines.append(f"  command  {command}")
+    for n, (name, value) in enumerate(task.env.items()):
+        line = f"{'env' if n == 0 else '':<9}{name}={shlex.quote(value)}"
+        lines.append(f"  {line}{mark if name in filled and name not in rung.env else ''}")
     return lines
 
 
@@ -395,7 +418,8 @@ def render_fires(fires: tuple[TriggerFires, ...]) -> str:
 
 
 _SIZES = frozenset({"log_limit", "output_tail"})
-_HIDDEN = frozenset({"file", "templates", "positions", "hosts_file"})
+# ``from_agent`` is the plan's note, and ``args`` are already in the resolved command.
+_HIDDEN = frozenset({"file", "templates", "positions", "hosts_file", "from_agent", "args"})
 
 
 def to_document(value: Any, name: str = "") -> Any:

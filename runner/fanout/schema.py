@@ -330,6 +330,10 @@ def _explain(error: jsonschema.ValidationError) -> list[tuple[KeyPath, bool, str
         ]
     if validator == "oneOf":
         return _explain_one_of(error, path)
+    if validator == "anyOf" and all(set(o) == {"required"} for o in value):
+        # task: a command, an agent preset that supplies one, or both.
+        names = [o["required"][0] for o in value]
+        return [(path, True, f"missing required key {_quote_list(names)}")]
     return [(path, False, error.message)]
 
 

@@ -66,7 +66,9 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
     (
         "# What each worker runs.  The prompt is written to the command's stdin; each argv\n"
         "# element is rendered on its own and never passes through a shell.  Secrets are\n"
-        "# names of environment variables, never values.",
+        "# names of environment variables, never values.  For an agent CLI, write\n"
+        '# agent = "claude" (or codex, gemini, aider, llm) in place of command: the preset\n'
+        "# gives its headless command and a quiet environment, which `fanout plan` shows.",
         {
             "task": {
                 "prompt": "Tidy {{ unit.id }} without changing its behaviour.\n",

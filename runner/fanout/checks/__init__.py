@@ -27,7 +27,7 @@ from ..templates import (
     is_template,
 )
 from ..tomlpos import KeyPath
-from . import apis, leaks, paths
+from . import agents, apis, leaks, paths
 from .context import Context, list_of, repeated_names, strings, table_of
 
 __all__ = ["Context", "check_job", "schema_values"]
@@ -48,6 +48,7 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems += _check_units(doc, ctx)
     problems += _check_limits(doc, ctx)
     problems += apis.check_apis(doc, ctx)
+    problems += agents.check_agent(doc, ctx)
     problems += _check_inputs(doc, ctx)
     problems += _check_runtime(doc, ctx)
     problems += _check_retry(doc, ctx)
@@ -181,7 +182,7 @@ def _rungs_using(path: KeyPath, doc: Mapping[str, Any]) -> list[tuple[int, Mappi
     if path[:2] == ("retry", "ladder"):
         index = path[2]
         return [(i, r) for i, r in rungs if i == index]
-    if path[:2] == ("task", "command"):
+    if path[:2] in (("task", "command"), ("task", "args")):
         return [(i, r) for i, r in rungs if "command" not in r]
     return rungs
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .. import cron
+from .. import cron, presets
 from ..apistyles import FACTS, Style
 from ..quantities import parse_duration, parse_size
 from ..schema import key_name, with_defaults
@@ -95,16 +95,33 @@ def build(
         stage=argv(raw_units.get("stage"), ("units", "stage")),
         collect=argv(raw_units.get("collect"), ("units", "collect")),
     )
+    apis = tuple(api_from(raw) for raw in doc.get("apis", ()))
     raw_task = doc["task"]
+    agent = raw_task.get("agent")
+    args = argv(raw_task.get("args"), ("task", "args"))
+    command = argv(raw_task.get("command"), ("task", "command"))
+    task_env = env(raw_task.get("env"), ("task", "env"))
+    from_agent: frozenset[str] = frozenset()
+    if agent is not None:
+        preset_env = _agent_environment(agent, apis)
+        filled = {name: tpl(value) for name, value in preset_env.items() if name not in task_env}
+        from_agent = frozenset(filled) | (frozenset() if command else {"command"})
+        if not command:
+            command = tuple(tpl(part) for part in presets.PRESETS[agent].argv) + args
+        # The preset's variables first, in its order, then the job's (which win).
+        task_env = MappingProxyType({**filled, **task_env})
     task = Task(
+        agent=agent,
+        args=args,
         prompt=tpl(raw_task["prompt"], ("task", "prompt")) if "prompt" in raw_task else None,
-        command=argv(raw_task["command"], ("task", "command")),
+        command=command,
         verify=argv(raw_task.get("verify"), ("task", "verify")),
         timeout=parse_duration(raw_task["timeout"]),
-        env=env(raw_task.get("env"), ("task", "env")),
+        env=task_env,
         secrets=tuple(raw_task.get("secrets", ())),
         limits=tuple(raw_task["limits"]) if "limits" in raw_task else None,
         throttle_patterns=tuple(re.compile(p) for p in raw_task.get("throttlePatterns", ())),
+        from_agent=from_agent,
     )
     raw_runtime = doc["runtime"]
     runtime = Runtime(
@@ -129,7 +146,6 @@ def build(
         )
         for raw in doc.get("limits", ())
     )
-    apis = tuple(api_from(raw) for raw in doc.get("apis", ()))
     raw_retry = doc["retry"]
     raw_backoff = raw_retry["backoff"]
     raw_throttle = raw_retry["throttle"]
@@ -207,6 +223,20 @@ def build(
         file=path,
         templates=templates,
         positions=positions,
+    )
+
+
+def _agent_environment(agent: str, apis: tuple[Api, ...]) -> dict[str, str]:
+    """The agent preset's environment for this job's ``[[apis]]``: the output cap is
+    derived from the tightest outputTokens window of the APIs the agent speaks to."""
+    speaks = presets.PRESETS[agent].styles
+    windows = [
+        api.output_tokens.limit
+        for api in apis
+        if api.style in speaks and api.output_tokens is not None
+    ]
+    return presets.environment(
+        agent, styles=(api.style for api in apis), output_tokens=min(windows, default=None)
     )
 
 

@@ -89,14 +89,23 @@ class Units:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Task:
+    # An agent CLI preset (``presets``); None: the command is any program.
+    agent: str | None = None
+    # Already part of ``command`` (the preset's argv, then these): kept to show the job.
+    args: tuple[Template, ...] = ()
     prompt: Template | None = None
+    # Resolved: the job's command, else the agent preset's argv and ``args``.
     command: tuple[Template, ...]
     verify: tuple[Template, ...] = ()
     timeout: float = _default(_TASK, "timeout")
+    # Resolved: the agent preset's environment, each key the job sets replacing it.
     env: Mapping[str, Template] = field(default_factory=lambda: MappingProxyType({}))
     secrets: tuple[str, ...] = ()
     limits: tuple[str, ...] | None = None
     throttle_patterns: tuple[re.Pattern[str], ...] = ()
+    # Not in the job file: what the agent preset filled in, for ``fanout plan``:
+    # "command" and the names of the env variables the job did not set itself.
+    from_agent: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
