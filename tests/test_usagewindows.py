@@ -161,6 +161,21 @@ CASES = [
         utc(2027, 1, 1, 0, 0),
         '"resets_at": "2027-01-01T00:00:00Z"',
     ),
+    # The API's own spend and usage limits (a spend cap's reset, not a window's).
+    (
+        "API Error: Request rejected (429) · You have reached your organization's monthly"
+        " spend limit; it resets at 2027-01-01T00:00:00Z.",
+        utc(2026, 12, 1, 16, 0),
+        utc(2027, 1, 1, 0, 0),
+        "resets at 2027-01-01T00:00:00Z",
+    ),
+    (
+        "API Error: 400 You have reached your specified API usage limits. You will regain"
+        " access on 2027-01-01 at 00:00 UTC.",
+        utc(2026, 12, 1, 16, 0),
+        utc(2027, 1, 1, 0, 0),
+        "regain access on 2027-01-01 at 00:00 UTC",
+    ),
     # Several: the first stated wins.
     (
         "try again in 5 minutes (resets 3:45pm (Europe/Dublin))",

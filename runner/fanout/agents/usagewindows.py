@@ -9,6 +9,8 @@ for every documented form, used by every classifier.
     try again in 2 hours 5 minutes                                    Codex, older
     "resets_in_seconds": 1234                                         Codex JSON
     "resets_at": 1767225600  or  "resets_at": "2027-01-01T00:00:00Z"   JSON
+    it resets at 2027-01-01T00:00:00Z                                 Anthropic spend limit
+    You will regain access on 2027-01-01 at 00:00 UTC                 Anthropic usage limits
 
 A wall-clock time is the next such time after `now` in its zone, counted on that zone's
 calendar (zoneinfo), so a reset at 1:30am on a day that skips or repeats that hour still
@@ -50,6 +52,14 @@ _IN_SECONDS = re.compile(r'"?resets_in_seconds"?\s*[:=]\s*(?P<seconds>\d+(?:\.\d
 _AT = re.compile(
     r'"?resets_at"?\s*[:=]\s*(?:(?P<epoch>\d{9,13}(?:\.\d+)?)|"(?P<iso>[0-9T:.\-+Z ]+)")'
 )
+_ISO = re.compile(
+    r"\bresets?\s+(?:at|on)\s+(?P<iso>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+    r"(?:Z|[+-]\d{2}:?\d{2})?)",
+    re.IGNORECASE,
+)
+_REGAIN = re.compile(
+    r"\bregain access on (?P<day>\d{4}-\d{2}-\d{2}) at (?P<clock>\d{2}:\d{2}) UTC", re.IGNORECASE
+)
 _UNITS = {
     "s": 1,
     "sec": 1,
@@ -86,6 +96,14 @@ def find(text: str, *, now: datetime) -> Window | None:
         found.append((match.start(), _window(match, now.timestamp() + float(match["seconds"]))))
     for match in _AT.finditer(text):
         at = _absolute(match["epoch"], match["iso"])
+        if at is not None:
+            found.append((match.start(), _window(match, at)))
+    for match in _ISO.finditer(text):
+        at = _absolute(None, match["iso"])
+        if at is not None:
+            found.append((match.start(), _window(match, at)))
+    for match in _REGAIN.finditer(text):
+        at = _absolute(None, f"{match['day']}T{match['clock']}:00+00:00")
         if at is not None:
             found.append((match.start(), _window(match, at)))
     for match in _TRY_IN.finditer(text):
