@@ -4,6 +4,7 @@ change by accident) and `read`, which dispatches to `fanout.agents.<agent>` lazi
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import types
 from datetime import UTC, datetime
@@ -15,6 +16,10 @@ from fanout import agents
 from fanout.agents import AGENTS, Kind, Reading
 
 NOW = datetime(2026, 12, 1, 16, 0, tzinfo=UTC)
+DATA = Path(__file__).parent / "data" / "agents"
+# No CLI of these runs in the tests: their goldens are their documented output, each
+# .json saying where it is documented (the real CLIs' goldens have tests of their own).
+DOCUMENTED = ("aider", "llm")
 
 
 def test_the_kinds_and_their_values() -> None:
@@ -95,3 +100,21 @@ def test_a_module_that_fails_its_own_import_is_not_reported_missing(
     monkeypatch.setattr(agents, "AGENTS", (*AGENTS, "brokenagent"))
     with pytest.raises(ModuleNotFoundError, match="no_such_library_for_fanout_tests"):
         agents.read("brokenagent", exit_code=0, output="", now=NOW)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [f"{agent}/{p.stem}" for agent in DOCUMENTED for p in sorted((DATA / agent).glob("*.json"))],
+)
+def test_a_documented_output_reads_as_its_expected_reading(case: str) -> None:
+    agent = case.split("/")[0]
+    spec = json.loads((DATA / f"{case}.json").read_text())
+    assert (spec["captured"], bool(spec["source"])) == (None, True)
+    reading = agents.read(
+        agent,
+        exit_code=spec["exit_code"],
+        output=(DATA / f"{case}.out").read_bytes().decode(),
+        now=datetime.fromisoformat(spec["now"]),
+    )
+    expected = dict(spec["reading"])
+    assert reading == Reading(**{**expected, "kind": Kind(expected["kind"])})

@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             # What an agent CLI's attempt came to (read by verdict).
             "agents.taxonomy",
             "agents.usagewindows",
+            "agents.providers",
             "agents.claude",
             "agents.codex",
             "agents.gemini",
