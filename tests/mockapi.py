@@ -101,6 +101,8 @@ class Fault(enum.Enum):
     |             | enforced_spend_limit_reached, no retry-after          |                                             |
     | CREDIT      | 400 invalid_request_error "credit balance is too low" | 429 insufficient_quota credit_balance_exhausted |
     | USAGE_LIMIT | 400 "You have reached your specified API usage limits"| 429 insufficient_quota organization_usage_limit_exceeded |
+    | USAGE_WINDOW| 429 rate_limit_error "You've hit your session limit ·   | 429 usage_limit_reached, same message       |
+    |             | resets 3:45pm (Europe/Dublin)" (or `message=`)        |                                             |
     | UNAUTHORIZED| 401 authentication_error                              | 401 invalid_api_key                         |
     | STREAM_ERROR| 200 stream: message_start, then an `error` event      | 500 server_error                            |
     |             | (overloaded_error), as the real API fails mid-stream  |                                             |
@@ -111,6 +113,7 @@ class Fault(enum.Enum):
     SPEND_LIMIT = "spend_limit"
     CREDIT = "credit"
     USAGE_LIMIT = "usage_limit"
+    USAGE_WINDOW = "usage_window"
     UNAUTHORIZED = "unauthorized"
     STREAM_ERROR = "stream_error"
 
@@ -123,6 +126,9 @@ USAGE_LIMIT_MESSAGE = (
     "You have reached your specified API usage limits. "
     "You will regain access on 2027-01-01 at 00:00 UTC."
 )
+# A subscription's usage window, in the words Claude Code documents (the real CLI builds
+# it from headers only for a subscriber's login, so the mock says it in the body).
+USAGE_WINDOW_MESSAGE = "You've hit your session limit · resets 3:45pm (Europe/Dublin)"
 SPEND_LIMIT_MESSAGE = (
     "You have reached your organization's monthly spend limit; it resets at 2027-01-01T00:00:00Z."
 )
@@ -156,6 +162,7 @@ class Seen:
 class _Script:
     fault: Fault
     headers: Mapping[str, str]
+    message: str | None = None
 
 
 class MockApi:
@@ -202,18 +209,22 @@ class MockApi:
         *,
         retry_after: float | None = None,
         headers: Mapping[str, str] | None = None,
+        message: str | None = None,
     ) -> None:
         """Answer the next `times` API requests (HEADs do not count) with `fault`, before
         the window limit is looked at.  `retry_after` (seconds) is sent as `retry-after`;
         RATE_LIMIT defaults to 1, the others send none (as the real spend limit does).
         `headers` are added as given (e.g. `{"retry-after-ms": "1500"}`, or an HTTP-date
-        `retry-after` with `retry_after` left None)."""
+        `retry-after` with `retry_after` left None).  `message` replaces a USAGE_WINDOW's
+        text (e.g. the older `Claude AI usage limit reached|<epoch>`)."""
         if retry_after is None and fault is Fault.RATE_LIMIT and not headers:
             retry_after = 1
         sent = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
         sent.update(headers or {})
         with self._lock:
-            self._script.extend(_Script(fault=fault, headers=sent) for _ in range(times))
+            self._script.extend(
+                _Script(fault=fault, headers=sent, message=message) for _ in range(times)
+            )
 
     def hold(self) -> None:
         """Keep every API request that arrives from now waiting (in flight, recorded at
@@ -821,6 +832,14 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
             return _openai_error(
                 401, "invalid_request_error", "invalid_api_key", "Incorrect API key"
             )
+        if fault is Fault.USAGE_WINDOW:
+            return _openai_error(
+                429,
+                "usage_limit_reached",
+                "usage_limit_reached",
+                scripted.message or USAGE_WINDOW_MESSAGE,
+                headers,
+            )
         if fault is Fault.STREAM_ERROR:
             return _openai_error(500, "server_error", "server_error", "The server had an error")
         code = {
@@ -847,6 +866,9 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
         return _anthropic_error(400, "invalid_request_error", CREDIT_MESSAGE, headers)
     if fault is Fault.USAGE_LIMIT:
         return _anthropic_error(400, "invalid_request_error", USAGE_LIMIT_MESSAGE, headers)
+    if fault is Fault.USAGE_WINDOW:
+        message = scripted.message or USAGE_WINDOW_MESSAGE
+        return _anthropic_error(429, "rate_limit_error", message, headers)
     return _anthropic_error(401, "authentication_error", "invalid x-api-key", headers)
 
 
