@@ -1,8 +1,10 @@
 """Run the real Codex CLI once against the mock API (tests/mockapi.py's Responses route),
 inside bwrap as fanout's sandboxes run it, with the environment and config.toml a codex
 preset gives it: what tests/test_agents_codex.py's live test does, and how the golden
-files of tests/data/agents/codex/ were captured (`python tests/codexrun.py --capture`
-rewrites them, each with a header .json saying how).
+files of tests/data/agents/codex/ were captured (`python tests/codexrun.py` rewrites
+them and their headers' `captured`, `now` and `exit_code`, keeping each `reading`: a
+reading the new capture no longer matches fails tests/test_agents_codex.py until
+someone reviews it).
 
 The config is the whole trick of running codex offline: a custom model provider whose
 `base_url` is the mock (or fanout's gateway), `env_key` naming the variable that holds
@@ -50,6 +52,13 @@ def config_toml(base_url: str) -> str:
         "enabled = false\n"
         "[otel]\n"
         'exporter = "none"\n'
+        # plugins: without this codex runs `git clone https://github.com/openai/plugins.git`
+        # at start (strace: DNS for github.com).  unbounded_connection_retries: without
+        # this a gateway that refuses connections is retried forever ("Reconnecting...
+        # waiting for network"); with it the turn fails at once.
+        "[features]\n"
+        "plugins = false\n"
+        "unbounded_connection_retries = false\n"
         "[model_providers.fanout]\n"
         'name = "fanout"\n'
         f'base_url = "{base_url}"\n'
@@ -68,7 +77,7 @@ class Ran:
     work: Path
 
 
-def run(codex: Path, api: MockApi, base: Path) -> Ran:
+def run(codex: Path, base_url: str, base: Path) -> Ran:
     """`codex exec --json -` once in a bwrap sandbox at `base` (network on: the mock is
     on the host's loopback), the prompt on stdin, nothing in its environment but what is
     named here."""
@@ -77,7 +86,7 @@ def run(codex: Path, api: MockApi, base: Path) -> Ran:
     home = base / "home"
     (home / ".codex").mkdir(parents=True)
     (base / "work").mkdir()
-    (home / ".codex" / "config.toml").write_text(config_toml(api.url + "/v1"))
+    (home / ".codex" / "config.toml").write_text(config_toml(base_url))
     path = f"{codex.parent}:/usr/local/bin:/usr/bin:/bin"
     place = Place(
         host="local",
@@ -118,6 +127,8 @@ CASES: dict[str, Fault | None] = {
     "usage-window": Fault.USAGE_WINDOW,
     "unauthorized": Fault.UNAUTHORIZED,
     "stream-error": Fault.STREAM_ERROR,
+    # No fault: the mock is gone (its port refuses connections), a gateway that is down.
+    "unreachable": None,
 }
 USAGE = Usage(input_tokens=30, output_tokens=7, cache_read_tokens=4)
 
@@ -129,7 +140,10 @@ def capture(codex: Path, case: str, base: Path) -> Ran:
         fault = CASES[case]
         if fault is not None:
             api.script(fault, 5)
-        return run(codex, api, base)
+        if case != "unreachable":
+            return run(codex, api.url + "/v1", base)
+        url = api.url
+    return run(codex, url + "/v1", base)
 
 
 def main() -> None:
@@ -155,7 +169,7 @@ def main() -> None:
             {
                 "captured": (
                     f"{version}, `codex {' '.join(ARGV)}` in bwrap against tests/mockapi.py "
-                    f"(Responses API, tool mode), fault {fault.name if fault else 'none'}; "
+                    f"(Responses API, tool mode), fault {fault.name if fault else 'none'}{' (the mock stopped)' if case == 'unreachable' else ''}; "
                     "stdout then stderr; tests/codexrun.py"
                 ),
                 "now": now.isoformat(),

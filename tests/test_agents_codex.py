@@ -56,18 +56,19 @@ def test_the_goldens_cover_the_taxonomy_codex_can_report() -> None:
         "stream-error": Kind.ERROR,
         "success": Kind.SUCCESS,
         "unauthorized": Kind.ERROR,
+        "unreachable": Kind.ERROR,
         "usage-window": Kind.USAGE_WINDOW,
     }
 
 
 def test_the_usage_window_parks_until_the_wall_clock_codex_printed() -> None:
     header, output = _golden("usage-window")
-    assert "try again at 5:40 PM." in output
+    assert "try again at 5:46 PM." in output
     reading = codex.read(exit_code=1, output=output, now=datetime.fromisoformat(header["now"]))
-    assert reading.reset_at == datetime(2026, 12, 1, 17, 40, tzinfo=UTC).timestamp()
-    # Read after 5:40 PM the same words mean tomorrow's 5:40 PM.
+    assert reading.reset_at == datetime(2026, 12, 1, 17, 46, tzinfo=UTC).timestamp()
+    # Read after 5:46 PM the same words mean tomorrow's 5:46 PM.
     later = codex.read(exit_code=1, output=output, now=datetime(2026, 12, 1, 18, 0, tzinfo=UTC))
-    assert later.reset_at == datetime(2026, 12, 2, 17, 40, tzinfo=UTC).timestamp()
+    assert later.reset_at == datetime(2026, 12, 2, 17, 46, tzinfo=UTC).timestamp()
 
 
 def test_the_success_reports_the_turns_usage_uncached_input_apart() -> None:
@@ -94,6 +95,7 @@ def test_the_success_reports_the_turns_usage_uncached_input_apart() -> None:
         ("overloaded", Kind.OVERLOADED),
         ("unauthorized", Kind.FALSE_SUCCESS),
         ("stream-error", Kind.FALSE_SUCCESS),
+        ("unreachable", Kind.FALSE_SUCCESS),
     ],
 )
 def test_an_exit_0_beside_turn_failed_is_the_failure_not_a_success(case: str, kind: Kind) -> None:
