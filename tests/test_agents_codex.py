@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import codexrun
 import pytest
@@ -69,6 +70,9 @@ def test_the_usage_window_parks_until_the_wall_clock_codex_printed() -> None:
     # Read after 5:46 PM the same words mean tomorrow's 5:46 PM.
     later = codex.read(exit_code=1, output=output, now=datetime(2026, 12, 1, 18, 0, tzinfo=UTC))
     assert later.reset_at == datetime(2026, 12, 2, 17, 46, tzinfo=UTC).timestamp()
+    # The clock is codex's, in the TZ the preset gives it (UTC), not the coordinator's.
+    new_york = datetime.fromisoformat(header["now"]).astimezone(ZoneInfo("America/New_York"))
+    assert codex.read(exit_code=1, output=output, now=new_york).reset_at == reading.reset_at
 
 
 def test_the_success_reports_the_turns_usage_uncached_input_apart() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from . import usagewindows
@@ -76,7 +76,9 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
 def _classify(said: str, *, now: datetime, usage: dict[str, Any]) -> Reading:
     detail = _line(said)
     if _USAGE_WINDOW.search(said):
-        window = usagewindows.find(said, now=now)
+        # Codex prints "try again at 5:46 PM" in its own TZ, which the preset pins to
+        # UTC: on an SSH host the coordinator's zone would be a guess.
+        window = usagewindows.find(said, now=now.astimezone(UTC))
         reset_at = None if window is None else window.reset_at
         return Reading(kind=Kind.USAGE_WINDOW, detail=detail, reset_at=reset_at, **usage)
     if _QUOTA.search(said):
