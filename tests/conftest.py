@@ -92,6 +92,19 @@ def claude_cli() -> Path:
 
 
 @pytest.fixture
+def codex_cli() -> Path:
+    """The real Codex CLI (npm @openai/codex, its native binary), as scripts/system-deps
+    installs it: a skip without it, a failure under CI, as claude_cli."""
+    codex = TOOLS / "node_modules" / ".bin" / "codex"
+    if not os.access(codex, os.X_OK):
+        reason = f"the Codex CLI is not installed at {codex} (scripts/system-deps installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return codex
+
+
+@pytest.fixture
 def ssh_pool() -> Iterator[Any]:
     """A factory of real sshd hosts on loopback (see tests/sshd.py); all stopped after."""
     from sshd import make_pool

@@ -42,6 +42,8 @@ from aiohttp import web
 
 ANTHROPIC = "/v1/messages"
 OPENAI = "/v1/chat/completions"
+# OpenAI's Responses API, what the Codex CLI speaks (wire_api = "responses").
+RESPONSES = "/v1/responses"
 DEFAULT_COMMAND = "echo done > out.txt"
 
 
@@ -101,11 +103,12 @@ class Fault(enum.Enum):
     |             | enforced_spend_limit_reached, no retry-after          |                                             |
     | CREDIT      | 400 invalid_request_error "credit balance is too low" | 429 insufficient_quota credit_balance_exhausted |
     | USAGE_LIMIT | 400 "You have reached your specified API usage limits"| 429 insufficient_quota organization_usage_limit_exceeded |
-    | USAGE_WINDOW| 429 rate_limit_error "You've hit your session limit ·   | 429 usage_limit_reached, same message       |
-    |             | resets 3:45pm (Europe/Dublin)" (or `message=`)        |                                             |
+    | USAGE_WINDOW| 429 rate_limit_error "You've hit your session limit ·   | 429 usage_limit_reached, resets_in_seconds  |
+    |             | resets 3:45pm (Europe/Dublin)" (or `message=`)        | (ChatGPT's Codex backend; USAGE_WINDOW_SECONDS), |
+    |             |                                                       | or `message=` as its message                |
     | UNAUTHORIZED| 401 authentication_error                              | 401 invalid_api_key                         |
-    | STREAM_ERROR| 200 stream: message_start, then an `error` event      | 500 server_error                            |
-    |             | (overloaded_error), as the real API fails mid-stream  |                                             |
+    | STREAM_ERROR| 200 stream: message_start, then an `error` event      | 500 server_error (Responses API: a 200      |
+    |             | (overloaded_error), as the real API fails mid-stream  | stream, response.created, response.failed)  |
     """
 
     RATE_LIMIT = "rate_limit"
@@ -132,6 +135,10 @@ USAGE_WINDOW_MESSAGE = "You've hit your session limit · resets 3:45pm (Europe/D
 SPEND_LIMIT_MESSAGE = (
     "You have reached your organization's monthly spend limit; it resets at 2027-01-01T00:00:00Z."
 )
+
+# The ChatGPT backend's usage window (Codex on a subscription): it reopens this long after
+# the refusal (its `resets_in_seconds`; `resets_at` is now plus this).
+USAGE_WINDOW_SECONDS = 5400
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -434,7 +441,9 @@ class MockApi:
         with self._lock:
             config = self._config
         style = request.path.removeprefix(config.prefix)
-        if style not in (ANTHROPIC, OPENAI) or not request.path.startswith(config.prefix):
+        if style not in (ANTHROPIC, OPENAI, RESPONSES) or not request.path.startswith(
+            config.prefix
+        ):
             self._store(seen, 404)
             return _anthropic_error(404, "not_found_error", f"no route {request.path}")
         try:
@@ -461,6 +470,8 @@ class MockApi:
                     cache_write_tokens=usage.cache_write_tokens,
                 )
                 self._store(seen, 200, started)
+                if style == RESPONSES:
+                    return await self._responses_failed(request, parsed, config)
                 return await self._broken_stream(request, parsed, config)
             if refusal is not None:
                 self._store(seen, refusal.status)
@@ -470,6 +481,8 @@ class MockApi:
             self._store(seen, 200, config.usage)
             if style == ANTHROPIC:
                 return await self._anthropic(request, parsed, config, headers)
+            if style == RESPONSES:
+                return await self._responses(request, parsed, config, headers)
             return await self._openai(request, parsed, config, headers)
         finally:
             with self._lock:
@@ -490,13 +503,15 @@ class MockApi:
         """The error this request gets, if any (a scripted fault, a wrong key, the
         window; STREAM_ERROR for a stream to break), and the rate-limit headers of its
         answer."""
-        openai = seen.path.endswith(OPENAI)
+        # The Responses API refuses in OpenAI's error shape, as chat completions does.
+        openai = seen.path.endswith((OPENAI, RESPONSES))
         with self._lock:
             scripted = self._script.popleft() if self._script else None
             if scripted is None and config.require_key not in (None, seen.key):
                 scripted = _Script(fault=Fault.UNAUTHORIZED, headers={})
             if scripted is not None:
-                if scripted.fault is Fault.STREAM_ERROR and not openai:
+                broken = not openai or seen.path.endswith(RESPONSES)
+                if scripted.fault is Fault.STREAM_ERROR and broken:
                     return STREAM_ERROR, {}
                 refusal = _fault(scripted, openai=openai)
                 if config.echo_key and scripted.fault is Fault.UNAUTHORIZED:
@@ -745,6 +760,111 @@ class MockApi:
             request, chunks, config.gap, headers, config.before_last_event, config.cut_after
         )
 
+    async def _responses(
+        self, request: web.Request, body: Any, config: MockConfig, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        """OpenAI's Responses API, streamed (Codex always streams): response.created,
+        the output item (text deltas, or in tool mode a shell call while the input has
+        no function_call_output yet), response.completed with the usage."""
+        n = self._number()
+        model = body.get("model") or "gpt-mock"
+        usage = config.usage
+        headers["x-request-id"] = f"req_mock{n}"
+        response: dict[str, Any] = {
+            "id": f"resp_mock{n}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "in_progress",
+            "model": model,
+            "output": [],
+        }
+        events: list[dict[str, Any]] = [{"type": "response.created", "response": response}]
+        tool = _shell_tool(body) if config.tool and not _has_call_output(body) else None
+        item: dict[str, Any]
+        if tool is not None:
+            name, arguments = tool
+            item = {
+                "type": "function_call",
+                "id": f"fc_mock{n}",
+                "call_id": f"call_mock{n}",
+                "name": name,
+                "arguments": json.dumps(arguments(config.command)),
+                "status": "completed",
+            }
+            events.append({"type": "response.output_item.added", "output_index": 0, "item": item})
+        else:
+            item_id = f"msg_mock{n}"
+            started = {
+                "id": item_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            events.append(
+                {"type": "response.output_item.added", "output_index": 0, "item": started}
+            )
+            words = config.text.split(" ")
+            events += [
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": w if i == 0 else " " + w,
+                }
+                for i, w in enumerate(words)
+            ]
+            item = {
+                **started,
+                "status": "completed",
+                "content": [{"type": "output_text", "text": config.text, "annotations": []}],
+            }
+        events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
+        prompt = usage.input_tokens + usage.cache_read_tokens
+        completed = {
+            **response,
+            "status": "completed",
+            "output": [item],
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+                "output_tokens": usage.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + usage.output_tokens,
+            },
+        }
+        events.append({"type": "response.completed", "response": completed})
+        chunks = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+        return await _stream(
+            request, chunks, config.gap, headers, config.before_last_event, config.cut_after
+        )
+
+    async def _responses_failed(
+        self, request: web.Request, body: Any, config: MockConfig
+    ) -> web.StreamResponse:
+        """A 200 Responses stream that fails mid-way as the real API does: created, then
+        response.failed with a server_error."""
+        n = self._number()
+        response: dict[str, Any] = {
+            "id": f"resp_mock{n}",
+            "object": "response",
+            "status": "in_progress",
+            "model": body.get("model") or "gpt-mock",
+            "output": [],
+        }
+        failed = {
+            **response,
+            "status": "failed",
+            "error": {"code": "server_error", "message": "The server had an error"},
+        }
+        events = [
+            {"type": "response.created", "response": response},
+            {"type": "response.failed", "response": failed},
+        ]
+        chunks = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+        return await _stream(request, chunks, config.gap, {"x-request-id": f"req_mock{n}"})
+
 
 # The marker `_admit` returns for a scripted STREAM_ERROR (a 200 that breaks mid-stream).
 STREAM_ERROR = web.Response(status=200)
@@ -761,6 +881,23 @@ def _has_tool_result(body: Any) -> bool:
     return isinstance(last, list) and any(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in last
     )
+
+
+def _has_call_output(body: Any) -> bool:
+    """Whether a Responses request's input carries a tool's result (the second turn)."""
+    items = body.get("input") or []
+    return any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
+
+
+def _shell_tool(body: Any) -> tuple[str, Callable[[str], dict[str, Any]]] | None:
+    """The shell tool a Responses request offers, and how it takes a command line:
+    Codex offers `exec_command` ({"cmd": ...}) or the older `shell` ({"command": argv})."""
+    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    if "exec_command" in names:
+        return "exec_command", lambda line: {"cmd": line}
+    if "shell" in names:
+        return "shell", lambda line: {"command": ["bash", "-lc", line]}
+    return None
 
 
 async def _stream(
@@ -832,16 +969,14 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
             return _openai_error(
                 401, "invalid_request_error", "invalid_api_key", "Incorrect API key"
             )
-        if fault is Fault.USAGE_WINDOW:
+        if fault is Fault.USAGE_WINDOW and scripted.message:
             return _openai_error(
-                429,
-                "usage_limit_reached",
-                "usage_limit_reached",
-                scripted.message or USAGE_WINDOW_MESSAGE,
-                headers,
+                429, "usage_limit_reached", "usage_limit_reached", scripted.message, headers
             )
         if fault is Fault.STREAM_ERROR:
             return _openai_error(500, "server_error", "server_error", "The server had an error")
+        if fault is Fault.USAGE_WINDOW:
+            return _usage_window(headers)
         code = {
             Fault.SPEND_LIMIT: "insufficient_quota",
             Fault.CREDIT: "credit_balance_exhausted",
@@ -870,6 +1005,19 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
         message = scripted.message or USAGE_WINDOW_MESSAGE
         return _anthropic_error(429, "rate_limit_error", message, headers)
     return _anthropic_error(401, "authentication_error", "invalid x-api-key", headers)
+
+
+def _usage_window(headers: Mapping[str, str]) -> web.Response:
+    """The refusal of ChatGPT's Codex backend at a plan's usage limit, the shape the
+    Codex CLI parses (`error.type` usage_limit_reached with the plan and the reset)."""
+    error = {
+        "type": "usage_limit_reached",
+        "message": "The usage limit has been reached",
+        "plan_type": "plus",
+        "resets_at": int(time.time()) + USAGE_WINDOW_SECONDS,
+        "resets_in_seconds": USAGE_WINDOW_SECONDS,
+    }
+    return web.json_response({"error": error}, status=429, headers=headers)
 
 
 def main(argv: list[str] | None = None) -> None:

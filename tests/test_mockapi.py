@@ -361,3 +361,68 @@ def test_it_runs_as_a_process_of_its_own_with_its_record_over_http() -> None:
         assert server.stdin is not None
         server.stdin.close()
         assert server.wait(timeout=30) == 0
+
+
+def test_the_responses_api_streams_a_shell_call_then_text_with_usage(mock_api: MockApi) -> None:
+    mock_api.configure(
+        tool=True,
+        command="echo hi",
+        text="All done.",
+        usage=Usage(input_tokens=30, output_tokens=7, cache_read_tokens=4),
+    )
+    request = {"model": "gpt-5-codex", "stream": True, "tools": [{"name": "exec_command"}]}
+    status, headers, raw = _post(mock_api, "/v1/responses", {**request, "input": []})
+    assert (status, headers["content-type"]) == (200, "text/event-stream")
+    events = _events(raw)
+    assert [name for name, _ in events] == [
+        "response.created",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    call = events[2][1]["item"]
+    assert (call["type"], call["name"], call["call_id"], json.loads(call["arguments"])) == (
+        "function_call",
+        "exec_command",
+        "call_mock1",
+        {"cmd": "echo hi"},
+    )
+    assert events[3][1]["response"]["usage"] == {
+        "input_tokens": 34,
+        "input_tokens_details": {"cached_tokens": 4},
+        "output_tokens": 7,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 41,
+    }
+    answered = {"type": "function_call_output", "call_id": "call_mock1", "output": "hi"}
+    _, _, raw = _post(mock_api, "/v1/responses", {**request, "input": [answered]})
+    events = _events(raw)
+    deltas = [d["delta"] for name, d in events if name == "response.output_text.delta"]
+    assert deltas == ["All", " done."]
+    assert events[-2][1]["item"]["content"][0]["text"] == "All done."
+    assert [(s.path, s.status) for s in mock_api.posts()] == [("/v1/responses", 200)] * 2
+
+
+def test_the_responses_api_refuses_as_openai_and_as_chatgpts_usage_window(
+    mock_api: MockApi,
+) -> None:
+    mock_api.script(Fault.USAGE_WINDOW)
+    mock_api.script(Fault.SPEND_LIMIT)
+    mock_api.script(Fault.STREAM_ERROR)
+    body = {"model": "gpt-5-codex", "stream": True, "input": []}
+    status, _, raw = _post(mock_api, "/v1/responses", body)
+    error = json.loads(raw)["error"]
+    assert (status, error["type"], error["plan_type"], error["resets_in_seconds"]) == (
+        429,
+        "usage_limit_reached",
+        "plus",
+        5400,
+    )
+    status, _, raw = _post(mock_api, "/v1/responses", body)
+    assert (status, json.loads(raw)["error"]["code"]) == (429, "insufficient_quota")
+    status, _, raw = _post(mock_api, "/v1/responses", body)
+    assert status == 200
+    assert [(name, d["response"]["status"]) for name, d in _events(raw)] == [
+        ("response.created", "in_progress"),
+        ("response.failed", "failed"),
+    ]
