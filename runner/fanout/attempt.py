@@ -108,6 +108,11 @@ class Attempt:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # The APIs it reaches through the gateway (set when the attempt is dispatched).
     apis: tuple[ApiAccess, ...] = ()
+    # The agent CLI the worker is (``task.agent``), whose output says what the attempt
+    # came to (``agents``), and the longest pause a usage window may make (longer: the
+    # run stops, resumable).
+    agent: str | None = None
+    longest_pause: float = 0.0
 
     @property
     def redacted(self) -> tuple[str, ...]:

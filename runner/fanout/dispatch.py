@@ -28,9 +28,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import replace
 
 from . import invocation, ladder, staging
+from .agents.taxonomy import Kind
 from .attempt import ApiAccess, Attempt
 from .collecting import Collect, PathRefused
-from .errors import FanoutError, storage_error, storage_problem
+from .errors import FanoutError, Parked, SpendStopped, storage_error, storage_problem
 from .ladder import Progress
 from .outcome import ApiUsage, AttemptResult, Outcome, Status, UnitState
 from .round import Round
@@ -214,6 +215,8 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 network=spec.runtime.network,
                 throttle_patterns=spec.task.throttle_patterns,
                 secrets=ctx.secrets,
+                agent=spec.task.agent,
+                longest_pause=spec.retry.throttle.max,
             )
             result = await _attempt(ctx, attempt, slot, lane)
         progress = ladder.advance(progress, rungs, result, loop.time())
@@ -240,10 +243,16 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         )
         if result.storage_error:
             ctx.stop(storage_error(spec.runtime.state_dir, result.storage_error))
+        if result.halt:  # the agent's account: out of money, or parked until a reset
+            ctx.stop(
+                SpendStopped(result.halt) if result.kind == Kind.SPEND_CAP else Parked(result.halt)
+            )
         if ctx.journal.storage_error is not None:  # the journal used its reserve
             ctx.stop(ctx.journal.storage_error)
         ctx.gate.report(result)
-        usage = {"usage": [u.as_dict() for u in result.usage]} if result.usage else {}
+        usage: dict[str, object] = {"kind": result.kind} if result.kind else {}
+        if result.usage:
+            usage["usage"] = [u.as_dict() for u in result.usage]
         ctx.events.emit(
             "attempt.finished",
             round=ctx.number,
@@ -283,7 +292,12 @@ async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> Att
                 rung=attempt.invocation.rung,
             )
             if ctx.gateway is None:
-                return await _in_worker(ctx, ctx.transport.run(attempt))
+                result = await _in_worker(ctx, ctx.transport.run(attempt))
+                # What the agent said it used: no gateway counted it.
+                ctx.journal.record_usage(
+                    ctx.run_id, ctx.number, attempt.unit_id, attempt.number, result.usage
+                )
+                return result
             return await _through_gateway(ctx, attempt)
         finally:
             ctx.gate.release()
@@ -307,6 +321,9 @@ async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
         result = await _in_worker(ctx, ctx.transport.run(replace(attempt, apis=access)))
     finally:
         usage = gateway.revoke(token)
+        ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
+    if not usage and result.usage:  # its agent called its API past the gateway
+        usage = result.usage
         ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
     if gateway.stopped is not None and result.status is not Status.SUCCEEDED:
         # Money ran out under it (its requests got the gateway's refusal): not the

@@ -138,6 +138,14 @@ class SpendStopped(FanoutError):
     exit_code = 7
 
 
+class Parked(FanoutError):
+    """An agent's usage window or daily quota resets later than a pause may last
+    (``retry.throttle.max``): the run stops, resumable, and says when it can go on.
+    No unit is charged for it."""
+
+    exit_code = 8
+
+
 class Interrupted(FanoutError):
     exit_code = 130
 

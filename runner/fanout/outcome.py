@@ -110,8 +110,14 @@ class AttemptResult:
     # Why fanout could not store part of this attempt under its state dir (a full disk):
     # fanout's fault, not the unit's; dispatch stops the run on it.
     storage_error: str = ""
-    # What the attempt's requests through the gateway used, one entry per API it called.
+    # What the attempt's requests through the gateway used, one entry per API it called
+    # (or, without a gateway, what its agent reported it used).
     usage: tuple[ApiUsage, ...] = ()
+    # The class its agent's output reads as (``agents.taxonomy.Kind``; "" for a task
+    # without ``task.agent``), and why it stops the run ("" if it does not): a spend cap,
+    # or a usage window or quota that resets later than a pause may last.
+    kind: str = ""
+    halt: str = ""
 
     def last_context(self, rung: str, attempt: int) -> dict[str, Any]:
         """The ``last`` variable a later attempt's templates see."""

@@ -64,6 +64,8 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         # What the units' requests through the gateway used, per API (none without one).
         "apis": [usage.as_dict() for usage in journal.usage_totals(run_id)],
         "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
+        # An agent task's attempts by what its output said (agents.taxonomy.Kind).
+        "agentOutcomes": journal.attempt_kinds(run_id),
         # Host states (lost, quarantined) are events, not journal rows: the run's event
         # log, in its folder beside the journal, says them.
         "hosts": fleet.hosts(
@@ -227,6 +229,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         f"| {len(data['rounds'])} | {attempts} |",
         "",
     ]
+    if data.get("agentOutcomes"):
+        said = ", ".join(f"{n} {md(kind)}" for kind, n in data["agentOutcomes"].items())
+        lines += [f"Agent attempts, as the agent reported them: {said}.", ""]
     if data["rounds"]:
         lines.append(
             "Rounds: "

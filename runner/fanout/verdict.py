@@ -7,13 +7,15 @@ from __future__ import annotations
 import tarfile
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import throttle
+from . import agents, throttle
+from .agents.taxonomy import Kind, Reading
 from .capture import OutputCapture
 from .collecting import PathRefused
 from .errors import STORAGE_ERRNOS
-from .outcome import AttemptResult, CollectedFile, Status
+from .outcome import ApiUsage, AttemptResult, CollectedFile, Status
 from .redact import redact_text
 
 if TYPE_CHECKING:
@@ -77,6 +79,12 @@ class Verdict:
             "retry_after": signal.retry_after if signal else None,
             "throttled_limit": signal.limit if signal else None,
         }
+        reading = self._reading(code, stage) if signal is None else None
+        if reading is not None and reading.kind is not Kind.SUCCESS:
+            return self._agent_result(reading, code, stage)
+        more: dict[str, object] = {}
+        if reading is not None:
+            more = {"kind": str(reading.kind), "usage": _reported(self.attempt.agent, reading)}
         if code != 0:
             if signal is not None:
                 reason = f"throttled ({signal.source})"
@@ -84,7 +92,7 @@ class Verdict:
             reason = f"{stage} exited with status {code}"
             said = last_line(self.capture.tail)
             return self.result(
-                Status.FAILED, f"{reason}: {said}" if said else reason, exit_code=code
+                Status.FAILED, f"{reason}: {said}" if said else reason, exit_code=code, **more
             )
         try:
             collected = await collect()
@@ -98,7 +106,49 @@ class Verdict:
         except (PathRefused, tarfile.TarError) as exc:
             reason = str(exc) if isinstance(exc, PathRefused) else f"collect: {exc}"
             return self.result(Status.FAILED, reason, exit_code=0)
-        return self.result(Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled)
+        return self.result(
+            Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled, **more
+        )
+
+    def _reading(self, code: int, stage: str) -> Reading | None:
+        """What the agent's output says (None: the task names no agent, or a later step
+        than the agent's own failed, which is that step's failure)."""
+        agent = self.attempt.agent
+        if agent is None or (stage != "worker" and code != 0):
+            return None
+        try:
+            with self.attempt.log_path.open("rb") as log:
+                output = log.read(self.attempt.log_limit).decode(errors="replace")
+        except OSError:
+            output = self.capture.tail
+        return agents.read(agent, exit_code=code, output=output, now=datetime.now().astimezone())
+
+    def _agent_result(self, reading: Reading, code: int, stage: str) -> AttemptResult:
+        """The result of an attempt whose agent said it did not succeed, by the one
+        taxonomy (see ``agents.taxonomy``): what each class costs the unit."""
+        agent = self.attempt.agent
+        said = (
+            f"{agent}: {reading.kind}: {reading.detail}"
+            if reading.detail
+            else f"{agent}: {reading.kind}"
+        )
+        common = {"kind": str(reading.kind), "usage": _reported(agent, reading), "exit_code": code}
+        kind = reading.kind
+        if kind in (Kind.OVERLOADED, Kind.RATE_LIMITED):
+            return self.result(Status.THROTTLED, said, retry_after=reading.retry_after, **common)
+        if kind in (Kind.USAGE_WINDOW, Kind.DAILY_QUOTA):
+            wait = None if reading.reset_at is None else max(0.0, reading.reset_at - time.time())
+            if wait is not None and wait <= self.attempt.longest_pause:
+                # Parked: every start waits out the window, and no rung is used.
+                return self.result(Status.THROTTLED, said, retry_after=wait, **common)
+            when = _when(reading.reset_at)
+            halt = f"{said}; `fanout run` continues the run{when}"
+            return self.result(Status.INTERRUPTED, said, halt=halt, **common)
+        if kind is Kind.SPEND_CAP:
+            halt = f"{said}; once the account has money again, `fanout run` continues the run"
+            return self.result(Status.INTERRUPTED, said, halt=halt, **common)
+        # A false success, a turn or budget limit, any other error: the unit's failure.
+        return self.result(Status.FAILED, said, **common)
 
     def close(self) -> None:
         self.capture.close()
@@ -123,3 +173,28 @@ def last_line(output: str) -> str:
 def _reason(exc: OSError) -> str:
     text = exc.strerror or str(exc)
     return text[:1].lower() + text[1:]
+
+
+def _reported(agent: str | None, reading: Reading) -> tuple[ApiUsage, ...]:
+    """What the agent said it used, as usage under the agent's name (a gateway's own
+    count, where there is one, replaces it: dispatch)."""
+    counts = (reading.input_tokens, reading.output_tokens, reading.cost_usd)
+    if agent is None or all(count is None for count in counts):
+        return ()
+    return (
+        ApiUsage(
+            api=agent,
+            requests=0,
+            input_tokens=reading.input_tokens or 0,
+            output_tokens=reading.output_tokens or 0,
+            cache_read_tokens=reading.cache_read_tokens or 0,
+            cache_write_tokens=reading.cache_write_tokens or 0,
+            cost_usd=reading.cost_usd or 0.0,
+        ),
+    )
+
+
+def _when(reset_at: float | None) -> str:
+    if reset_at is None:
+        return " once the quota is back"
+    return f" after {datetime.fromtimestamp(reset_at).astimezone().strftime('%Y-%m-%d %H:%M %Z')}"

@@ -78,7 +78,7 @@ class Attempts(Store):
         def work() -> bool:
             settled = self._run(
                 "UPDATE attempts SET finished = ?, status = ?, exit_code = ?, reason = ?,"
-                " duration = ?, retry_after = ?, host = ?"
+                " duration = ?, retry_after = ?, host = ?, kind = ?"
                 " WHERE run = ? AND round = ? AND unit = ? AND n = ? AND status IS NULL",
                 (
                     self.clock(),
@@ -88,6 +88,7 @@ class Attempts(Store):
                     result.duration,
                     result.retry_after,
                     result.host,
+                    result.kind,
                     run_id,
                     round_number,
                     unit_id,

@@ -173,6 +173,15 @@ class Queries(Store):
         )
         return {str(r["status"]): r["n"] for r in rows}
 
+    def attempt_kinds(self, run_id: str) -> dict[str, int]:
+        """The run's attempts of an agent task counted by the class its output read as."""
+        rows = self.db.execute(
+            "SELECT kind, COUNT(*) AS n FROM attempts WHERE run = ? AND kind != ''"
+            " GROUP BY kind ORDER BY kind",
+            (run_id,),
+        )
+        return {str(r["kind"]): r["n"] for r in rows}
+
     def host_attempts(self, run_id: str) -> dict[str, dict[str, int]]:
         """Per host, the run's attempts counted by status."""
         rows = self.db.execute(

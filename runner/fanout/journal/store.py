@@ -51,8 +51,8 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
-            columns = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
-            for column, sql in MIGRATIONS:
+            for table, column, sql in MIGRATIONS:
+                columns = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
                 if column not in columns:
                     self.db.execute(sql)
         except (sqlite3.Error, OSError) as exc:

@@ -81,6 +81,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     reason TEXT NOT NULL DEFAULT '',
     duration REAL NOT NULL DEFAULT 0,
     retry_after REAL,
+    -- The class its agent's output read as (agents.taxonomy.Kind), '' without an agent.
+    kind TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (run, round, unit, n)
 );
 -- What each attempt's requests through the gateway used, one row per API it called
@@ -114,8 +116,11 @@ CREATE TABLE IF NOT EXISTS changes (
 );
 """
 
-# Columns added since the first journal format: (column of runs, how to add it).
-MIGRATIONS = (("stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),)
+# Columns added since the first journal format: (table, column, how to add it).
+MIGRATIONS = (
+    ("runs", "stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),
+    ("attempts", "kind", "ALTER TABLE attempts ADD COLUMN kind TEXT NOT NULL DEFAULT ''"),
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,137 @@
+"""What the dispatcher does with each class of the failure taxonomy, driven by the real
+Claude Code CLI (``task.agent = "claude"``) against the mock Messages API, without a
+gateway (the agent calls the mock with its own key, as a job without ``[[apis]]``
+does): a 429 is a throttle that uses no rung, a usage window hours away stops the run
+resumably with exit 8 and charges no unit, a spend cap stops it with exit 7, a turn
+limit and a silent permission denial are the unit's failures, and every attempt's
+class is in the journal, the events and the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import cli, write_job
+from mockapi import Fault, MockApi
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-ant-own-key-outcomes-5b2e9c1d7a"
+
+
+@pytest.fixture
+def claude_job(
+    claude_cli: Path, mock_api: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
+    monkeypatch.setenv("PATH", f"{claude_cli.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    mock_api.configure(require_key=KEY)
+    return write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "claude-outcomes"
+        [inputs]
+        items = ["one"]
+        [task]
+        agent = "claude"
+        prompt = "Write done into out.txt."
+        timeout = "60s"
+        secrets = ["ANTHROPIC_API_KEY"]
+        # No gateway: the CLI's own retries off, so each refusal is one attempt's end.
+        env = {{ ANTHROPIC_BASE_URL = "{mock_api.url}", CLAUDE_CODE_MAX_RETRIES = "0" }}
+        [runtime]
+        network = true
+        sandbox = "bwrap"
+        [retry]
+        backoff = {{ initial = "250ms", max = "1s", jitter = "none" }}
+        throttle = {{ initial = "250ms", max = "10m" }}
+        """,
+    )
+
+
+def _attempts(directory: Path) -> list[dict[str, Any]]:
+    (events,) = (directory / ".fanout" / "runs").glob("*/events.jsonl")
+    found = [json.loads(line) for line in events.read_text().splitlines()]
+    return [e for e in found if e["event"] == "attempt.finished"]
+
+
+def _report(directory: Path) -> dict[str, Any]:
+    (path,) = (directory / ".fanout" / "runs").glob("*/report.json")
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def test_a_429_is_a_throttle_and_the_unit_then_succeeds(
+    claude_job: Path, mock_api: MockApi
+) -> None:
+    mock_api.script(Fault.RATE_LIMIT, retry_after=0.2)
+    ran = cli("run", str(claude_job))
+    assert ran.code == 0, ran.out + ran.err
+    attempts = _attempts(claude_job.parent)
+    assert [(a["status"], a["kind"]) for a in attempts] == [
+        ("throttled", "rate-limited"),
+        ("succeeded", "success"),
+    ]
+    assert (
+        attempts[0]["reason"]
+        == "claude: rate-limited: API Error: Request rejected (429) · mock limit"
+    )
+    report = _report(claude_job.parent)
+    assert report["agentOutcomes"] == {"rate-limited": 1, "success": 1}
+    (unit,) = report["units"]
+    assert unit["rung"] == "default"  # the throttle used no rung
+    # No gateway: the agent's own count of its tokens is the usage.
+    (used,) = unit["usage"]
+    assert used["api"] == "claude"
+    assert (used["inputTokens"], used["outputTokens"]) == (12, 5)
+
+
+def test_a_usage_window_hours_away_parks_the_run_with_exit_8(
+    claude_job: Path, mock_api: MockApi
+) -> None:
+    # "resets 3:45pm (Europe/Dublin)": at most a day away, always past throttle.max.
+    mock_api.script(Fault.USAGE_WINDOW)
+    ran = cli("run", str(claude_job))
+    assert ran.code == 8, ran.out + ran.err
+    assert "You've hit your session limit" in ran.err
+    assert "`fanout run` continues the run after " in ran.err
+    report = _report(claude_job.parent)
+    assert report["state"] == "stopped"
+    assert report["totals"] == {"interrupted": 1}  # no unit charged, none failed
+    assert report["agentOutcomes"] == {"usage-window": 1}
+    # The window is over (the mock answers again): the same run continues and succeeds.
+    ran = cli("run", str(claude_job))
+    assert ran.code == 0, ran.out + ran.err
+    assert _report(claude_job.parent)["totals"] == {"succeeded": 1}
+
+
+def test_a_spend_cap_stops_the_run_with_exit_7(claude_job: Path, mock_api: MockApi) -> None:
+    mock_api.script(Fault.CREDIT)
+    ran = cli("run", str(claude_job))
+    assert ran.code == 7, ran.out + ran.err
+    assert "claude: spend-cap: " in ran.err
+    assert _report(claude_job.parent)["totals"] == {"interrupted": 1}
+
+
+def test_a_silent_permission_denial_is_a_false_success_and_fails_the_attempt(
+    claude_job: Path, mock_api: MockApi
+) -> None:
+    # The mock's Bash call is denied (the job allows no tools): claude exits 0 anyway.
+    mock_api.configure(tool=True)
+    claude_job.write_text(
+        claude_job.read_text().replace(
+            "[retry]", '[[retry.ladder]]\nname = "only"\nattempts = 1\n[retry]'
+        )
+    )
+    ran = cli("run", str(claude_job))
+    assert ran.code == 1, ran.out + ran.err
+    (attempt,) = _attempts(claude_job.parent)
+    assert (attempt["status"], attempt["kind"]) == ("failed", "false-success")
+    assert _report(claude_job.parent)["totals"] == {"failed": 1}
