@@ -170,6 +170,7 @@ def test_codex_is_pointed_at_the_gateway_by_its_config_file() -> None:
             "check_for_update_on_startup": False,
             "analytics": {"enabled": False},
             "otel": {"exporter": "none"},
+            "features": {"plugins": False, "unbounded_connection_retries": False},
             "model_providers": {
                 "fanout": {
                     "name": "fanout",
@@ -191,6 +192,7 @@ def test_codex_without_a_gateway_keeps_its_own_provider_and_stays_quiet() -> Non
         "check_for_update_on_startup": False,
         "analytics": {"enabled": False},
         "otel": {"exporter": "none"},
+        "features": {"plugins": False, "unbounded_connection_retries": False},
     }
 
 

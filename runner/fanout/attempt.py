@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import sandbox, staging
+from . import presets, sandbox, staging
 from .collecting import Collect, PathRefused
 from .invocation import Invocation
 from .outcome import AttemptResult, CollectedFile, Status
@@ -113,6 +113,8 @@ class Attempt:
     # run stops, resumable).
     agent: str | None = None
     longest_pause: float = 0.0
+    # The API (of ``apis``) the agent calls through the gateway, if any.
+    agent_api: str | None = None
 
     @property
     def redacted(self) -> tuple[str, ...]:
@@ -127,12 +129,42 @@ class Attempt:
     @property
     def steps(self) -> tuple[Step, ...]:
         invocation = self.invocation
+        setup = self._setup()
         worker = Step(
-            name="worker", argv=invocation.argv, stdin=invocation.prompt.encode(), gated=False
+            name="worker",
+            argv=invocation.argv,
+            stdin=invocation.prompt.encode(),
+            gated=setup is not None,
         )
+        steps = (worker,) if setup is None else (setup, worker)
         if not invocation.verify:
-            return (worker,)
-        return (worker, Step(name="verify", argv=invocation.verify))
+            return steps
+        return (*steps, Step(name="verify", argv=invocation.verify))
+
+    def _setup(self) -> Step | None:
+        """The step that writes the agent's config file into the unit's HOME before the
+        agent starts (codex and gemini read their provider, auth type and telemetry
+        from it only), or None.  A fixed script: the file's path is its argument and
+        the file itself its stdin (``command``), so nothing is read through a shell."""
+        if self.agent is None:
+            return None
+        written = presets.config_file(self.agent, base_url=None, token_env="")
+        if written is None:
+            return None
+        path = written[0]
+        return Step(name="setup", argv=(*_SETUP, path), gated=False)
+
+    def agent_config(self, place: Place) -> bytes:
+        """The agent's config file for a sandbox at ``place`` (the gateway's URL for
+        the agent's API is where that host reaches it)."""
+        access = next((a for a in self.apis if a.name == self.agent_api), None)
+        base_url = None
+        if access is not None and place.gateway is not None:
+            base_url = f"{place.gateway}/{access.name}"
+        assert self.agent is not None
+        token_env = access.token_env if access is not None else ""
+        written = presets.config_file(self.agent, base_url=base_url, token_env=token_env)
+        return b"" if written is None else written[1].encode()
 
     def base_env(self) -> dict[str, str]:
         """Variables fanout gives every worker, before the job's env and secrets."""
@@ -177,7 +209,12 @@ class Attempt:
         env = self.environment(place)
         work = f"{place.base}/{LAYOUT.work}"
         argv = sandbox.command(place, step.argv, network=self.network, env_names=tuple(env))
-        return Command(argv=tuple(argv), program=step.argv[0], env=env, stdin=step.stdin, cwd=work)
+        stdin = self.agent_config(place) if step.name == "setup" else step.stdin
+        return Command(argv=tuple(argv), program=step.argv[0], env=env, stdin=stdin, cwd=work)
+
+
+# Writes its stdin to $HOME/<its argument>, making the directory: an agent's config file.
+_SETUP = ("sh", "-c", 'mkdir -p -- "$HOME/${1%/*}" && cat > "$HOME/$1"', "fanout-setup")
 
 
 async def execute(attempt: Attempt, transport: Sandboxes) -> AttemptResult:

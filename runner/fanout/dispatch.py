@@ -27,7 +27,7 @@ import shutil
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import replace
 
-from . import invocation, ladder, staging
+from . import invocation, ladder, presets, staging
 from .agents.taxonomy import Kind
 from .attempt import ApiAccess, Attempt
 from .collecting import Collect, PathRefused
@@ -217,6 +217,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 secrets=ctx.secrets,
                 agent=spec.task.agent,
                 longest_pause=spec.retry.throttle.max,
+                agent_api=presets.api_of(spec.task.agent, ((a.name, a.style) for a in spec.apis)),
             )
             result = await _attempt(ctx, attempt, slot, lane)
         progress = ladder.advance(progress, rungs, result, loop.time())

@@ -86,7 +86,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 "-",
             ),
             # No update check, analytics or telemetry: in its config file (config_file).
-            env=_frozen({"NO_COLOR": "1"}),
+            # TZ=UTC: codex states a usage window's reset as a wall-clock time ("try
+            # again at 5:46 PM") in its own zone, which agents.codex then reads as UTC.
+            env=_frozen({"NO_COLOR": "1", "TZ": "UTC"}),
             gateway_env=_frozen({}),
             config_dir=".codex",
             styles=(Style.OPENAI,),
@@ -195,6 +197,11 @@ def config_file(agent: str, *, base_url: str | None, token_env: str) -> tuple[st
         "enabled = false",
         "[otel]",
         'exporter = "none"',
+        # Else codex git-clones github.com/openai/plugins at start, and retries a refused
+        # connection forever (tests/test_agents_codex.py's goldens, codex 0.171.0).
+        "[features]",
+        "plugins = false",
+        "unbounded_connection_retries = false",
     ]
     if base_url is not None:
         # A JSON string is a TOML basic string.
@@ -223,3 +230,12 @@ def _gemini_settings(*, gateway: bool) -> tuple[str, str]:
         "general": general,
     }
     return f"{PRESETS['gemini'].config_dir}/settings.json", json.dumps(settings, indent=2) + "\n"
+
+
+def api_of(agent: str | None, apis: Iterable[tuple[str, Style]]) -> str | None:
+    """The first of ``apis`` (name, style) whose style the agent speaks: the API it
+    calls through the gateway; None without one."""
+    if agent is None:
+        return None
+    styles = PRESETS[agent].styles
+    return next((name for name, style in apis if style in styles), None)
