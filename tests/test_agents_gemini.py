@@ -45,21 +45,25 @@ def test_the_goldens_cover_every_situation_the_mock_can_drive() -> None:
     assert CASES == [
         "daily_quota",
         "false_success",
+        "no_auth_type",
         "overloaded",
         "rate_limit",
         "success",
         "turn_limit",
         "unauthorized",
+        "untrusted",
     ]
     kinds = {case: _golden(case)[0]["reading"]["kind"] for case in CASES}
     assert kinds == {
         "daily_quota": "daily-quota",
         "false_success": "false-success",
+        "no_auth_type": "error",
         "overloaded": "overloaded",
         "rate_limit": "rate-limited",
         "success": "success",
         "turn_limit": "turn-limit",
         "unauthorized": "error",
+        "untrusted": "error",
     }
 
 
@@ -79,11 +83,13 @@ def test_the_exit_codes_are_the_http_status_modulo_256() -> None:
     assert codes == {
         "daily_quota": 429 % 256,
         "false_success": 0,
+        "no_auth_type": 41,
         "overloaded": 503 % 256,
         "rate_limit": 429 % 256,
         "success": 0,
         "turn_limit": 53,
         "unauthorized": 400 % 256,
+        "untrusted": 55,
     }
 
 
@@ -154,6 +160,9 @@ LIVE: dict[str, dict[str, Any]] = {
     "turn_limit": {"tool": True, "settings": {"model": {"maxSessionTurns": 1}}},
     "false_success": {"text": ""},
     "unauthorized": {"fault": (Fault.UNAUTHORIZED, None)},
+    # What a preset that forgot a setting gets.
+    "no_auth_type": {"no_settings": True},
+    "untrusted": {"env_drop": "GEMINI_CLI_TRUST_WORKSPACE"},
 }
 
 # What a preset needs for gemini headless against a gateway (the README says why).
@@ -170,7 +179,7 @@ SETTINGS: dict[str, Any] = {
 
 
 def _gemini(
-    gemini_cli: Path, api: MockApi, tmp_path: Path, settings: dict[str, Any]
+    gemini_cli: Path, api: MockApi, tmp_path: Path, live: dict[str, Any]
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run `gemini -p` once in a bwrap sandbox (network on: the mock is on the host's
     loopback), the prompt on stdin, nothing in its environment but what is named here."""
@@ -180,9 +189,10 @@ def _gemini(
     (base / "work").mkdir(parents=True)
     (base / "home" / ".gemini").mkdir(parents=True)
     merged = {k: dict(v) for k, v in SETTINGS.items()}
-    for key, values in settings.items():
+    for key, values in live.get("settings", {}).items():
         merged.setdefault(key, {}).update(values)
-    (base / "home" / ".gemini" / "settings.json").write_text(json.dumps(merged))
+    if not live.get("no_settings"):
+        (base / "home" / ".gemini" / "settings.json").write_text(json.dumps(merged))
     path = f"{gemini_cli.parent}:/usr/local/bin:/usr/bin:/bin"
     place = Place(
         host="local",
@@ -199,6 +209,7 @@ def _gemini(
         "GEMINI_API_KEY": TOKEN,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
+    environment.pop(live.get("env_drop", ""), None)
     argv = [str(gemini_cli), "-p", "", "--output-format", "json", "-m", "gemini-2.5-flash"]
     done = subprocess.run(
         command(place, [*argv, "--yolo"], network=True),
@@ -226,7 +237,7 @@ def test_the_real_cli_still_gives_each_golden_reading(
     if "fault" in live:
         fault, retry_after = live["fault"]
         mock_api.script(fault, 20, retry_after=retry_after)
-    done, work = _gemini(gemini_cli, mock_api, tmp_path, live.get("settings", {}))
+    done, work = _gemini(gemini_cli, mock_api, tmp_path, live)
 
     doc, _ = _golden(case)
     assert done.returncode == doc["exit_code"], (done.stdout, done.stderr)
@@ -234,9 +245,10 @@ def test_the_real_cli_still_gives_each_golden_reading(
     assert dataclasses.asdict(reading) == dataclasses.asdict(_expected(doc))
     posts = mock_api.posts()
     assert [[s.path, s.status] for s in posts] == doc["requests"]
-    assert {(s.key, s.query) for s in posts} == {(TOKEN, "alt=sse")}
-    # The prompt came from stdin.
-    first = posts[0].json()["contents"][-1]["parts"]
-    assert any("Write done to out.txt." in p.get("text", "") for p in first)
+    if posts:
+        assert {(s.key, s.query) for s in posts} == {(TOKEN, "alt=sse")}
+        # The prompt came from stdin.
+        first = posts[0].json()["contents"][-1]["parts"]
+        assert any("Write done to out.txt." in p.get("text", "") for p in first)
     if case == "success":
         assert (work / "out.txt").read_text() == "done\n"

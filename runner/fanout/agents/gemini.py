@@ -38,6 +38,7 @@ _DAILY = re.compile(r"exhausted your daily quota|PerDay|per day", re.IGNORECASE)
 _CAPACITY = re.compile(r"exhausted your capacity|capacity exceeded|MODEL_CAPACITY_EXHAUSTED", re.I)
 _OVERLOADED = re.compile(r"overloaded", re.IGNORECASE)
 _CREDITS = re.compile(r"INSUFFICIENT_G1_CREDITS_BALANCE|credit balance|billing account", re.I)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _QUOTA = re.compile(r"RESOURCE_EXHAUSTED|exceeded your current quota|Resource has been exhausted")
 
 
@@ -148,7 +149,8 @@ def _retry_after(message: str) -> float | None:
 
 
 def _line(text: str) -> str:
-    line = " ".join(text.split())
+    # The CLI colours some refusals (an untrusted folder) even when not on a terminal.
+    line = " ".join(_ANSI.sub("", text).split())
     return line if len(line) <= DETAIL_LIMIT else line[: DETAIL_LIMIT - 3] + "..."
 
 
