@@ -252,3 +252,37 @@ def test_the_real_cli_still_gives_each_golden_reading(
         assert any("Write done to out.txt." in p.get("text", "") for p in first)
     if case == "success":
         assert (work / "out.txt").read_text() == "done\n"
+
+
+def test_tokens_are_summed_over_the_router_and_the_main_model_with_thoughts() -> None:
+    # The shape of a run with the default "auto" model (captured: the router's classifier
+    # calls on flash-lite, then the main model), thinking tokens added.
+    def model(role: str, inputs: int, candidates: int, cached: int, thoughts: int) -> Any:
+        tokens = {
+            "input": inputs,
+            "prompt": inputs + cached,
+            "candidates": candidates,
+            "cached": cached,
+            "thoughts": thoughts,
+        }
+        return {"api": {"totalRequests": 1}, "tokens": tokens, "roles": {role: {"tokens": tokens}}}
+
+    result = {
+        "session_id": "s",
+        "response": "ok",
+        "stats": {
+            "models": {
+                "gemini-3.5-flash-lite": model("utility_router", 150, 35, 20, 0),
+                "gemini-3.1-pro-preview": model("main", 30, 7, 4, 11),
+            }
+        },
+    }
+    output = "Warning: ...\n" + json.dumps(result, indent=2) + "\n"
+    assert gemini.read(exit_code=0, output=output, now=NOW) == Reading(
+        kind=Kind.SUCCESS,
+        detail="ok",
+        input_tokens=180,
+        output_tokens=53,
+        cache_read_tokens=24,
+        model="gemini-3.1-pro-preview",
+    )
