@@ -153,7 +153,8 @@ def test_a_long_retry_and_a_capacity_error() -> None:
 
 # How each golden's situation is made: the mock's config and fault, extra settings.
 LIVE: dict[str, dict[str, Any]] = {
-    "success": {"tool": True},
+    # Below a path, as the gateway's URL is ({gateway}/{api name}).
+    "success": {"tool": True, "prefix": "/gemini"},
     "rate_limit": {"tool": True, "fault": (Fault.RATE_LIMIT, 7)},
     "daily_quota": {"tool": True, "fault": (Fault.DAILY_QUOTA, 43)},
     "overloaded": {"tool": True, "fault": (Fault.OVERLOADED, None)},
@@ -205,7 +206,7 @@ def _gemini(
     environment = {
         "PATH": path,
         "HOME": str(base / "home"),
-        "GOOGLE_GEMINI_BASE_URL": api.url,
+        "GOOGLE_GEMINI_BASE_URL": api.url + live.get("prefix", ""),
         "GEMINI_API_KEY": TOKEN,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
@@ -233,6 +234,7 @@ def test_the_real_cli_still_gives_each_golden_reading(
         tool=live.get("tool", False),
         text=live.get("text", "All done."),
         usage=Usage(input_tokens=30, output_tokens=7, cache_read_tokens=4),
+        prefix=live.get("prefix", ""),
     )
     if "fault" in live:
         fault, retry_after = live["fault"]
@@ -244,7 +246,9 @@ def test_the_real_cli_still_gives_each_golden_reading(
     reading = gemini.read(exit_code=done.returncode, output=done.stdout + done.stderr, now=NOW)
     assert dataclasses.asdict(reading) == dataclasses.asdict(_expected(doc))
     posts = mock_api.posts()
-    assert [[s.path, s.status] for s in posts] == doc["requests"]
+    prefix = live.get("prefix", "")
+    assert [[s.path.removeprefix(prefix), s.status] for s in posts] == doc["requests"]
+    assert all(s.path.startswith(prefix) for s in posts)
     if posts:
         assert {(s.key, s.query) for s in posts} == {(TOKEN, "alt=sse")}
         # The prompt came from stdin.
@@ -252,6 +256,9 @@ def test_the_real_cli_still_gives_each_golden_reading(
         assert any("Write done to out.txt." in p.get("text", "") for p in first)
     if case == "success":
         assert (work / "out.txt").read_text() == "done\n"
+    # The CLI keeps its session in HOME, but never the key it was given.
+    written = [p for p in work.parent.rglob("*") if p.is_file()]
+    assert [p for p in written if TOKEN.encode() in p.read_bytes()] == []
 
 
 def test_tokens_are_summed_over_the_router_and_the_main_model_with_thoughts() -> None:
