@@ -293,3 +293,15 @@ def test_tokens_are_summed_over_the_router_and_the_main_model_with_thoughts() ->
         cache_read_tokens=24,
         model="gemini-3.1-pro-preview",
     )
+
+
+def test_the_gateway_stopping_the_api_for_money_is_a_spend_cap() -> None:
+    # The unauthorized golden's shape: a 400 the CLI does not recognise is printed as the
+    # raw body; here the body fanout's gateway answers once the API's budget is spent.
+    said = "api gemini: the run's budget of $5.00 is spent ($5.01 used); raise [[apis]] budget"
+    body = json.dumps({"error": {"code": 400, "message": said, "status": "INVALID_ARGUMENT"}})
+    error = {"type": "Error", "message": body, "code": 400}
+    output = json.dumps({"session_id": "s", "error": error}, indent=2) + "\n"
+    assert gemini.read(exit_code=144, output=output, now=NOW) == Reading(
+        kind=Kind.SPEND_CAP, detail=said
+    )

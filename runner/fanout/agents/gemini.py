@@ -37,7 +37,13 @@ _RETRY = re.compile(r"(?:Suggested retry after|Please retry in) ([0-9.]+)(ms|s)\
 _DAILY = re.compile(r"exhausted your daily quota|PerDay|per day", re.IGNORECASE)
 _CAPACITY = re.compile(r"exhausted your capacity|capacity exceeded|MODEL_CAPACITY_EXHAUSTED", re.I)
 _OVERLOADED = re.compile(r"overloaded", re.IGNORECASE)
-_CREDITS = re.compile(r"INSUFFICIENT_G1_CREDITS_BALANCE|credit balance|billing account", re.I)
+# Code Assist's prepaid credits, and fanout's gateway stopping an API for money (its 400s:
+# a 429 would be retried by the agent).
+_CREDITS = re.compile(
+    r"INSUFFICIENT_G1_CREDITS_BALANCE|credit balance|budget of \S+ is spent"
+    r"|refused for spend, credit or quota",
+    re.IGNORECASE,
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _QUOTA = re.compile(r"RESOURCE_EXHAUSTED|exceeded your current quota|Resource has been exhausted")
 
