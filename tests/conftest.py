@@ -105,6 +105,19 @@ def codex_cli() -> Path:
 
 
 @pytest.fixture
+def gemini_cli() -> Path:
+    """The real Gemini CLI (npm @google/gemini-cli, on node), as scripts/system-deps
+    installs it; missing: a skip, or a failure under CI, as for claude_cli."""
+    gemini = TOOLS / "node_modules" / ".bin" / "gemini"
+    if not os.access(gemini, os.X_OK):
+        reason = f"the Gemini CLI is not installed at {gemini} (scripts/system-deps installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return gemini
+
+
+@pytest.fixture
 def ssh_pool() -> Iterator[Any]:
     """A factory of real sshd hosts on loopback (see tests/sshd.py); all stopped after."""
     from sshd import make_pool

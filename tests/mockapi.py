@@ -3,10 +3,13 @@
 It speaks the Anthropic Messages API (`POST /v1/messages`, streamed as server-sent events
 exactly as the real API sends them, or as one JSON message) and OpenAI's chat completions
 (`POST /v1/chat/completions`, streamed with a final usage chunk when the request asks
-for `stream_options.include_usage`, or as one JSON object).  In tool mode an Anthropic
+for `stream_options.include_usage`, or as one JSON object) and Gemini's
+(`POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse`, each
+answer with its `usageMetadata`).  In tool mode an Anthropic
 request whose last user message carries no `tool_result` is answered with a Bash
 `tool_use` (the command from the config), anything else ends the turn, so a real agent
-CLI runs a scripted two-turn loop against it.
+CLI runs a scripted two-turn loop against it; a Gemini request whose last turn carries no
+`functionResponse` is answered with a `run_shell_command` call (gemini-cli's shell tool).
 
 Like the real upstreams it enforces a limit of its own (N requests per sliding window of
 W seconds, answering 429 `rate_limit_error` with `retry-after` beyond it and sending
@@ -29,6 +32,7 @@ import contextlib
 import enum
 import json
 import math
+import re
 import threading
 import time
 from collections import deque
@@ -45,6 +49,10 @@ OPENAI = "/v1/chat/completions"
 # OpenAI's Responses API, what the Codex CLI speaks (wire_api = "responses").
 RESPONSES = "/v1/responses"
 DEFAULT_COMMAND = "echo done > out.txt"
+# Gemini's two content routes; the model is in the path.
+GEMINI = re.compile(
+    r"/v1beta/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,6 +117,14 @@ class Fault(enum.Enum):
     | UNAUTHORIZED| 401 authentication_error                              | 401 invalid_api_key                         |
     | STREAM_ERROR| 200 stream: message_start, then an `error` event      | 500 server_error (Responses API: a 200      |
     |             | (overloaded_error), as the real API fails mid-stream  | stream, response.created, response.failed)  |
+    | DAILY_QUOTA | as RATE_LIMIT                                         | as RATE_LIMIT                               |
+
+    Gemini (`_gemini_fault`): RATE_LIMIT 429 RESOURCE_EXHAUSTED with a per-minute
+    QuotaFailure and RetryInfo `retryDelay` (the retry_after; the real API sends no
+    retry-after header); DAILY_QUOTA the same with a per-day quotaId; OVERLOADED 503
+    UNAVAILABLE "The model is overloaded"; UNAUTHORIZED 400 API_KEY_INVALID; STREAM_ERROR
+    500 INTERNAL; SPEND_LIMIT, CREDIT, USAGE_LIMIT the bare 429 "Resource has been
+    exhausted (e.g. check quota)." (Gemini has no such distinct answers).
     """
 
     RATE_LIMIT = "rate_limit"
@@ -119,6 +135,7 @@ class Fault(enum.Enum):
     USAGE_WINDOW = "usage_window"
     UNAUTHORIZED = "unauthorized"
     STREAM_ERROR = "stream_error"
+    DAILY_QUOTA = "daily_quota"
 
 
 CREDIT_MESSAGE = (
@@ -391,6 +408,9 @@ class MockApi:
             parsed = json.loads(body) if body else None
         parsed = parsed if isinstance(parsed, dict) else {}
         model = parsed.get("model")
+        gemini = GEMINI.search(request.path)
+        if gemini is not None:
+            model = gemini["model"]
         return Seen(
             at=at,
             method=request.method,
@@ -400,7 +420,8 @@ class MockApi:
             headers=tuple((k.lower(), v) for k, v in headers.items()),
             body=body,
             model=model if isinstance(model, str) else None,
-            stream=parsed.get("stream") is True,
+            stream=parsed.get("stream") is True
+            or (gemini is not None and gemini["method"] == "streamGenerateContent"),
             status=0,
             usage=None,
         )
@@ -441,9 +462,9 @@ class MockApi:
         with self._lock:
             config = self._config
         style = request.path.removeprefix(config.prefix)
-        if style not in (ANTHROPIC, OPENAI, RESPONSES) or not request.path.startswith(
-            config.prefix
-        ):
+        gemini = GEMINI.fullmatch(style)
+        known = style in (ANTHROPIC, OPENAI, RESPONSES) or gemini is not None
+        if not known or not request.path.startswith(config.prefix):
             self._store(seen, 404)
             return _anthropic_error(404, "not_found_error", f"no route {request.path}")
         try:
@@ -479,6 +500,8 @@ class MockApi:
             # Recorded before the answer is written: a client that has read the whole
             # stream then finds the request in the record.
             self._store(seen, 200, config.usage)
+            if gemini is not None:
+                return await self._gemini(request, gemini["model"], seen.stream, parsed, config)
             if style == ANTHROPIC:
                 return await self._anthropic(request, parsed, config, headers)
             if style == RESPONSES:
@@ -505,10 +528,13 @@ class MockApi:
         answer."""
         # The Responses API refuses in OpenAI's error shape, as chat completions does.
         openai = seen.path.endswith((OPENAI, RESPONSES))
+        gemini = GEMINI.search(seen.path) is not None
         with self._lock:
             scripted = self._script.popleft() if self._script else None
             if scripted is None and config.require_key not in (None, seen.key):
                 scripted = _Script(fault=Fault.UNAUTHORIZED, headers={})
+            if scripted is not None and gemini:
+                return _gemini_fault(scripted, seen.model or "gemini-mock"), {}
             if scripted is not None:
                 broken = not openai or seen.path.endswith(RESPONSES)
                 if scripted.fault is Fault.STREAM_ERROR and broken:
@@ -526,7 +552,12 @@ class MockApi:
                     headers = self._limit_headers(config.limit, 0, wait, openai=openai)
                     # Whole seconds, rounded up, as the real APIs send it.
                     headers["retry-after"] = str(max(1, math.ceil(wait)))
-                    if openai:
+                    if gemini:
+                        refusal = _gemini_fault(
+                            _Script(fault=Fault.RATE_LIMIT, headers=headers),
+                            seen.model or "gemini-mock",
+                        )
+                    elif openai:
                         refusal = _openai_error(
                             429, "requests", "rate_limit_exceeded", "Rate limit reached", headers
                         )
@@ -865,6 +896,50 @@ class MockApi:
         chunks = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
         return await _stream(request, chunks, config.gap, {"x-request-id": f"req_mock{n}"})
 
+    async def _gemini(
+        self, request: web.Request, model: str, stream: bool, body: Any, config: MockConfig
+    ) -> web.StreamResponse:
+        """generateContent / streamGenerateContent: the text (one chunk per word when
+        streamed) or, in tool mode, a `run_shell_command` call; `usageMetadata` on the
+        last chunk, as the real API counts it (the prompt includes the cached tokens)."""
+        n = self._number()
+        usage = config.usage
+        prompt = usage.input_tokens + usage.cache_read_tokens
+        metadata: dict[str, Any] = {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": usage.output_tokens,
+            "totalTokenCount": prompt + usage.output_tokens,
+        }
+        if usage.cache_read_tokens:
+            metadata["cachedContentTokenCount"] = usage.cache_read_tokens
+        if config.tool and not _has_function_response(body):
+            call = {"name": "run_shell_command", "args": {"command": config.command}}
+            parts_list: list[list[dict[str, Any]]] = [[{"functionCall": call}]]
+        else:
+            words = config.text.split(" ")
+            parts_list = [[{"text": w if i == 0 else " " + w}] for i, w in enumerate(words)]
+
+        def chunk(parts: list[dict[str, Any]], last: bool) -> dict[str, Any]:
+            candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+            data: dict[str, Any] = {"candidates": [candidate]}
+            if last:
+                candidate["finishReason"] = "STOP"
+                data["usageMetadata"] = metadata
+            data["modelVersion"] = model
+            data["responseId"] = f"mock{n}"
+            return data
+
+        if not stream:
+            merged = [p for parts in parts_list for p in parts]
+            if all("text" in p for p in merged):
+                merged = [{"text": "".join(p["text"] for p in merged)}]
+            return web.json_response(chunk(merged, True))
+        datas = [chunk(parts, i == len(parts_list) - 1) for i, parts in enumerate(parts_list)]
+        chunks = [f"data: {json.dumps(d)}\r\n\r\n".encode() for d in datas]
+        return await _stream(
+            request, chunks, config.gap, {}, config.before_last_event, config.cut_after
+        )
+
 
 # The marker `_admit` returns for a scripted STREAM_ERROR (a 200 that breaks mid-stream).
 STREAM_ERROR = web.Response(status=200)
@@ -953,9 +1028,92 @@ def _openai_error(
     )
 
 
+def _has_function_response(body: Any) -> bool:
+    contents = body.get("contents") or []
+    last = contents[-1].get("parts") if contents and isinstance(contents[-1], dict) else None
+    return isinstance(last, list) and any(
+        isinstance(p, dict) and "functionResponse" in p for p in last
+    )
+
+
+def _gemini_error(
+    status: int,
+    state: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    error: dict[str, Any] = {"code": status, "message": message, "status": state}
+    if details:
+        error["details"] = details
+    return web.json_response({"error": error}, status=status, headers=headers)
+
+
+def _gemini_fault(scripted: _Script, model: str) -> web.Response:
+    """A scripted fault as the Gemini API words it (the bodies of real answers, see the
+    Fault table); a retry-after becomes the RetryInfo's `retryDelay`."""
+    headers = {k: v for k, v in scripted.headers.items() if k.lower() != "retry-after"}
+    fault = scripted.fault
+    if fault in (Fault.RATE_LIMIT, Fault.DAILY_QUOTA):
+        delay = scripted.headers.get("retry-after", "1")
+        per = "Day" if fault is Fault.DAILY_QUOTA else "Minute"
+        limit = 250 if fault is Fault.DAILY_QUOTA else 10
+        metric = "generativelanguage.googleapis.com/generate_content_free_tier_requests"
+        message = (
+            "You exceeded your current quota, please check your plan and billing details. "
+            "For more information on this error, head to: "
+            "https://ai.google.dev/gemini-api/docs/rate-limits.\n"
+            f"* Quota exceeded for metric: {metric}, limit: {limit}, model: {model}\n"
+            f"Please retry in {delay}s."
+        )
+        violation = {
+            "quotaMetric": metric,
+            "quotaId": f"GenerateRequestsPer{per}PerProjectPerModel-FreeTier",
+            "quotaDimensions": {"location": "global", "model": model},
+            "quotaValue": str(limit),
+        }
+        details: list[dict[str, Any]] = [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [violation]},
+            {
+                "@type": "type.googleapis.com/google.rpc.Help",
+                "links": [
+                    {
+                        "description": "Learn more about Gemini API quotas",
+                        "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+                    }
+                ],
+            },
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{delay}s"},
+        ]
+        return _gemini_error(429, "RESOURCE_EXHAUSTED", message, details, headers)
+    if fault is Fault.OVERLOADED:
+        return _gemini_error(
+            503, "UNAVAILABLE", "The model is overloaded. Please try again later.", None, headers
+        )
+    if fault is Fault.UNAUTHORIZED:
+        info = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "API_KEY_INVALID",
+            "domain": "googleapis.com",
+            "metadata": {"service": "generativelanguage.googleapis.com"},
+        }
+        return _gemini_error(
+            400,
+            "INVALID_ARGUMENT",
+            "API key not valid. Please pass a valid API key.",
+            [info],
+            headers,
+        )
+    if fault is Fault.STREAM_ERROR:
+        return _gemini_error(500, "INTERNAL", "An internal error has occurred.", None, headers)
+    return _gemini_error(
+        429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).", None, headers
+    )
+
+
 def _fault(scripted: _Script, *, openai: bool) -> web.Response:
     headers = scripted.headers
-    fault = scripted.fault
+    fault = Fault.RATE_LIMIT if scripted.fault is Fault.DAILY_QUOTA else scripted.fault
     if openai:
         if fault is Fault.RATE_LIMIT:
             return _openai_error(
