@@ -117,7 +117,7 @@ def test_what_each_preset_fills_in() -> None:
                 "never",
                 "-",
             ),
-            {"NO_COLOR": "1"},
+            {"NO_COLOR": "1", "TZ": "UTC"},
             {},
             ".codex",
             (Style.OPENAI,),
