@@ -73,6 +73,57 @@ _INIT = (
 )
 
 
+# runtime.network = "apis": the sandbox has a network namespace of its own (bwrap
+# --unshare-net: only a loopback, which bwrap brings up), and the gateway's unix socket
+# (on the coordinator, or an SSH forward's on a host) is bound in at GATEWAY_SOCKET.
+# A forwarder, the step's first process inside the sandbox, listens on the sandbox's
+# 127.0.0.1:GATEWAY_PORT and relays each connection to the socket, then runs the step
+# as its child (signals passed on) and exits with its status: the way Anthropic's
+# sandbox-runtime bridges its proxy.  Python (stdlib only, -I -S: no site, no PYTHON*
+# variables) rather than socat, which few hosts have; python3 is checked for where the
+# worker runs.  Any port is free in a namespace of one's own; this one is unlikely to
+# be a worker's own server's.  Nothing else is reachable: no other address exists.
+GATEWAY_PORT = 29170
+GATEWAY_SOCKET = "/tmp/fanout-gateway.sock"  # /tmp is the sandbox's private tmpfs
+_FORWARDER = """
+import asyncio, os, signal, sys
+port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+async def pump(reader, writer):
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.write_eof()
+    except OSError:
+        pass
+async def relay(reader, writer):
+    try:
+        upstream, up = await asyncio.open_unix_connection(path)
+    except OSError:
+        writer.close()
+        return
+    await asyncio.gather(pump(reader, up), pump(upstream, writer))
+    up.close()
+    writer.close()
+async def main():
+    await asyncio.start_server(relay, "127.0.0.1", port)
+    try:
+        child = await asyncio.create_subprocess_exec(*argv)
+    except OSError as exc:
+        print(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(signum, child.send_signal, signum)
+    return await child.wait()
+code = asyncio.run(main())
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
 class Containment(enum.Enum):
     """What keeps a step's processes from outliving it on this machine."""
 
@@ -180,12 +231,17 @@ def _bwrap_works() -> bool:
 
 
 def command(
-    place: Place, argv: Sequence[str], *, network: bool, env_names: Sequence[str] = ()
+    place: Place,
+    argv: Sequence[str],
+    *,
+    network: bool | Literal["apis"],
+    env_names: Sequence[str] = (),
 ) -> list[str]:
     """The argv that runs a step's ``argv`` in the sandbox at ``place``, for every
     transport: the one place bwrap's, unshare's and podman's arguments are written.
     Environment values never appear here: they reach the step through the executor's
-    environment (podman is given their names only)."""
+    environment (podman is given their names only).  ``network = "apis"`` needs a bwrap
+    place with ``gateway_socket`` and ``python`` (the transports refuse the rest)."""
     base = place.base
     work = f"{base}/work"
     if place.kind == "none":
@@ -216,9 +272,35 @@ def command(
         # user's 0600 files and CAP_SYS_PTRACE the coordinator's memory.  Without them a
         # root worker reads what root owns or what anyone may read, minus ``hidden``.
         command += ["--cap-drop", "ALL"]
+    if network == "apis":
+        if place.kind != "bwrap" or place.gateway_socket is None or place.python is None:
+            raise AssertionError(f"host {place.host} cannot limit a sandbox to the gateway")
+        # The network stays unshared (--unshare-all): only the sandbox's own loopback.
+        command += ["--bind", place.gateway_socket, GATEWAY_SOCKET]
+        forwarder = [place.python, "-I", "-S", "-c", _FORWARDER, str(GATEWAY_PORT)]
+        return [*command, "--", *forwarder, GATEWAY_SOCKET, *argv]
     if network:
         command.append("--share-net")
     return [*command, "--", *argv]
+
+
+def gateway_url() -> str:
+    """The gateway as a worker in a sandbox with network "apis" reaches it."""
+    return f"http://127.0.0.1:{GATEWAY_PORT}"
+
+
+def apis_refusal(kind: str) -> str | None:
+    """Why sandboxes of ``kind`` cannot have network "apis", None if they can.  Plain
+    directories share the host's network (an unshared one would need a user namespace
+    with CAP_NET_ADMIN kept for the worker to bring its loopback up), and podman's
+    network is its own business."""
+    if kind == "bwrap":
+        return None
+    return (
+        f'runtime.network = "apis" needs bwrap sandboxes (a network namespace of their own '
+        f"in which only the gateway is reachable); sandbox {kind!r} cannot limit a worker's "
+        "network: install bubblewrap, or set runtime.network = true"
+    )
 
 
 def hidden_entries(paths: Iterable[Path]) -> tuple[str, ...]:

@@ -1,0 +1,245 @@
+"""runtime.network = "apis": whole runs whose workers (real bwrap sandboxes, locally and
+on a real sshd host) reach the API gateway, and through it the upstream with the real
+key, and nothing else: neither another loopback port of the machine nor its
+non-loopback address, each a listening server the same worker reaches with
+``network = true`` (the control: the servers really are there to be reached)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import spec
+from fanout.errors import EnvironmentProblem, JobError
+from fanout.events import Events
+from fanout.gateway import Gateway
+from fanout.local import LocalTransport
+
+from helpers import cli, write_job
+from mockapi import MockApi
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+KEY = "sk-ant-real-9c1e5a7f3b2d8e6a0f4c1b7d"
+# One request to the gateway as an Anthropic SDK makes it, then a TCP connect to each
+# address of argv[1:] ("host:port"); what happened goes to reached.json (collected).
+WORKER = r"""
+import json, os, socket, sys, urllib.request
+base, token = os.environ["ANTHROPIC_BASE_URL"], os.environ["ANTHROPIC_API_KEY"]
+body = json.dumps({"model": "claude-test-1", "max_tokens": 64,
+                   "messages": [{"role": "user", "content": "hi"}]}).encode()
+request = urllib.request.Request(base + "/v1/messages", data=body, headers={
+    "x-api-key": token, "content-type": "application/json",
+    "anthropic-version": "2023-06-01"})
+with urllib.request.urlopen(request, timeout=20) as answer:
+    seen = {"gateway": answer.status}
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        seen[target] = "connected"
+    except OSError as exc:
+        seen[target] = type(exc).__name__
+json.dump(seen, open("reached.json", "w"))
+"""
+
+
+def _own_address() -> str | None:
+    """This machine's first non-loopback IPv4 address (``hostname -I``; a UDP connect
+    would trip the tests' loopback guard), or None if it has none."""
+    try:
+        listed = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    found = [a for a in listed.stdout.split() if "." in a and not a.startswith("127.")]
+    return found[0] if found else None
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A server listening on every address (loopback and the machine's own), port 0."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", 0))
+    server.listen(64)
+    try:
+        yield int(server.getsockname()[1])
+    finally:
+        server.close()
+
+
+def _job(directory: Path, network: str, upstream: str, targets: list[str], runtime: str) -> Path:
+    command = json.dumps([sys.executable, "-c", WORKER, *targets])
+    return write_job(
+        directory,
+        f"""
+        version = 1
+        name = "egress"
+        [inputs]
+        items = ["u0", "u1"]
+        [units]
+        collect = ["reached.json"]
+        [task]
+        command = {command}
+        timeout = "60s"
+        [runtime]
+        maxConcurrentTasks = 2
+        sandbox = "bwrap"
+        network = {network}
+        {runtime}
+        [[apis]]
+        name = "anthropic"
+        upstream = "{upstream}"
+        style = "anthropic"
+        keySecret = "FANOUT_TEST_ANTHROPIC_KEY"
+        """,
+    )
+
+
+def _reached(directory: Path) -> list[dict[str, Any]]:
+    found = sorted((directory / ".fanout" / "runs").glob("*/units/*/reached.json"))
+    return [json.loads(path.read_text()) for path in found]
+
+
+@pytest.mark.parametrize("where", ["local", "ssh"])
+@pytest.mark.parametrize("network", ["true", '"apis"'])
+def test_apis_network_reaches_the_gateway_and_nothing_else(
+    mock_api: MockApi,
+    tmp_path: Path,
+    listener: int,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
+    network: str,
+) -> None:
+    own = _own_address()
+    if own is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to try")
+    monkeypatch.setenv("FANOUT_TEST_ANTHROPIC_KEY", KEY)
+    mock_api.configure(require_key=KEY)
+    runtime = ""
+    if where == "ssh":
+        pool = request.getfixturevalue("ssh_pool")
+        pool.inventory(tmp_path, pool.add("h1"))
+        runtime = 'hosts = "hosts.toml"'
+    targets = [f"127.0.0.1:{listener}", f"{own}:{listener}"]
+    job = _job(tmp_path, network, mock_api.url, targets, runtime)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    # The request reached the upstream, with the real key in place of the token.
+    assert [(p.status, p.key) for p in mock_api.posts()] == [(200, KEY)] * 2
+    if network == "true":  # the control: both servers are reachable with the network
+        expected = {"gateway": 200, targets[0]: "connected", targets[1]: "connected"}
+    else:
+        # No route but the sandbox's own loopback, where nothing else listens.
+        expected = {
+            "gateway": 200,
+            targets[0]: "ConnectionRefusedError",
+            targets[1]: "OSError",
+        }
+    assert _reached(tmp_path) == [expected] * 2
+
+
+# The job file ----------------------------------------------------------------------
+
+MINIMAL = """\
+version = 1
+name = "egress"
+[inputs]
+items = ["a"]
+[task]
+command = ["true"]
+[runtime]
+"""
+API = '[[apis]]\nname = "anthropic"\nupstream = "https://api.anthropic.com"\nstyle = "anthropic"\n'
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    path = write_job(tmp_path, text)
+    with pytest.raises(JobError) as caught:
+        spec.load(path)
+    return [str(problem).removeprefix(f"{path}:") for problem in caught.value.problems]
+
+
+def test_network_apis_builds_into_the_runtime(tmp_path: Path) -> None:
+    loaded = spec.load(write_job(tmp_path, MINIMAL + 'network = "apis"\n' + API))
+    assert loaded.runtime.network == "apis"
+
+
+def test_network_apis_without_apis_is_refused_with_a_fix(tmp_path: Path) -> None:
+    assert _problems(tmp_path, MINIMAL + 'network = "apis"\n') == [
+        '8:11: runtime.network: runtime.network = "apis" lets workers reach only the API '
+        "gateway, and this job has no [[apis]]: its workers would reach nothing; declare "
+        "the APIs they call in [[apis]], or set `runtime.network = false` (no network) or "
+        "`true`"
+    ]
+
+
+def test_network_takes_no_other_word(tmp_path: Path) -> None:
+    assert _problems(tmp_path, MINIMAL + 'network = "all"\n' + API) == [
+        "8:11: runtime.network: must be true, false or 'apis', not 'all'"
+    ]
+
+
+# Where it cannot be had -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["none", "podman"])
+def test_a_sandbox_without_its_own_network_is_refused_at_start(kind: str, tmp_path: Path) -> None:
+    transport = LocalTransport(
+        slots=1,
+        sandbox_kind=kind,
+        root=tmp_path,
+        network="apis",
+        gateway_port=1,
+        gateway_socket=tmp_path / "gateway.sock",
+    )
+    if kind == "podman" and shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    with pytest.raises(EnvironmentProblem) as caught:
+        asyncio.run(transport.start())
+    assert str(caught.value) == (
+        'runtime.network = "apis" needs bwrap sandboxes (a network namespace of their own '
+        f"in which only the gateway is reachable); sandbox '{kind}' cannot limit a "
+        "worker's network: install bubblewrap, or set runtime.network = true"
+    )
+
+
+# The gateway's unix socket ------------------------------------------------------
+
+
+def test_the_gateway_serves_on_a_unix_socket_in_a_private_directory(tmp_path: Path) -> None:
+    async def scenario() -> tuple[bytes, int]:
+        gateway = Gateway([], {}, events=Events(), stop=lambda error: None, socket_dir=tmp_path)
+        path = gateway.socket_path
+        assert path is not None
+        assert path.parent.parent == tmp_path
+        mode = os.stat(path.parent).st_mode & 0o777
+        await gateway.start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(b"HEAD / HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+            status = await reader.readline()
+            writer.close()
+        finally:
+            await gateway.close()
+        return status, mode
+
+    status, mode = asyncio.run(scenario())
+    left = list(tmp_path.iterdir())
+    assert status == b"HTTP/1.1 200 OK\r\n"  # what it answers a HEAD on TCP, too
+    assert mode == 0o700
+    assert left == []  # closed: the socket and its directory are gone
