@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,7 +81,7 @@ def listener() -> Iterator[int]:
 
 
 def _job(directory: Path, network: str, upstream: str, targets: list[str], runtime: str) -> Path:
-    command = json.dumps([sys.executable, "-c", WORKER, *targets])
+    command = json.dumps(["python3", "-c", WORKER, *targets])
     return write_job(
         directory,
         f"""

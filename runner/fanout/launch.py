@@ -60,6 +60,7 @@ def transport_for(
             commands=commands.names(job),
             emit=emit,
             gateway_port=gateway_port,
+            network=job.runtime.network,
         )
     from .local import LocalTransport
 

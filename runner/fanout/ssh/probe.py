@@ -42,7 +42,7 @@ PID_NAMESPACE = "--pid --fork --kill-child"
 # a step uses (the agent's namespace, a step's inside it, behind ``sandbox._INIT``), so
 # what it finds works.
 _PROBE_CONTAINMENT = (
-    "for tool in bwrap timeout head tar find grep unshare; do command -v $tool; done;"
+    "for tool in bwrap timeout head tar find grep unshare python3; do command -v $tool; done;"
     ' for user in "" "--user --map-user=$(id -u) --map-group=$(id -g)" "--user --map-root-user";'
     f' do flags="${{user:+$user }}{PID_NAMESPACE}";'
     ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init true\' sh "$flags"'
@@ -74,6 +74,7 @@ class Facilities:
     home: str = ""
     keys: str | None = None  # the login's ~/.ssh, when it is a directory
     root_path: str | None = None  # the sandbox root asked about, resolved; None: missing
+    python: str | None = None  # python3's path (network "apis" runs its forwarder)
 
     def containment(self, sandbox: str) -> str:
         """What keeps a unit's processes from outliving it, for units run under ``sandbox``."""
@@ -129,6 +130,7 @@ async def facilities(
         home=fact("home") or "",
         keys=fact("keys"),
         root_path=fact("root"),
+        python=found.get("python3"),
     )
 
 
