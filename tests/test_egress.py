@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -19,10 +20,11 @@ from typing import Any
 import pytest
 
 from fanout import spec
-from fanout.errors import EnvironmentProblem, JobError
+from fanout.errors import EnvironmentProblem, HostsUnavailable, JobError
 from fanout.events import Events
 from fanout.gateway import Gateway
 from fanout.local import LocalTransport
+from fanout.ssh import SshTransport
 
 from helpers import cli, write_job
 from mockapi import MockApi
@@ -242,3 +244,88 @@ def test_the_gateway_serves_on_a_unix_socket_in_a_private_directory(tmp_path: Pa
     assert status == b"HTTP/1.1 200 OK\r\n"  # what it answers a HEAD on TCP, too
     assert mode == 0o700
     assert left == []  # closed: the socket and its directory are gone
+
+
+# SSH hosts -------------------------------------------------------------------------
+
+REFUSED_PATH = (
+    "h1: sshd refuses forwarding to a unix socket (AllowStreamLocalForwarding or"
+    ' DisableForwarding): workers there cannot reach the API gateway with runtime.network = "apis"'
+)
+
+
+def _ssh(pool: Any, server: Any, network: bool | str, sandbox_kind: str = "bwrap") -> SshTransport:
+    return SshTransport(
+        [pool.host(server)],
+        known_hosts=[pool.known_hosts],
+        rng=random.Random(3),
+        connect_timeout=3.0,
+        sandbox_kind=sandbox_kind,
+        gateway_port=9,  # never dialled: these hosts only come up (or do not)
+        network=network,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("network", [True, "apis"])
+def test_a_host_refusing_unix_socket_forwards_is_refused_for_apis_only(
+    ssh_pool: Any, network: bool | str
+) -> None:
+    server = ssh_pool.add("h1", extra=["AllowStreamLocalForwarding no"])
+    transport = _ssh(ssh_pool, server, network)
+
+    async def scenario() -> None:
+        try:
+            await transport.start()
+        finally:
+            await transport.close()
+
+    if network is True:  # the control: its TCP forward is fine
+        asyncio.run(scenario())
+        return
+    before = set(Path("/tmp").glob("fanout-gateway-*"))
+    with pytest.raises(HostsUnavailable) as caught:
+        asyncio.run(scenario())
+    assert str(caught.value) == f"no SSH host can run units: {REFUSED_PATH}"
+    assert set(Path("/tmp").glob("fanout-gateway-*")) <= before  # its directory removed
+
+
+def test_a_host_without_bwrap_sandboxes_is_refused_for_apis(ssh_pool: Any) -> None:
+    server = ssh_pool.add("h1")
+    transport = _ssh(ssh_pool, server, "apis", sandbox_kind="none")
+
+    async def scenario() -> None:
+        try:
+            await transport.start()
+        finally:
+            await transport.close()
+
+    with pytest.raises(HostsUnavailable) as caught:
+        asyncio.run(scenario())
+    assert str(caught.value) == (
+        'no SSH host can run units: h1: runtime.network = "apis" needs bwrap sandboxes (a '
+        "network namespace of their own in which only the gateway is reachable); sandbox "
+        "'none' cannot limit a worker's network: install bubblewrap, or set "
+        "runtime.network = true"
+    )
+
+
+def test_the_hosts_socket_is_private_and_removed_with_its_connection(ssh_pool: Any) -> None:
+    server = ssh_pool.add("h1")
+    transport = _ssh(ssh_pool, server, "apis")
+
+    async def scenario() -> tuple[str | None, str | None, int, int]:
+        await transport.start()
+        try:
+            place = transport._hosts[0].place
+            assert place.gateway_socket is not None
+            socket_mode = os.stat(place.gateway_socket).st_mode & 0o777
+            directory_mode = os.stat(Path(place.gateway_socket).parent).st_mode & 0o777
+            return place.gateway, place.gateway_socket, socket_mode, directory_mode
+        finally:
+            await transport.close()
+
+    url, path, socket_mode, directory_mode = asyncio.run(scenario())
+    assert url == "http://127.0.0.1:29170"  # the sandbox's own loopback
+    assert path is not None
+    assert (socket_mode, directory_mode) == (0o600, 0o700)
+    assert not Path(path).parent.exists()  # the hosts are this machine
