@@ -329,3 +329,45 @@ def test_the_hosts_socket_is_private_and_removed_with_its_connection(ssh_pool: A
     assert path is not None
     assert (socket_mode, directory_mode) == (0o600, 0o700)
     assert not Path(path).parent.exists()  # the hosts are this machine
+
+
+def _hosts_check(pool: Any, tmp_path: Path, server: Any) -> tuple[int, list[str], list[str]]:
+    """``fanout hosts check`` of a job with network "apis" on ``server``: the exit code,
+    the table's header and the host's row (cells; a wrapped cell joined again)."""
+    pool.inventory(tmp_path, server)
+    job = write_job(
+        tmp_path,
+        MINIMAL
+        + 'hosts = "hosts.toml"\nsandbox = "bwrap"\nnetwork = "apis"\n'
+        + API.replace("https://api.anthropic.com", "http://127.0.0.1:1"),
+    )
+    known = Path.home() / ".ssh" / "known_hosts"
+    known.parent.mkdir(parents=True, exist_ok=True)
+    known.write_text(pool.known_hosts.read_text())
+    ran = cli("hosts", "check", str(job))
+    rows: list[list[str]] = []
+    for line in ran.out.replace("┃", "│").splitlines():
+        if "│" not in line:
+            continue
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if rows and not cells[0] and len(rows) > 1:
+            rows[-1] = [" ".join(filter(None, pair)) for pair in zip(rows[-1], cells, strict=True)]
+        else:
+            rows.append(cells)
+    header, row = rows
+    return ran.code, header, row
+
+
+def test_hosts_check_tries_the_unix_socket_forward_for_apis(ssh_pool: Any, tmp_path: Path) -> None:
+    code, header, row = _hosts_check(ssh_pool, tmp_path, ssh_pool.add("h1"))
+    assert code == 0, row
+    assert row[header.index("gateway forward")] == "ok (unix socket)"
+    assert row[-1] == ""
+
+
+def test_hosts_check_reports_a_refused_unix_socket_forward(ssh_pool: Any, tmp_path: Path) -> None:
+    server = ssh_pool.add("h1", extra=["AllowStreamLocalForwarding no"])
+    code, header, row = _hosts_check(ssh_pool, tmp_path, server)
+    assert code == 4
+    assert row[header.index("gateway forward")] == "NO"
+    assert row[-1] == REFUSED_PATH.removeprefix("h1: ")

@@ -177,7 +177,13 @@ class SshTransport(HostPool):
         return list(
             await asyncio.gather(
                 *(
-                    probe(self._connector, h.host, self._requested, gateway=gateway)
+                    probe(
+                        self._connector,
+                        h.host,
+                        self._requested,
+                        gateway=gateway,
+                        network=self._network,
+                    )
                     for h in self._hosts
                 )
             )
