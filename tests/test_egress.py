@@ -13,18 +13,20 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fanout import spec
+from fanout import sandbox, spec
 from fanout.errors import EnvironmentProblem, HostsUnavailable, JobError
 from fanout.events import Events
 from fanout.gateway import Gateway
 from fanout.local import LocalTransport
 from fanout.ssh import SshTransport
+from fanout.transport import Place
 
 from helpers import cli, write_job
 from mockapi import MockApi
@@ -371,3 +373,65 @@ def test_hosts_check_reports_a_refused_unix_socket_forward(ssh_pool: Any, tmp_pa
     assert code == 4
     assert row[header.index("gateway forward")] == "NO"
     assert row[-1] == REFUSED_PATH.removeprefix("h1: ")
+
+
+# The forwarder as a step's wrapper -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "out"),
+    [
+        (["sh", "-c", "exit 3"], 3, b""),
+        (["sh", "-c", "kill -TERM $$"], 143, b""),  # as bwrap reports a signal death
+        (["sh", "-c", "read line; echo got $line"], 0, b"got prompt\n"),
+    ],
+)
+def test_the_forwarder_keeps_the_steps_stdin_output_and_status(
+    tmp_path: Path, argv: list[str], code: int, out: bytes
+) -> None:
+    base = tmp_path / "box"
+    (base / "work").mkdir(parents=True)
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "gateway.sock"))
+    listening.listen()
+    place = Place(
+        host="local",
+        kind="bwrap",
+        base=str(base),
+        path="/usr/bin:/bin",
+        gateway_socket=str(tmp_path / "gateway.sock"),
+        python=sys.executable,
+    )
+    try:
+        ran = subprocess.run(
+            sandbox.command(place, argv, network="apis"),
+            input=b"prompt\n",
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        listening.close()
+    assert (ran.returncode, ran.stdout, ran.stderr) == (code, out, b"")
+
+
+def test_the_forwarder_says_when_the_step_cannot_start(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    place = Place(
+        host="local",
+        kind="bwrap",
+        base=str(tmp_path),
+        path="/usr/bin:/bin",
+        gateway_socket="/dev/null",
+        python=sys.executable,
+    )
+    ran = subprocess.run(
+        sandbox.command(place, ["no-such-program-x"], network="apis"),
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert (ran.returncode, ran.stderr) == (
+        127,
+        b"fanout: cannot start no-such-program-x: No such file or directory\n",
+    )

@@ -79,48 +79,61 @@ _INIT = (
 # A forwarder, the step's first process inside the sandbox, listens on the sandbox's
 # 127.0.0.1:GATEWAY_PORT and relays each connection to the socket, then runs the step
 # as its child (signals passed on) and exits with its status: the way Anthropic's
-# sandbox-runtime bridges its proxy.  Python (stdlib only, -I -S: no site, no PYTHON*
+# sandbox-runtime bridges its proxy.  Threads, not asyncio, whose import alone doubled
+# the forwarder's cost per step.  Python (stdlib only, -I -S: no site, no PYTHON*
 # variables) rather than socat, which few hosts have; python3 is checked for where the
 # worker runs.  Any port is free in a namespace of one's own; this one is unlikely to
 # be a worker's own server's.  Nothing else is reachable: no other address exists.
 GATEWAY_PORT = 29170
 GATEWAY_SOCKET = "/tmp/fanout-gateway.sock"  # /tmp is the sandbox's private tmpfs
 _FORWARDER = """
-import asyncio, os, signal, sys
+import os, signal, socket, sys, threading
 port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-async def pump(reader, writer):
+server = socket.create_server(("127.0.0.1", port), backlog=128)
+def pump(source, sink):
     try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        writer.write_eof()
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
     except OSError:
         pass
-async def relay(reader, writer):
-    try:
-        upstream, up = await asyncio.open_unix_connection(path)
-    except OSError:
-        writer.close()
-        return
-    await asyncio.gather(pump(reader, up), pump(upstream, writer))
-    up.close()
-    writer.close()
-async def main():
-    await asyncio.start_server(relay, "127.0.0.1", port)
-    try:
-        child = await asyncio.create_subprocess_exec(*argv)
-    except OSError as exc:
-        print(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
-        return 127
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(signum, child.send_signal, signum)
-    return await child.wait()
-code = asyncio.run(main())
+def relay(client):
+    with client, socket.socket(socket.AF_UNIX) as upstream:
+        try:
+            upstream.connect(path)
+        except OSError:
+            return
+        back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        back.start()
+        pump(client, upstream)
+        back.join()
+def serve():
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=relay, args=(client,), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+child = 0
+def pass_on(signum, frame):
+    if child:
+        try:
+            os.kill(child, signum)
+        except OSError:
+            pass
+    else:
+        os._exit(128 + signum)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, pass_on)
+try:
+    child = os.posix_spawnp(argv[0], argv, os.environ)
+except OSError as exc:
+    sys.stderr.write(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}\\n")
+    sys.stderr.flush()
+    os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 if code < 0:
     signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
-sys.exit(code)
+os._exit(code)
 """
 
 
