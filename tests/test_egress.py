@@ -435,3 +435,32 @@ def test_the_forwarder_says_when_the_step_cannot_start(tmp_path: Path) -> None:
         127,
         b"fanout: cannot start no-such-program-x: No such file or directory\n",
     )
+
+
+# The real Claude Code CLI ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_the_claude_cli_runs_its_agent_loop_with_only_the_gateway_reachable(
+    claude_cli: Path,
+    mock_api: MockApi,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    where: str,
+) -> None:
+    # test_gateway_claude's run (a two-turn tool loop, streamed), under network "apis":
+    # the CLI's preflight, its streaming answers and its tool call all pass the forwarder.
+    import test_gateway_claude as claude
+
+    mock = claude.claude_mock.__wrapped__(mock_api, monkeypatch)  # type: ignore[attr-defined]
+    runtime = "maxConcurrentTasks = 3"
+    if where == "ssh":
+        pool = request.getfixturevalue("ssh_pool")
+        pool.inventory(tmp_path, pool.add("h1"), slots=3)
+        runtime = 'hosts = "hosts.toml"'
+    job = claude._job(tmp_path, claude_cli, mock.url, runtime)
+    job.write_text(job.read_text().replace("network = true", 'network = "apis"'))
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    claude._check_run(tmp_path, mock, ran.out + ran.err)
