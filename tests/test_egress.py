@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fanout import sandbox, spec
+from fanout import plan, sandbox, spec
 from fanout.errors import EnvironmentProblem, HostsUnavailable, JobError
 from fanout.events import Events
 from fanout.gateway import Gateway
@@ -464,3 +464,10 @@ def test_the_claude_cli_runs_its_agent_loop_with_only_the_gateway_reachable(
     ran = cli("run", str(job))
     assert ran.code == 0, ran.out + ran.err
     claude._check_run(tmp_path, mock, ran.out + ran.err)
+
+
+def test_plan_says_the_sandbox_reaches_only_the_gateway(tmp_path: Path) -> None:
+    job = spec.load(write_job(tmp_path, MINIMAL + 'sandbox = "bwrap"\nnetwork = "apis"\n' + API))
+    assert plan.describe_sandbox(job) == (
+        "this machine, sandbox bwrap, network: the API gateway only"
+    )
