@@ -110,7 +110,13 @@ def runner_for(
             api_keys(job, environ),
             events=events,
             stop=lambda e: runner.stop(e),
-            socket_dir=gateway_socket_dir(environ) if job.runtime.network == "apis" else None,
+            # Local sandboxes of network "apis" bind it in (SSH hosts forward a socket
+            # of their own to the port).
+            socket_dir=(
+                gateway_socket_dir(environ)
+                if job.runtime.network == "apis" and not job.runtime.hosts
+                else None
+            ),
         )
     runner = Runner(
         spec=job,

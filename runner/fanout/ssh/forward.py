@@ -8,6 +8,9 @@ port opens on any network: the forward asks for 127.0.0.1, and ``exposure`` chec
 the host that sshd really bound loopback only (``GatewayPorts yes`` binds the wildcard
 whatever the client asks, and the client cannot tell over SSH).  A loopback port is
 open to every local user of the host; the per-attempt token is what protects it.
+For ``runtime.network = "apis"`` the forward listens on a unix socket instead (mode
+0600, in a 0700 directory), which bwrap binds into sandboxes that have no other
+network (``sandbox``): no port at all opens on the host.
 """
 
 from __future__ import annotations
