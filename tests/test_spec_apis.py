@@ -146,9 +146,10 @@ def test_the_schemas_styles_are_the_styles_fanout_knows() -> None:
 
 
 NETWORK = (
-    "a job with [[apis]] needs runtime.network = true: its workers reach the gateway over "
-    "the network, and a sandbox without network cannot reach even the coordinator's "
-    "loopback (an egress-limited network mode is planned); set `runtime.network = true`"
+    'a job with [[apis]] needs runtime.network = true or "apis": its workers reach the '
+    "gateway over the network, and a sandbox without network cannot reach even the "
+    'coordinator\'s loopback; set `runtime.network = "apis"` (only the gateway is '
+    "reachable) or `runtime.network = true`"
 )
 
 
@@ -460,6 +461,6 @@ def test_a_wrong_type_is_reported_once_by_the_schema(tmp_path: Path) -> None:
         + 'tokenEnv = "B_KEY"\n',
     )
     assert problems(tmp_path, text) == [
-        "8:11: runtime.network: expected true or false, got a string",
+        "8:11: runtime.network: must be true, false or 'apis', not 'yes'",
         "13:14: apis[0].baseUrlEnv: expected a string, got an integer",
     ]

@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from . import presets, sandbox, staging
 from .collecting import Collect, PathRefused
@@ -102,7 +103,7 @@ class Attempt:
     log_path: Path
     log_limit: int
     tail_limit: int
-    network: bool
+    network: bool | Literal["apis"]
     throttle_patterns: tuple[re.Pattern[str], ...] = ()
     # Values of the job's secrets; never logged, never written, hidden from repr.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from . import commands, limits
@@ -32,6 +34,7 @@ def transport_for(
     notice: Callable[[str], None],
     emit: Callable[..., None] | None = None,
     gateway_port: int | None = None,
+    gateway_socket: Path | None = None,
 ) -> Transport:
     """SSH hosts when the job has any, else sandboxes on this machine.  Either way the
     run's state directory joins the registry that every local sandbox hides.
@@ -57,6 +60,7 @@ def transport_for(
             commands=commands.names(job),
             emit=emit,
             gateway_port=gateway_port,
+            network=job.runtime.network,
         )
     from .local import LocalTransport
 
@@ -70,7 +74,20 @@ def transport_for(
         hidden=hidden.paths(environ, job.runtime.state_dir),
         warn=notice,
         gateway_port=gateway_port,
+        network=job.runtime.network,
+        gateway_socket=gateway_socket,
     )
+
+
+def gateway_socket_dir(environ: Mapping[str, str]) -> Path:
+    """Where the gateway's unix socket goes (in a fresh 0700 directory of its own):
+    ``$XDG_RUNTIME_DIR`` (the user's own, 0700, short), else the system's temporary
+    directory.  Not the state directory: a socket path holds at most 107 bytes, and a
+    workspace may lie deeper than that."""
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime)
+    return Path(tempfile.gettempdir())
 
 
 def runner_for(
@@ -89,12 +106,27 @@ def runner_for(
         # A budget spent or an API refusing for money stops the run the way a closed
         # console does: nothing new starts, running attempts finish and settle.
         gateway = Gateway(
-            job.apis, api_keys(job, environ), events=events, stop=lambda e: runner.stop(e)
+            job.apis,
+            api_keys(job, environ),
+            events=events,
+            stop=lambda e: runner.stop(e),
+            # Local sandboxes of network "apis" bind it in (SSH hosts forward a socket
+            # of their own to the port).
+            socket_dir=(
+                gateway_socket_dir(environ)
+                if job.runtime.network == "apis" and not job.runtime.hosts
+                else None
+            ),
         )
     runner = Runner(
         spec=job,
         transport=transport_for(
-            job, environ, notice, events.emit, gateway_port=gateway.port if gateway else None
+            job,
+            environ,
+            notice,
+            events.emit,
+            gateway_port=gateway.port if gateway else None,
+            gateway_socket=gateway.socket_path if gateway else None,
         ),
         journal=journal,
         environ=environ,

@@ -27,11 +27,13 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from . import collecting, escapees, sandbox, steps
 from .attempt import LAYOUT, Attempt, execute
 from .capture import OutputCapture
 from .collecting import Entry, Kind
+from .errors import EnvironmentProblem
 from .outcome import AttemptResult
 from .transport import Command, Place, Sandbox, StagedFile
 
@@ -50,6 +52,8 @@ class LocalTransport:
         hidden: Sequence[Path] = (),
         warn: Callable[[str], None] = lambda message: None,
         gateway_port: int | None = None,
+        network: bool | Literal["apis"] = False,
+        gateway_socket: Path | None = None,
     ) -> None:
         self._slots = slots
         self._requested = sandbox_kind
@@ -64,6 +68,12 @@ class LocalTransport:
         # Sandboxes share this machine's network (a job with APIs needs runtime.network),
         # so workers reach the gateway on its own loopback port.
         self._gateway = None if gateway_port is None else f"http://127.0.0.1:{gateway_port}"
+        # network "apis": sandboxes have a network of their own, in which a forwarder
+        # relays the sandbox's loopback port to the gateway's unix socket, bound in.
+        self._network = network
+        self._socket = gateway_socket
+        if network == "apis" and gateway_socket is not None:
+            self._gateway = sandbox.gateway_url()
         self._place = Place(host="local", kind="none", base="", path=path, gateway=self._gateway)
 
     @property
@@ -79,6 +89,14 @@ class LocalTransport:
             asyncio.set_child_watcher(watcher)
         await asyncio.to_thread(self._remove_orphans)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
+        if self._network == "apis":
+            refusal = sandbox.apis_refusal(choice.kind)
+            if refusal is not None:
+                raise EnvironmentProblem(refusal)
+            if self._socket is None:
+                raise EnvironmentProblem(
+                    'runtime.network = "apis" but the run has no API gateway to reach'
+                )
         self.kind = choice.kind
         self.containment = choice.containment
         self._place = Place(
@@ -93,6 +111,10 @@ class LocalTransport:
             containment=choice.containment,
             root=os.geteuid() == 0,
             gateway=self._gateway,
+            # fanout's own python runs the forwarder: it exists, and bwrap binds it back
+            # (``bound_tools``) should it lie under /tmp.
+            gateway_socket=str(self._socket) if self._network == "apis" else None,
+            python=sys.executable if self._network == "apis" else None,
         )
         if choice.warning:
             self._warn(choice.warning)

@@ -159,7 +159,13 @@ def describe_sandbox(spec: Spec) -> str:
     kind: str = runtime.sandbox
     if kind == "auto" and not runtime.hosts:
         kind = "bwrap" if shutil.which("bwrap") else "none (bwrap not found: plain directories)"
-    network = "network on" if runtime.network else "no network"
+    network = (
+        "network: the API gateway only"
+        if runtime.network == "apis"
+        else "network on"
+        if runtime.network
+        else "no network"
+    )
     return f"{where}, sandbox {kind}, {network}"
 
 

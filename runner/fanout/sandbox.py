@@ -73,6 +73,70 @@ _INIT = (
 )
 
 
+# runtime.network = "apis": the sandbox has a network namespace of its own (bwrap
+# --unshare-net: only a loopback, which bwrap brings up), and the gateway's unix socket
+# (on the coordinator, or an SSH forward's on a host) is bound in at GATEWAY_SOCKET.
+# A forwarder, the step's first process inside the sandbox, listens on the sandbox's
+# 127.0.0.1:GATEWAY_PORT and relays each connection to the socket, then runs the step
+# as its child (signals passed on) and exits with its status: the way Anthropic's
+# sandbox-runtime bridges its proxy.  Threads, not asyncio, whose import alone doubled
+# the forwarder's cost per step.  Python (stdlib only, -I -S: no site, no PYTHON*
+# variables) rather than socat, which few hosts have; python3 is checked for where the
+# worker runs.  Any port is free in a namespace of one's own; this one is unlikely to
+# be a worker's own server's.  Nothing else is reachable: no other address exists.
+GATEWAY_PORT = 29170
+GATEWAY_SOCKET = "/tmp/fanout-gateway.sock"  # /tmp is the sandbox's private tmpfs
+_FORWARDER = """
+import os, signal, socket, sys, threading
+port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+server = socket.create_server(("127.0.0.1", port), backlog=128)
+def pump(source, sink):
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+def relay(client):
+    with client, socket.socket(socket.AF_UNIX) as upstream:
+        try:
+            upstream.connect(path)
+        except OSError:
+            return
+        back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        back.start()
+        pump(client, upstream)
+        back.join()
+def serve():
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=relay, args=(client,), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+child = 0
+def pass_on(signum, frame):
+    if child:
+        try:
+            os.kill(child, signum)
+        except OSError:
+            pass
+    else:
+        os._exit(128 + signum)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, pass_on)
+try:
+    child = os.posix_spawnp(argv[0], argv, os.environ)
+except OSError as exc:
+    sys.stderr.write(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}\\n")
+    sys.stderr.flush()
+    os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+os._exit(code)
+"""
+
+
 class Containment(enum.Enum):
     """What keeps a step's processes from outliving it on this machine."""
 
@@ -180,12 +244,17 @@ def _bwrap_works() -> bool:
 
 
 def command(
-    place: Place, argv: Sequence[str], *, network: bool, env_names: Sequence[str] = ()
+    place: Place,
+    argv: Sequence[str],
+    *,
+    network: bool | Literal["apis"],
+    env_names: Sequence[str] = (),
 ) -> list[str]:
     """The argv that runs a step's ``argv`` in the sandbox at ``place``, for every
     transport: the one place bwrap's, unshare's and podman's arguments are written.
     Environment values never appear here: they reach the step through the executor's
-    environment (podman is given their names only)."""
+    environment (podman is given their names only).  ``network = "apis"`` needs a bwrap
+    place with ``gateway_socket`` and ``python`` (the transports refuse the rest)."""
     base = place.base
     work = f"{base}/work"
     if place.kind == "none":
@@ -216,9 +285,35 @@ def command(
         # user's 0600 files and CAP_SYS_PTRACE the coordinator's memory.  Without them a
         # root worker reads what root owns or what anyone may read, minus ``hidden``.
         command += ["--cap-drop", "ALL"]
+    if network == "apis":
+        if place.kind != "bwrap" or place.gateway_socket is None or place.python is None:
+            raise AssertionError(f"host {place.host} cannot limit a sandbox to the gateway")
+        # The network stays unshared (--unshare-all): only the sandbox's own loopback.
+        command += ["--bind", place.gateway_socket, GATEWAY_SOCKET]
+        forwarder = [place.python, "-I", "-S", "-c", _FORWARDER, str(GATEWAY_PORT)]
+        return [*command, "--", *forwarder, GATEWAY_SOCKET, *argv]
     if network:
         command.append("--share-net")
     return [*command, "--", *argv]
+
+
+def gateway_url() -> str:
+    """The gateway as a worker in a sandbox with network "apis" reaches it."""
+    return f"http://127.0.0.1:{GATEWAY_PORT}"
+
+
+def apis_refusal(kind: str) -> str | None:
+    """Why sandboxes of ``kind`` cannot have network "apis", None if they can.  Plain
+    directories share the host's network (an unshared one would need a user namespace
+    with CAP_NET_ADMIN kept for the worker to bring its loopback up), and podman's
+    network is its own business."""
+    if kind == "bwrap":
+        return None
+    return (
+        f'runtime.network = "apis" needs bwrap sandboxes (a network namespace of their own '
+        f"in which only the gateway is reachable); sandbox {kind!r} cannot limit a worker's "
+        "network: install bubblewrap, or set runtime.network = true"
+    )
 
 
 def hidden_entries(paths: Iterable[Path]) -> tuple[str, ...]:

@@ -60,6 +60,10 @@ class Place:
     # ("http://127.0.0.1:PORT": locally its own port, over SSH a remote forward's), or
     # None when the run has no gateway.
     gateway: str | None = None
+    # runtime.network = "apis": the gateway's unix socket on this host (bound into each
+    # sandbox), and the python3 that runs the forwarder there (``sandbox.command``).
+    gateway_socket: str | None = None
+    python: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,7 +29,7 @@ _WORKER_PREFIX = "FANOUT_"
 def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     apis = [(i, api) for i, api in enumerate(list_of(doc, "apis")) if isinstance(api, dict)]
     if not apis:
-        return []
+        return _check_apis_network(doc, ctx)
     problems = _check_network(doc, ctx)
     problems += repeated_names(doc, "apis", "api", ctx)
     for index, api in apis:
@@ -50,17 +50,31 @@ def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
 def _check_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     runtime = table_of(doc, "runtime")
     network = runtime.get("network", False)
-    if network is True or not isinstance(network, bool):  # not a boolean: the schema said so
-        return []
+    if network is True or network == "apis" or not isinstance(network, bool):
+        return []  # not a boolean nor "apis": the schema said so
     message = (
-        "a job with [[apis]] needs runtime.network = true: its workers reach the gateway "
-        "over the network, and a sandbox without network cannot reach even the "
-        "coordinator's loopback (an egress-limited network mode is planned); "
-        "set `runtime.network = true`"
+        'a job with [[apis]] needs runtime.network = true or "apis": its workers reach '
+        "the gateway over the network, and a sandbox without network cannot reach even "
+        'the coordinator\'s loopback; set `runtime.network = "apis"` (only the gateway '
+        "is reachable) or `runtime.network = true`"
     )
     if "network" in runtime:
         return [ctx.at_value(("runtime", "network"), message)]
     return [ctx.at_key(("apis", 0), message)]
+
+
+def _check_apis_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    """``network = "apis"`` in a job without [[apis]]: its workers would reach nothing."""
+    if table_of(doc, "runtime").get("network") != "apis":
+        return []
+    return [
+        ctx.at_value(
+            ("runtime", "network"),
+            'runtime.network = "apis" lets workers reach only the API gateway, and this job '
+            "has no [[apis]]: its workers would reach nothing; declare the APIs they call "
+            "in [[apis]], or set `runtime.network = false` (no network) or `true`",
+        )
+    ]
 
 
 def _check_upstream(api: Mapping[str, Any], index: int, ctx: Context) -> list[Problem]:

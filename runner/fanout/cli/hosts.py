@@ -23,15 +23,15 @@ def _inventory(file: Path | None, hosts: Path | None) -> Any:
     return _runtime(file, hosts)[0]
 
 
-def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool]:
-    """The job's hosts, the sandbox its units ask for, and whether it has APIs (its
-    workers then reach the gateway through a forward on each host)."""
+def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool, Any]:
+    """The job's hosts, the sandbox its units ask for, whether it has APIs (its
+    workers then reach the gateway through a forward on each host), and its network."""
     from .. import spec
 
     if file is not None:
         job = spec.load(file, hosts_file=hosts)
-        return job.runtime.hosts, job.runtime.sandbox, bool(job.apis)
-    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False
+        return job.runtime.hosts, job.runtime.sandbox, bool(job.apis), job.runtime.network
+    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False, False
 
 
 @hosts_app.command("check")
@@ -54,14 +54,17 @@ def hosts_check(
     from .. import knownhosts as inventory
     from ..errors import EnvironmentProblem
     from ..ssh import SshTransport
-    from ..ssh.probe import GATEWAY_OK
+    from ..ssh.probe import GATEWAY_FINE
 
     def probe() -> tuple[Any, bool]:
-        pool, sandbox, apis = _runtime(file, hosts)
+        pool, sandbox, apis, network = _runtime(file, hosts)
         if not pool:
             raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
         transport = SshTransport(
-            pool, known_hosts=inventory.known_hosts_files(environ()), sandbox_kind=sandbox
+            pool,
+            known_hosts=inventory.known_hosts_files(environ()),
+            sandbox_kind=sandbox,
+            network=network,
         )
         return asyncio.run(transport.probe_all(gateway=apis)), apis
 
@@ -71,7 +74,7 @@ def hosts_check(
     table = Table(*columns)
     for p in probes:
         # The forward's refusal is the host's problem too (its units could not run).
-        gateway = [] if not apis else [p.gateway if p.gateway in ("", GATEWAY_OK) else "NO"]
+        gateway = [] if not apis else [p.gateway if p.gateway in ("", *GATEWAY_FINE) else "NO"]
         problems = [p.error, p.gateway if apis and gateway == ["NO"] else ""]
         table.add_row(
             p.name,
@@ -87,7 +90,7 @@ def hosts_check(
             "; ".join(problem for problem in problems if problem),
         )
     Console(width=240).print(table)
-    usable = all(p.auth and not p.error and p.gateway in ("", GATEWAY_OK) for p in probes)
+    usable = all(p.auth and not p.error and p.gateway in ("", *GATEWAY_FINE) for p in probes)
     raise typer.Exit(0 if usable else 4)
 
 

@@ -8,9 +8,13 @@ keeps the accounts and the budget (``usage``).  The HTTP side is ``proxy``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import socket
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from aiohttp import web
 
@@ -32,6 +36,7 @@ class Gateway:
         events: Events,
         stop: Callable[[FanoutError], None],
         rng: random.Random | None = None,
+        socket_dir: Path | None = None,
     ) -> None:
         # Bound now, so the port is known before any transport (an SSH forward, a
         # worker's environment) is built; nothing is served until ``start``.
@@ -44,6 +49,22 @@ class Gateway:
         except OSError:
             self._socket.close()
             raise
+        # ``socket_dir``: also serve on a unix socket there, for sandboxes with a network
+        # of their own (runtime.network = "apis"), which have it bound in.  It lies in a
+        # fresh directory of mode 0700, so only this user can connect, whatever the
+        # umask; ``socket_path`` is known from now on, like the port.
+        self._unix: socket.socket | None = None
+        self._unix_dir: Path | None = None
+        if socket_dir is not None:
+            try:
+                self._unix_dir = Path(tempfile.mkdtemp(prefix="fanout-gateway-", dir=socket_dir))
+                self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._unix.bind(str(self._unix_dir / "gateway.sock"))
+                self._unix.listen(128)
+                self._unix.setblocking(False)
+            except OSError:
+                self._close_sockets()
+                raise
         self._stop = stop
         self._stopped: SpendStopped | None = None
         self._proxy = Proxy(apis, keys, events=events, stop=self._spent, rng=rng or random.Random())
@@ -52,6 +73,11 @@ class Gateway:
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def socket_path(self) -> Path | None:
+        """The unix socket the gateway also serves on, None without ``socket_dir``."""
+        return None if self._unix_dir is None else self._unix_dir / "gateway.sock"
 
     @property
     def url(self) -> str:
@@ -80,6 +106,8 @@ class Gateway:
         )
         await runner.setup()
         await web.SockSite(runner, self._socket).start()
+        if self._unix is not None:
+            await web.SockSite(runner, self._unix).start()
         self._runner = runner
 
     async def close(self) -> None:
@@ -91,7 +119,17 @@ class Gateway:
                 await runner.cleanup()
         finally:
             await self._proxy.close_session()
-            self._socket.close()
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        self._socket.close()
+        if self._unix is not None:
+            self._unix.close()
+        if self._unix_dir is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._unix_dir / "gateway.sock")
+            with contextlib.suppress(OSError):
+                self._unix_dir.rmdir()
 
     def restore(self, spent: Mapping[str, float]) -> None:
         """USD already spent this run per API (a resumed run): counted toward each

@@ -126,7 +126,9 @@ class Runtime:
     max_concurrent_tasks: int = _default(_RUNTIME, "maxConcurrentTasks")
     sandbox: Literal["auto", "bwrap", "podman", "none"] = _default(_RUNTIME, "sandbox")
     image: str | None = None
-    network: bool = _default(_RUNTIME, "network")
+    # True: the host's network; "apis": a network namespace of its own in which only the
+    # API gateway is reachable (``sandbox``); False: no network at all.
+    network: bool | Literal["apis"] = _default(_RUNTIME, "network")
     hosts: tuple[Host, ...] = ()
     # Resolved against the job file and the workspace (``build``), so no default here.
     workspace: Path

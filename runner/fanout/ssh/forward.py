@@ -8,6 +8,9 @@ port opens on any network: the forward asks for 127.0.0.1, and ``exposure`` chec
 the host that sshd really bound loopback only (``GatewayPorts yes`` binds the wildcard
 whatever the client asks, and the client cannot tell over SSH).  A loopback port is
 open to every local user of the host; the per-attempt token is what protects it.
+For ``runtime.network = "apis"`` the forward listens on a unix socket instead (mode
+0600, in a 0700 directory), which bwrap binds into sandboxes that have no other
+network (``sandbox``): no port at all opens on the host.
 """
 
 from __future__ import annotations
@@ -15,16 +18,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncssh
 
+from .. import sandbox
+from ..transport import Place
 from .connection import Lost, Refused, describe
 
 LOOPBACK = "127.0.0.1"
 REFUSED = (
     "sshd refuses remote port forwarding (AllowTcpForwarding, DisableForwarding or"
     " PermitListen): workers there cannot reach the API gateway"
+)
+REFUSED_PATH = (
+    "sshd refuses forwarding to a unix socket (AllowStreamLocalForwarding or"
+    ' DisableForwarding): workers there cannot reach the API gateway with runtime.network = "apis"'
 )
 EXPOSED = "sshd's GatewayPorts exposes forwarded ports beyond loopback"
 # /proc/net/tcp{,6} write each address as 32-bit words in the host's byte order: these
@@ -45,9 +54,13 @@ CLOSE_WAIT = 5.0  # seconds sshd may take to confirm a cancelled forward
 
 @dataclass(eq=False)
 class Forward:
-    """A live forward: sshd listens on the host's ``port`` for the gateway."""
+    """A live forward: sshd listens on the host's ``port`` for the gateway, or (network
+    "apis") on the unix socket ``path`` in the private directory ``directory``."""
 
     listener: asyncssh.SSHListener
+    path: str | None = None
+    directory: str | None = None
+    conn: asyncssh.SSHClientConnection | None = None  # to remove ``directory`` with
 
     @property
     def port(self) -> int:
@@ -58,11 +71,26 @@ class Forward:
         """The gateway as workers on the host reach it."""
         return f"http://{LOOPBACK}:{self.port}"
 
+    def apply(self, place: Place) -> Place:
+        """``place`` with the gateway as its sandboxes reach it through this forward: a
+        loopback port of the host, or the socket a sandbox of its own network binds in
+        and reaches on its own loopback (``sandbox``)."""
+        if self.path is None:
+            return replace(place, gateway=self.url)
+        return replace(place, gateway=sandbox.gateway_url(), gateway_socket=self.path)
+
     async def close(self) -> None:
-        """Cancel the forward and wait (bounded) until sshd has closed its socket."""
+        """Cancel the forward and wait (bounded) until sshd has closed its socket; a
+        socket's directory is removed (sshd leaves the socket file behind)."""
         self.listener.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.listener.wait_closed(), CLOSE_WAIT)
+        if self.directory is not None and self.conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self.conn.run(f"rm -rf -- {shlex.quote(self.directory)}", check=False),
+                    CLOSE_WAIT,
+                )
 
 
 async def forward(conn: asyncssh.SSHClientConnection, name: str, gateway_port: int) -> Forward:
@@ -76,6 +104,30 @@ async def forward(conn: asyncssh.SSHClientConnection, name: str, gateway_port: i
     except (OSError, asyncssh.Error) as exc:
         raise Lost(describe(exc)) from None
     return Forward(listener=listener)
+
+
+async def forward_path(conn: asyncssh.SSHClientConnection, name: str, gateway_port: int) -> Forward:
+    """Ask sshd for a unix socket on the host (in a fresh directory of mode 0700 that
+    ``mktemp -d`` makes; sshd creates the socket 0600) that forwards to the gateway's
+    port on this machine, for sandboxes with a network of their own (network "apis").
+    A connection lost before ``close`` leaves the empty directory in the host's /tmp."""
+    try:
+        made = await conn.run("mktemp -d /tmp/fanout-gateway-XXXXXXXXXX", check=False)
+    except (OSError, asyncssh.Error) as exc:
+        raise Lost(describe(exc)) from None
+    directory = str(made.stdout or "").strip()
+    if made.exit_status != 0 or not directory.startswith("/tmp/fanout-gateway-"):
+        raise Refused(f"{name}: cannot make a directory for the gateway's socket in /tmp")
+    path = f"{directory}/gateway.sock"
+    try:
+        listener = await conn.forward_remote_path_to_port(path, LOOPBACK, gateway_port)
+    except asyncssh.ChannelListenError:
+        with contextlib.suppress(OSError, asyncssh.Error):
+            await conn.run(f"rm -rf -- {shlex.quote(directory)}", check=False)
+        raise Refused(f"{name}: {REFUSED_PATH}") from None
+    except (OSError, asyncssh.Error) as exc:
+        raise Lost(describe(exc)) from None
+    return Forward(listener=listener, path=path, directory=directory, conn=conn)
 
 
 def listen_script(port: int) -> str:

@@ -11,8 +11,8 @@ import random
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import asyncssh
 
@@ -80,6 +80,7 @@ class HostPool:
         emit: Callable[..., None] | None,
         rng: random.Random | None,
         gateway_port: int | None = None,
+        network: bool | Literal["apis"] = False,
     ) -> None:
         self._hosts = [
             HostState(
@@ -102,6 +103,9 @@ class HostPool:
         # The coordinator's API gateway (None: the run has none): every connection
         # forwards a loopback port of its host there.
         self._gateway_port = gateway_port
+        # network "apis": the forward is a unix socket on the host, bound into sandboxes
+        # with a network of their own.
+        self._network = network
 
     @property
     def capacity(self) -> int:
@@ -116,9 +120,8 @@ class HostPool:
         state.connections.append(connection)
         if self._gateway_port is not None:
             try:
-                connection.forward = await forward.forward(
-                    connection.conn, state.name, self._gateway_port
-                )
+                make = forward.forward_path if self._network == "apis" else forward.forward
+                connection.forward = await make(connection.conn, state.name, self._gateway_port)
             except (Refused, Lost):
                 connection.closed = True
                 connection.conn.abort()
@@ -134,7 +137,7 @@ class HostPool:
     async def _bring_up(self, state: HostState) -> None:
         try:
             connection = await self._connect(state)
-            if connection.forward is not None:
+            if connection.forward is not None and connection.forward.path is None:
                 # Once per host (up or back): sshd binds every forward of the host alike.
                 try:
                     await forward.exposure(connection.conn, state.name, connection.forward.port)
@@ -143,7 +146,7 @@ class HostPool:
                     raise
             state.sandbox = await self._choose_sandbox(state, connection)
             if connection.forward is not None:
-                state.place = replace(state.place, gateway=connection.forward.url)
+                state.place = connection.forward.apply(state.place)
         except Refused as exc:
             state.quarantined, state.reason = True, str(exc)
             raise

@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncssh
 
 from ..errors import EnvironmentProblem
-from ..sandbox import _INIT
+from ..sandbox import _INIT, apis_refusal
 from ..spec import Host
 from . import forward
 from .connection import (
@@ -42,7 +42,7 @@ PID_NAMESPACE = "--pid --fork --kill-child"
 # a step uses (the agent's namespace, a step's inside it, behind ``sandbox._INIT``), so
 # what it finds works.
 _PROBE_CONTAINMENT = (
-    "for tool in bwrap timeout head tar find grep unshare; do command -v $tool; done;"
+    "for tool in bwrap timeout head tar find grep unshare python3; do command -v $tool; done;"
     ' for user in "" "--user --map-user=$(id -u) --map-group=$(id -g)" "--user --map-root-user";'
     f' do flags="${{user:+$user }}{PID_NAMESPACE}";'
     ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init true\' sh "$flags"'
@@ -74,6 +74,7 @@ class Facilities:
     home: str = ""
     keys: str | None = None  # the login's ~/.ssh, when it is a directory
     root_path: str | None = None  # the sandbox root asked about, resolved; None: missing
+    python: str | None = None  # python3's path (network "apis" runs its forwarder)
 
     def containment(self, sandbox: str) -> str:
         """What keeps a unit's processes from outliving it, for units run under ``sandbox``."""
@@ -129,6 +130,7 @@ async def facilities(
         home=fact("home") or "",
         keys=fact("keys"),
         root_path=fact("root"),
+        python=found.get("python3"),
     )
 
 
@@ -157,11 +159,17 @@ class Probe:
 
 
 async def probe(
-    connector: Connector, host: Host, sandbox: str = "auto", *, gateway: bool = False
+    connector: Connector,
+    host: Host,
+    sandbox: str = "auto",
+    *,
+    gateway: bool = False,
+    network: bool | str = False,
 ) -> Probe:
     """Reachability, authentication, shell, bwrap, containment (for units run under
     ``sandbox``), free disk in the sandbox root and round-trip time of one host, and
-    (``gateway``: the job has APIs) whether a gateway forward works there."""
+    (``gateway``: the job has APIs) whether a gateway forward works there: for
+    ``network = "apis"`` a unix-socket forward, bwrap and python3 (its forwarder)."""
     base = {"name": host.name, "address": where(host)}
     empty = {"shell": "", "bwrap": False, "containment": "", "free_disk": "", "rtt_ms": None}
     try:
@@ -182,7 +190,13 @@ async def probe(
             check=False,
         )
         offered = await facilities(conn)
-        forwarded = await gateway_forward(conn, host.name) if gateway else ""
+        forwarded = ""
+        if gateway and network == "apis":
+            forwarded = await gateway_socket(conn, host.name, chosen_sandbox(sandbox, offered))
+            if forwarded == GATEWAY_SOCKET_OK and offered.python is None:
+                forwarded = 'no python3 (runtime.network = "apis" runs a forwarder in each sandbox)'
+        elif gateway:
+            forwarded = await gateway_forward(conn, host.name)
         lines = [*str(facts.stdout or "").splitlines(), "", "", "", ""]
         fields = lines[2].split()
         free = f"{int(fields[3]) // 1024:,} MiB" if len(fields) > 3 and fields[3].isdigit() else "?"
@@ -205,6 +219,23 @@ async def probe(
 
 
 GATEWAY_OK = "ok (loopback)"
+GATEWAY_SOCKET_OK = "ok (unix socket)"  # network "apis"
+GATEWAY_FINE = (GATEWAY_OK, GATEWAY_SOCKET_OK)
+
+
+async def gateway_socket(conn: asyncssh.SSHClientConnection, name: str, kind: str) -> str:
+    """What a run with network "apis" would meet on this host: sandbox ``kind`` must be
+    bwrap, and a unix-socket forward is made and closed again; GATEWAY_SOCKET_OK or
+    the refusal."""
+    refusal = apis_refusal(kind)
+    if refusal is not None:
+        return refusal
+    try:
+        made = await forward.forward_path(conn, name, 9)  # never dialled, as below
+    except Refused as exc:
+        return str(exc).removeprefix(f"{name}: ")
+    await made.close()
+    return GATEWAY_SOCKET_OK
 
 
 async def gateway_forward(conn: asyncssh.SSHClientConnection, name: str) -> str:

@@ -12,11 +12,13 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from .. import sandbox, transport
 from ..attempt import Attempt, execute
 from ..errors import EnvironmentProblem, HostsUnavailable
 from ..outcome import AttemptResult
+from ..sandbox import apis_refusal
 from ..spec import Host
 from ..transport import Place, Sandbox
 from .connection import Connection, Connector, Lost, Refused
@@ -42,6 +44,7 @@ class SshTransport(HostPool):
         rng: random.Random | None = None,
         commands: Sequence[str] = (),
         gateway_port: int | None = None,
+        network: bool | Literal["apis"] = False,
     ) -> None:
         super().__init__(
             hosts,
@@ -55,6 +58,7 @@ class SshTransport(HostPool):
             emit=emit,
             rng=rng,
             gateway_port=gateway_port,
+            network=network,
         )
         self._requested = sandbox_kind
         # The job's argv[0]s: a host that cannot start one is refused (``commands``).
@@ -99,10 +103,21 @@ class SshTransport(HostPool):
         if self._requested == "bwrap" and not offered.bwrap:
             raise Refused(f"{state.name} has no bwrap and runtime.sandbox is 'bwrap'")
         sandbox = chosen_sandbox(self._requested, offered)
+        if self._network == "apis":
+            refusal = apis_refusal(sandbox)
+            if refusal is not None:
+                raise Refused(f"{state.name}: {refusal}")
+            if offered.python is None:
+                raise Refused(
+                    f'{state.name} has no python3: runtime.network = "apis" runs a small'
+                    " forwarder to the gateway in each sandbox"
+                )
         if self._requested == "auto" and sandbox == "none" and not state.warned:
             self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
         state.unshare = offered.unshare
         state.root, state.place = _host_place(state, sandbox, offered)
+        if self._network == "apis":
+            state.place = replace(state.place, python=offered.python)
         if offered.containment(sandbox) == GROUP_ONLY and not state.warned:
             self._notice(
                 f"host {state.name} offers no PID namespace (no unshare, or a non-root user"
@@ -144,7 +159,7 @@ class SshTransport(HostPool):
             if agent.connection.forward is not None:
                 # The forward of the connection the agent runs on: it dies with the
                 # attempt's own channel, never under a running attempt on its own.
-                place = replace(place, gateway=agent.connection.forward.url)
+                place = agent.connection.forward.apply(place)
             box = SshSandbox(self, state, agent, token, place)
             clean = False
             try:
@@ -162,7 +177,13 @@ class SshTransport(HostPool):
         return list(
             await asyncio.gather(
                 *(
-                    probe(self._connector, h.host, self._requested, gateway=gateway)
+                    probe(
+                        self._connector,
+                        h.host,
+                        self._requested,
+                        gateway=gateway,
+                        network=self._network,
+                    )
                     for h in self._hosts
                 )
             )
