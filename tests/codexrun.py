@@ -17,14 +17,11 @@ sandbox is the one around it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fanout.sandbox import command, tool_dirs
-from fanout.transport import Place
-
+from helpers import run_agent
 from mockapi import Fault, MockApi, Usage
 
 TOKEN = "tok-codex-cli-test-5b21e0"
@@ -81,38 +78,17 @@ def run(codex: Path, base_url: str, base: Path) -> Ran:
     """`codex exec --json -` once in a bwrap sandbox at `base` (network on: the mock is
     on the host's loopback), the prompt on stdin, nothing in its environment but what is
     named here."""
-    if shutil.which("bwrap") is None:
-        raise AssertionError("bubblewrap is required (scripts/system-deps installs it)")
     home = base / "home"
     (home / ".codex").mkdir(parents=True)
-    (base / "work").mkdir()
     (home / ".codex" / "config.toml").write_text(config_toml(base_url))
-    path = f"{codex.parent}:/usr/local/bin:/usr/bin:/bin"
-    place = Place(
-        host="local",
-        kind="bwrap",
-        base=str(base),
-        path=path,
-        tools=tuple(str(d) for d in tool_dirs(path)),
-        root=os.geteuid() == 0,
-    )
     environment = {
-        "PATH": path,
         "HOME": str(home),
         "CODEX_HOME": str(home / ".codex"),
         "OPENAI_API_KEY": TOKEN,
         "TZ": "UTC",
         "NO_COLOR": "1",
     }
-    done = subprocess.run(
-        command(place, [str(codex), *ARGV], network=True),
-        input=PROMPT,
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=120,
-        check=False,
-    )
+    done = run_agent(codex, list(ARGV), base, environment, stdin=PROMPT)
     return Ran(
         exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr, work=base / "work"
     )

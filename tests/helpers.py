@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,3 +115,41 @@ def wrapped(kind: Kind, argv: list[str], base: Path, *, tools: tuple[Path, ...] 
         root=os.geteuid() == 0,
     )
     return sandbox.guarded(sandbox.command(place, argv, network=False), argv[0])
+
+
+def run_agent(
+    program: Path,
+    args: list[str],
+    base: Path,
+    env: dict[str, str],
+    *,
+    stdin: str,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run an agent CLI (``program``, installed in the test tools prefix) in a bwrap
+    sandbox at ``base`` as fanout's sandboxes run it: network on (its mock API is on the
+    host's loopback), ``base/work`` its cwd, and nothing in its environment but ``env``
+    and a PATH of the CLI's directory and the system's.  ``base`` is bound into bwrap's
+    view (its /tmp and /var/tmp are private), so a HOME inside it is writable there
+    wherever ``base`` lies."""
+    if shutil.which("bwrap") is None:
+        raise AssertionError("bubblewrap is required (scripts/system-deps installs it)")
+    (base / "work").mkdir(parents=True, exist_ok=True)
+    path = f"{program.parent}:/usr/local/bin:/usr/bin:/bin"
+    place = Place(
+        host="local",
+        kind="bwrap",
+        base=str(base),
+        path=path,
+        tools=tuple(str(d) for d in sandbox.tool_dirs(path)),
+        root=os.geteuid() == 0,
+    )
+    return subprocess.run(
+        sandbox.command(place, [str(program), *args], network=True),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={"PATH": path, **env},
+        timeout=timeout,
+        check=False,
+    )

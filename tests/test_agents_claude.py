@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -26,9 +25,8 @@ import pytest
 
 from fanout import agents
 from fanout.agents import Kind, Reading
-from fanout.sandbox import command, tool_dirs
-from fanout.transport import Place
 
+from helpers import run_agent
 from mockapi import Fault, MockApi, Usage
 
 GOLDEN = Path(__file__).parent / "data" / "agents" / "claude"
@@ -85,35 +83,16 @@ def capture(claude: Path, case: Capture, work: Path) -> tuple[int, str]:
         if case.fault is not None:
             api.script(case.fault, case.times, message=case.message)
         base = work / "sandbox"
-        (base / "work").mkdir(parents=True)
-        (base / "home").mkdir()
-        path = f"{claude.parent}:/usr/local/bin:/usr/bin:/bin"
-        place = Place(
-            host="local",
-            kind="bwrap",
-            base=str(base),
-            path=path,
-            tools=tuple(str(d) for d in tool_dirs(path)),
-            root=os.geteuid() == 0,
-        )
+        (base / "home").mkdir(parents=True)
         environment = {
-            "PATH": path,
             "HOME": str(base / "home"),
             "ANTHROPIC_BASE_URL": api.url,
             "ANTHROPIC_API_KEY": TOKEN,
             **BASE_ENV,
             **case.env,
         }
-        argv = [str(claude), "-p", "--output-format", "json", *case.args]
-        done = subprocess.run(
-            command(place, argv, network=True),
-            input=PROMPT,
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=120,
-            check=False,
-        )
+        args = ["-p", "--output-format", "json", *case.args]
+        done = run_agent(claude, args, base, environment, stdin=PROMPT)
     return done.returncode, done.stdout + done.stderr
 
 

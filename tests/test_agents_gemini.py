@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,9 +18,8 @@ from typing import Any
 import pytest
 
 from fanout.agents import Kind, Reading, gemini, read
-from fanout.sandbox import command, tool_dirs
-from fanout.transport import Place
 
+from helpers import run_agent
 from mockapi import Fault, MockApi, Usage
 
 GOLDEN = Path(__file__).parent / "data" / "agents" / "gemini"
@@ -184,43 +181,22 @@ def _gemini(
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run `gemini -p` once in a bwrap sandbox (network on: the mock is on the host's
     loopback), the prompt on stdin, nothing in its environment but what is named here."""
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required for these tests (scripts/system-deps installs it)")
     base = tmp_path / "sandbox"
-    (base / "work").mkdir(parents=True)
     (base / "home" / ".gemini").mkdir(parents=True)
     merged = {k: dict(v) for k, v in SETTINGS.items()}
     for key, values in live.get("settings", {}).items():
         merged.setdefault(key, {}).update(values)
     if not live.get("no_settings"):
         (base / "home" / ".gemini" / "settings.json").write_text(json.dumps(merged))
-    path = f"{gemini_cli.parent}:/usr/local/bin:/usr/bin:/bin"
-    place = Place(
-        host="local",
-        kind="bwrap",
-        base=str(base),
-        path=path,
-        tools=tuple(str(d) for d in tool_dirs(path)),
-        root=os.geteuid() == 0,
-    )
     environment = {
-        "PATH": path,
         "HOME": str(base / "home"),
         "GOOGLE_GEMINI_BASE_URL": api.url + live.get("prefix", ""),
         "GEMINI_API_KEY": TOKEN,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
     environment.pop(live.get("env_drop", ""), None)
-    argv = [str(gemini_cli), "-p", "", "--output-format", "json", "-m", "gemini-2.5-flash"]
-    done = subprocess.run(
-        command(place, [*argv, "--yolo"], network=True),
-        input="Write done to out.txt.",
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=120,
-        check=False,
-    )
+    args = ["-p", "", "--output-format", "json", "-m", "gemini-2.5-flash", "--yolo"]
+    done = run_agent(gemini_cli, args, base, environment, stdin="Write done to out.txt.")
     return done, base / "work"
 
 

@@ -8,17 +8,13 @@ upstream refusal, which is what the gateway must absorb or pass through."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fanout.sandbox import command, tool_dirs
-from fanout.transport import Place
-
+from helpers import run_agent
 from mockapi import Fault, MockApi, Usage
 
 pytestmark = pytest.mark.slow
@@ -37,24 +33,9 @@ def _claude(
     """Run `claude -p` once in a bwrap sandbox at tmp_path/sandbox, with network (the
     mock is on the host's loopback) and nothing in its environment but what is named
     here; returns the process and the sandbox's work directory (its cwd)."""
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required for these tests (scripts/system-deps installs it)")
-    # The sandbox directory is bound into bwrap's view (its /tmp and /var/tmp are
-    # private), so a HOME inside it is writable there wherever tmp_path lies.
     base = tmp_path / "sandbox"
-    (base / "work").mkdir(parents=True)
-    (base / "home").mkdir()
-    path = f"{claude_cli.parent}:/usr/local/bin:/usr/bin:/bin"
-    place = Place(
-        host="local",
-        kind="bwrap",
-        base=str(base),
-        path=path,
-        tools=tuple(str(d) for d in tool_dirs(path)),
-        root=os.geteuid() == 0,
-    )
+    (base / "home").mkdir(parents=True)
     environment = {
-        "PATH": path,
         "HOME": str(base / "home"),
         "ANTHROPIC_BASE_URL": api.url + prefix,
         "ANTHROPIC_API_KEY": TOKEN,
@@ -67,15 +48,9 @@ def _claude(
     }
     # As root (CI, the sandboxes here) --dangerously-skip-permissions is refused, and
     # without a permission flag the Bash call is silently denied (exit 0).
-    argv = [str(claude_cli), "-p", "--output-format", "json", "--allowedTools", "Bash"]
-    done = subprocess.run(
-        command(place, argv, network=True),
-        input="Write done to out.txt.",
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=90,
-        check=False,
+    args = ["-p", "--output-format", "json", "--allowedTools", "Bash"]
+    done = run_agent(
+        claude_cli, args, base, environment, stdin="Write done to out.txt.", timeout=90
     )
     return done, base / "work"
 
