@@ -101,7 +101,7 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
     (
         "# APIs the workers call through fanout's gateway: every request of every worker is\n"
         "# paced, the real key stays on this machine (each attempt gets a token in tokenEnv),\n"
-        "# and usage and cost are counted per unit.  Needs runtime.network = true.\n"
+        '# and usage and cost are counted per unit.  Needs runtime.network = true or "apis".\n'
         "# [[apis]]\n"
         '# name = "anthropic"\n'
         '# upstream = "https://api.anthropic.com"\n'
