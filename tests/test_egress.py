@@ -399,6 +399,9 @@ def test_the_forwarder_keeps_the_steps_stdin_output_and_status(
         kind="bwrap",
         base=str(base),
         path="/usr/bin:/bin",
+        # fanout's python, bound back as the local transport binds it (a checkout and
+        # its venv under /tmp, as CI's may be, are hidden by bwrap otherwise).
+        tools=tuple(str(tool) for tool in sandbox.bound_tools("/usr/bin:/bin")),
         gateway_socket=str(tmp_path / "gateway.sock"),
         python=sys.executable,
     )
@@ -422,6 +425,7 @@ def test_the_forwarder_says_when_the_step_cannot_start(tmp_path: Path) -> None:
         kind="bwrap",
         base=str(tmp_path),
         path="/usr/bin:/bin",
+        tools=tuple(str(tool) for tool in sandbox.bound_tools("/usr/bin:/bin")),
         gateway_socket="/dev/null",
         python=sys.executable,
     )
