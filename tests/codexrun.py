@@ -21,21 +21,17 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from fanout.presets import PRESETS
+
 from helpers import run_agent
 from mockapi import Fault, MockApi, Usage
 
 TOKEN = "tok-codex-cli-test-5b21e0"
 PROMPT = "Write done to out.txt."
 MODEL = "gpt-5-codex"
-ARGV = (
-    "exec",
-    "--json",
-    "--skip-git-repo-check",
-    "--dangerously-bypass-approvals-and-sandbox",
-    "--color",
-    "never",
-    "-",
-)
+# The codex preset's own argv (without the program): the goldens are what the preset
+# makes codex print.
+ARGV = PRESETS["codex"].argv[1:]
 
 
 def config_toml(base_url: str) -> str:

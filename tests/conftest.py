@@ -75,46 +75,36 @@ def mock_api() -> Iterator[MockApi]:
         yield api
 
 
-@pytest.fixture
-def claude_cli() -> Path:
-    """The real Claude Code CLI (npm @anthropic-ai/claude-code, its native binary), as
-    scripts/system-deps installs it.  Missing: a skip on a developer's machine, a
-    failure under CI (which installs it), as for the linters of test_lint.py."""
-    claude = TOOLS / "node_modules" / ".bin" / "claude"
-    if not os.access(claude, os.X_OK):
-        reason = (
-            f"the Claude Code CLI is not installed at {claude} (scripts/system-deps installs it)"
-        )
+def _agent_cli(name: str, what: str) -> Path:
+    """The real agent CLI ``name`` as scripts/system-deps installs it (from npm, its
+    native binary inside the registry package).  Missing: a skip on a developer's
+    machine, a failure under CI (which installs it), as for the linters of
+    test_lint.py."""
+    program = TOOLS / "node_modules" / ".bin" / name
+    if not os.access(program, os.X_OK):
+        reason = f"the {what} is not installed at {program} (scripts/system-deps installs it)"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    return claude
+    return program
+
+
+@pytest.fixture
+def claude_cli() -> Path:
+    """The real Claude Code CLI (npm @anthropic-ai/claude-code)."""
+    return _agent_cli("claude", "Claude Code CLI")
 
 
 @pytest.fixture
 def codex_cli() -> Path:
-    """The real Codex CLI (npm @openai/codex, its native binary), as scripts/system-deps
-    installs it: a skip without it, a failure under CI, as claude_cli."""
-    codex = TOOLS / "node_modules" / ".bin" / "codex"
-    if not os.access(codex, os.X_OK):
-        reason = f"the Codex CLI is not installed at {codex} (scripts/system-deps installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return codex
+    """The real Codex CLI (npm @openai/codex)."""
+    return _agent_cli("codex", "Codex CLI")
 
 
 @pytest.fixture
 def gemini_cli() -> Path:
-    """The real Gemini CLI (npm @google/gemini-cli, on node), as scripts/system-deps
-    installs it; missing: a skip, or a failure under CI, as for claude_cli."""
-    gemini = TOOLS / "node_modules" / ".bin" / "gemini"
-    if not os.access(gemini, os.X_OK):
-        reason = f"the Gemini CLI is not installed at {gemini} (scripts/system-deps installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return gemini
+    """The real Gemini CLI (npm @google/gemini-cli, on node)."""
+    return _agent_cli("gemini", "Gemini CLI")
 
 
 @pytest.fixture
