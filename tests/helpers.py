@@ -153,3 +153,18 @@ def run_agent(
         timeout=timeout,
         check=False,
     )
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The rows of the rich table in ``out`` as cells, a cell rich wrapped onto more
+    lines joined again (``fanout hosts check``'s table)."""
+    rows: list[list[str]] = []
+    for line in out.replace("┃", "│").splitlines():
+        if "│" not in line:
+            continue
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if rows and not cells[0] and len(rows) > 1:
+            rows[-1] = [" ".join(filter(None, pair)) for pair in zip(rows[-1], cells, strict=True)]
+        else:
+            rows.append(cells)
+    return rows

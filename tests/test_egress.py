@@ -28,7 +28,7 @@ from fanout.local import LocalTransport
 from fanout.ssh import SshTransport
 from fanout.transport import Place
 
-from helpers import cli, write_job
+from helpers import cli, table_rows, write_job
 from mockapi import MockApi
 
 pytestmark = [
@@ -347,15 +347,7 @@ def _hosts_check(pool: Any, tmp_path: Path, server: Any) -> tuple[int, list[str]
     known.parent.mkdir(parents=True, exist_ok=True)
     known.write_text(pool.known_hosts.read_text())
     ran = cli("hosts", "check", str(job))
-    rows: list[list[str]] = []
-    for line in ran.out.replace("┃", "│").splitlines():
-        if "│" not in line:
-            continue
-        cells = [cell.strip() for cell in line.split("│")[1:-1]]
-        if rows and not cells[0] and len(rows) > 1:
-            rows[-1] = [" ".join(filter(None, pair)) for pair in zip(rows[-1], cells, strict=True)]
-        else:
-            rows.append(cells)
+    rows = table_rows(ran.out)
     header, row = rows
     return ran.code, header, row
 

@@ -20,16 +20,15 @@ from typing import Any
 import pytest
 
 from fanout import spec
-from fanout.apistyles import Style
 from fanout.attempt import ApiAccess, Attempt
 from fanout.errors import HostsUnavailable
 from fanout.launch import transport_for
 from fanout.local import LocalTransport
 from fanout.outcome import Status
-from fanout.spec import Api, Host
+from fanout.spec import Host
 from fanout.ssh import SshTransport
 
-from helpers import MINIMAL, cli, make_attempt, write_job
+from helpers import MINIMAL, cli, make_attempt, table_rows, write_job
 
 pytestmark = pytest.mark.slow
 
@@ -284,9 +283,7 @@ async def test_local_workers_reach_the_gateway_on_its_own_port(
     assert result.output_tail == f"{url}/mock gateway saw /mock/v1/ping with [secret]"
 
 
-def _check(
-    pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: Any
-) -> tuple[int, dict[str, list[str]]]:
+def _check(pool: Any, tmp_path: Path, server: Any) -> tuple[int, dict[str, list[str]]]:
     """``fanout hosts check`` of a job with one API on ``server``: its exit code and each
     host's table cells."""
     hosts = tmp_path / "hosts.toml"
@@ -300,41 +297,19 @@ def _check(
     job = write_job(
         tmp_path,
         'version = 1\nname = "h"\n[inputs]\nitems = ["a"]\n[task]\ncommand = ["true"]\n'
-        '[runtime]\nhosts = "hosts.toml"\nnetwork = true\n',
+        '[runtime]\nhosts = "hosts.toml"\nnetwork = true\n'
+        '[[apis]]\nname = "mock"\nupstream = "http://127.0.0.1:1"\nstyle = "anthropic"\n',
     )
     known = Path.home() / ".ssh" / "known_hosts"
     known.parent.mkdir(parents=True, exist_ok=True)
     known.write_text(pool.known_hosts.read_text())
-    load = spec.load
-    api = Api(
-        name="mock",
-        upstream="http://127.0.0.1:1",
-        style=Style.ANTHROPIC,
-        base_url_env="ANTHROPIC_BASE_URL",
-        token_env="ANTHROPIC_API_KEY",
-    )
-    # Until the job language has [[apis]], the loaded job gets one here.
-    monkeypatch.setattr(
-        spec, "load", lambda *a, **k: dataclasses.replace(load(*a, **k), apis=(api,))
-    )
     ran = cli("hosts", "check", str(job))
-    # Rows as cells; a cell rich wrapped onto more lines is joined again.
-    rows: list[list[str]] = []
-    for line in ran.out.replace("┃", "│").splitlines():
-        if "│" not in line:
-            continue
-        cells = [cell.strip() for cell in line.split("│")[1:-1]]
-        if rows and not cells[0] and len(rows) > 1:
-            rows[-1] = [" ".join(filter(None, pair)) for pair in zip(rows[-1], cells, strict=True)]
-        else:
-            rows.append(cells)
+    rows = table_rows(ran.out)
     return ran.code, {"header": rows[0], **{cells[0]: cells for cells in rows[1:]}}
 
 
-def test_hosts_check_reports_a_working_loopback_forward(
-    ssh_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    code, rows = _check(ssh_pool, tmp_path, monkeypatch, ssh_pool.add("h1"))
+def test_hosts_check_reports_a_working_loopback_forward(ssh_pool: Any, tmp_path: Path) -> None:
+    code, rows = _check(ssh_pool, tmp_path, ssh_pool.add("h1"))
     assert code == 0, rows
     column = rows["header"].index("gateway forward")
     assert rows["h1"][column] == "ok (loopback)"
@@ -353,9 +328,9 @@ def test_hosts_check_reports_a_working_loopback_forward(
     ],
 )
 def test_hosts_check_reports_a_refused_or_exposed_forward(
-    ssh_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, problem: str
+    ssh_pool: Any, tmp_path: Path, option: str, problem: str
 ) -> None:
-    code, rows = _check(ssh_pool, tmp_path, monkeypatch, ssh_pool.add("h1", extra=[option]))
+    code, rows = _check(ssh_pool, tmp_path, ssh_pool.add("h1", extra=[option]))
     assert code == 4
     column = rows["header"].index("gateway forward")
     assert rows["h1"][column] == "NO"
