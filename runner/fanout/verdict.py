@@ -4,6 +4,7 @@ codes, throttle signals and the collect step into a status."""
 
 from __future__ import annotations
 
+import asyncio
 import tarfile
 import time
 from collections.abc import Awaitable, Callable
@@ -79,7 +80,7 @@ class Verdict:
             "retry_after": signal.retry_after if signal else None,
             "throttled_limit": signal.limit if signal else None,
         }
-        reading = self._reading(code, stage) if signal is None else None
+        reading = await self._reading(code, stage) if signal is None else None
         if reading is not None and reading.kind is not Kind.SUCCESS:
             return self._agent_result(reading, code, stage)
         more: dict[str, object] = {}
@@ -110,12 +111,17 @@ class Verdict:
             Status.SUCCEEDED, "ok", exit_code=0, collected=collected, **throttled, **more
         )
 
-    def _reading(self, code: int, stage: str) -> Reading | None:
+    async def _reading(self, code: int, stage: str) -> Reading | None:
         """What the agent's output says (None: the task names no agent, or a later step
         than the agent's own failed, which is that step's failure)."""
         agent = self.attempt.agent
         if agent is None or (stage != "worker" and code != 0):
             return None
+        # In a thread: the log may be up to logLimit (10 MiB by default), and the
+        # coordinator's loop meanwhile paces every other unit and the gateway's requests.
+        return await asyncio.to_thread(self._read_log, agent, code)
+
+    def _read_log(self, agent: str, code: int) -> Reading:
         try:
             with self.attempt.log_path.open("rb") as log:
                 output = log.read(self.attempt.log_limit).decode(errors="replace")
