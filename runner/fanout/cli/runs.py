@@ -60,9 +60,11 @@ def run(
     Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
     2 for an invalid job, 3 if nothing was selected, 4 if the inputs, the workers'
     commands or the hosts cannot run, 5 for a state problem (a full disk under the state
-    directory), 6 if another run of the job holds its lock, 70 for an internal error,
-    130 if interrupted.  Ctrl-C drains: running units are stopped and their sandboxes
-    removed.  A closed console (| head) stops the run: nothing new starts, running
+    directory), 6 if another run of the job holds its lock, 7 if money stopped it (an
+    [[apis]] budget spent, an API's or agent's spend cap), 8 if an agent's usage window
+    resets later than a pause may last, 70 for an internal error, 130 if interrupted.
+    Ctrl-C drains: running units are stopped and their sandboxes removed.  A closed
+    console (| head) stops the run: nothing new starts, running
     attempts finish.  A run stopped by any of these stays resumable.
 
     If the job's last run did not finish (Ctrl-C, a crash, every host down), this
