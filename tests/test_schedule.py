@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fanout import spec
-from fanout.errors import JobLocked
+from fanout.errors import JobLocked, Parked
 from fanout.lock import JobLock
 from fanout.schedule import Fire, FireLog, Scheduler, trigger_key
 
@@ -203,6 +203,114 @@ async def test_a_restart_neither_fires_twice_nor_forgets(tmp_path: Path) -> None
         until=datetime(2027, 3, 1, 10, 45, tzinfo=UTC)
     )
     assert third.started == [("10:30", "10:38"), ("10:40", "10:40")]
+
+
+class Parking:
+    """A stand-in for runs of a job whose agent's usage window closes: the first run
+    parks (its window reopens at ``reset``, or at no time said), the others succeed."""
+
+    def __init__(self, clock: LoopClock, reset: datetime | None) -> None:
+        self.clock = clock
+        self.reset = reset
+        self.fires: list[tuple[str, str, bool]] = []  # (fire, actual start, a continuation)
+
+    async def __call__(self, fire: Fire) -> str:
+        self.fires.append((f"{fire.at:%H:%M:%S}", f"{self.clock.now():%H:%M:%S}", fire.resume))
+        if len(self.fires) == 1:
+            resume_at = None if self.reset is None else self.reset.timestamp()
+            raise Parked("claude: usage-window: resets later", resume_at=resume_at)
+        return "ok"
+
+
+class Highest:
+    """Randomness that always draws the top of the range (the longest jitter)."""
+
+    def uniform(self, low: float, high: float) -> float:
+        return high
+
+
+async def test_a_parked_run_continues_after_the_reset_and_skips_the_fires_before(
+    tmp_path: Path,
+) -> None:
+    job = _job(tmp_path, 'schedule = "*/10 * * * *"')
+    clock = LoopClock(ORIGIN)
+    # The 10:00 run parks; the window reopens at 10:31:40, 31:40 after the park.
+    parking = Parking(clock, datetime(2027, 3, 1, 10, 31, 40, tzinfo=UTC))
+    logs: list[str] = []
+    scheduler = Scheduler(
+        [job],
+        start_run=parking,
+        clock=clock,
+        log=logs.append,
+        rng=Highest(),  # type: ignore[arg-type]
+    )
+    await scheduler.run(until=datetime(2027, 3, 1, 10, 45, tzinfo=UTC))
+    # The reset, 5 s of margin and a tenth of the 1,900 s wait (at most 60 s): 10:32:45.
+    # The 10:10, 10:20 and 10:30 fires are skipped; 10:40 fires as usual.
+    assert parking.fires == [
+        ("10:00:00", "10:00:00", False),
+        ("10:32:45", "10:32:45", True),
+        ("10:40:00", "10:40:00", False),
+    ]
+    assert (
+        "nightly: run parked until 2027-03-01T10:31:40+00:00; continuing it at "
+        "2027-03-01T10:32:45+00:00, skipping the fires before" in logs
+    )
+    skipped = [line for line in logs if "skipped: the run is parked until" in line]
+    assert [line.split(" fired for ")[1][:16] for line in skipped] == [
+        "2027-03-01T10:10",
+        "2027-03-01T10:20",
+        "2027-03-01T10:30",
+    ]
+    # Continued, it is forgotten: a restart would not continue it again.
+    saved = json.loads((job.runtime.state_dir / "schedule" / "nightly.json").read_text())
+    assert "parked" not in saved
+
+
+async def test_a_parked_run_continues_long_before_the_next_fire(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "0 * * * *"')
+    clock = LoopClock(ORIGIN)
+    parking = Parking(clock, datetime(2027, 3, 1, 10, 20, tzinfo=UTC))
+    await Scheduler([job], start_run=parking, clock=clock, rng=Highest()).run(  # type: ignore[arg-type]
+        until=datetime(2027, 3, 1, 11, 30, tzinfo=UTC)
+    )
+    # 10:20, 5 s of margin, 60 s of jitter (a tenth of 20 minutes, at most a minute);
+    # the scheduler was asleep until 11:00 when the run parked.
+    assert parking.fires == [
+        ("10:00:00", "10:00:00", False),
+        ("10:21:05", "10:21:05", True),
+        ("11:00:00", "11:00:00", False),
+    ]
+
+
+async def test_a_restarted_scheduler_continues_a_parked_run_at_its_time(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "0 * * * *"')
+    clock = LoopClock(ORIGIN)
+    parking = Parking(clock, datetime(2027, 3, 1, 10, 20, tzinfo=UTC))
+    logs: list[str] = []
+    first = Scheduler([job], start_run=parking, clock=clock, log=logs.append, rng=Highest())  # type: ignore[arg-type]
+    await first.run(until=datetime(2027, 3, 1, 10, 5, tzinfo=UTC))
+    assert parking.fires == [("10:00:00", "10:00:00", False)]
+    saved = json.loads((job.runtime.state_dir / "schedule" / "nightly.json").read_text())
+    assert saved["parked"] == {"at": "2027-03-01T10:21:05+00:00", "trigger": 0}
+    # Down from 10:05 to 10:30, past the continuation's time: continued at start.
+    await asyncio.sleep((datetime(2027, 3, 1, 10, 30, tzinfo=UTC) - clock.now()).total_seconds())
+    second = Scheduler([job], start_run=parking, clock=clock, log=logs.append)
+    await second.run(until=datetime(2027, 3, 1, 10, 40, tzinfo=UTC))
+    assert parking.fires[1:] == [("10:21:05", "10:30:00", True)]
+    assert "nightly: a parked run continues at 2027-03-01T10:30:00+00:00" in logs
+
+
+async def test_a_park_with_no_reset_time_waits_for_the_next_fire(tmp_path: Path) -> None:
+    job = _job(tmp_path, 'schedule = "*/10 * * * *"')
+    clock = LoopClock(ORIGIN)
+    parking = Parking(clock, None)
+    logs: list[str] = []
+    await Scheduler([job], start_run=parking, clock=clock, log=logs.append).run(
+        until=datetime(2027, 3, 1, 10, 15, tzinfo=UTC)
+    )
+    assert parking.fires == [("10:00:00", "10:00:00", False), ("10:10:00", "10:10:00", False)]
+    assert "nightly: run parked, with no reset time said; the next fire continues it" in logs
 
 
 async def test_trigger_vars_reach_the_run(tmp_path: Path) -> None:

@@ -246,7 +246,9 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             ctx.stop(storage_error(spec.runtime.state_dir, result.storage_error))
         if result.halt:  # the agent's account: out of money, or parked until a reset
             ctx.stop(
-                SpendStopped(result.halt) if result.kind == Kind.SPEND_CAP else Parked(result.halt)
+                SpendStopped(result.halt)
+                if result.kind == Kind.SPEND_CAP
+                else Parked(result.halt, resume_at=result.resume_at)
             )
         if ctx.journal.storage_error is not None:  # the journal used its reserve
             ctx.stop(ctx.journal.storage_error)

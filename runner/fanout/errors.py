@@ -141,9 +141,14 @@ class SpendStopped(FanoutError):
 class Parked(FanoutError):
     """An agent's usage window or daily quota resets later than a pause may last
     (``retry.throttle.max``): the run stops, resumable, and says when it can go on.
-    No unit is charged for it."""
+    No unit is charged for it.  ``resume_at`` (epoch seconds, None if the agent did not
+    say) is when the window resets: ``fanout schedule`` continues the run then."""
 
     exit_code = 8
+
+    def __init__(self, message: str, *, resume_at: float | None = None) -> None:
+        super().__init__(message)
+        self.resume_at = resume_at
 
 
 class Interrupted(FanoutError):

@@ -273,19 +273,24 @@ class _RunSeen:
         )
 
 
+def _resume(fire: Fire) -> bool | None:
+    """A parked run's continuation resumes it (never a new run); a run this trigger
+    started and a crash cut short is continued, not redone; but "replace" means start
+    over (the run it replaced is the one left unfinished)."""
+    if fire.resume:
+        return True
+    return False if fire.trigger.overlap == "replace" else None
+
+
 async def run_fire(fire: Fire, environ: Mapping[str, str], sinks: list[Sink]) -> Summary:
     """The run a scheduled fire starts: the trigger's context and overlap policy."""
     return await run_async(
         fire.job,
         environ,
         sinks,
-        # A run this trigger started and a crash cut short is continued, not redone; but
-        # "replace" means start over (the run it replaced is the one left unfinished).
-        lambda runner: runner.execute(
-            Options(
-                trigger=fire.context, resume=False if fire.trigger.overlap == "replace" else None
-            )
-        ),
-        overlap=fire.trigger.overlap,
+        lambda runner: runner.execute(Options(trigger=fire.context, resume=_resume(fire))),
+        # A continuation never interrupts a run that holds the lock (whoever started it,
+        # it is the parked run going again, or a newer one).
+        overlap="skip" if fire.resume else fire.trigger.overlap,
         by=f"fanout schedule ({fire.trigger.name})",
     )

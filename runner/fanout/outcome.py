@@ -118,6 +118,9 @@ class AttemptResult:
     # or a usage window or quota that resets later than a pause may last.
     kind: str = ""
     halt: str = ""
+    # When a halt for a usage window or quota can end (epoch seconds; None: unknown),
+    # which ``fanout schedule`` continues the run at.
+    resume_at: float | None = None
 
     def last_context(self, rung: str, attempt: int) -> dict[str, Any]:
         """The ``last`` variable a later attempt's templates see."""

@@ -149,7 +149,9 @@ class Verdict:
                 return self.result(Status.THROTTLED, said, retry_after=wait, **common)
             when = _when(reading.reset_at)
             halt = f"{said}; `fanout run` continues the run{when}"
-            return self.result(Status.INTERRUPTED, said, halt=halt, **common)
+            return self.result(
+                Status.INTERRUPTED, said, halt=halt, resume_at=reading.reset_at, **common
+            )
         if kind is Kind.SPEND_CAP:
             halt = f"{said}; once the account has money again, `fanout run` continues the run"
             return self.result(Status.INTERRUPTED, said, halt=halt, **common)

@@ -64,7 +64,8 @@ def schedule(
     A foreground process that logs to stdout.  SIGTERM or Ctrl-C stop firing and
     interrupt the runs in progress, which stay resumable.  The last fire of each trigger
     is kept in the state directory, so a restart neither fires twice nor forgets a
-    missed fire (each trigger's catchUp decides).
+    missed fire (each trigger's catchUp decides).  A run that parks on an agent's usage
+    window is continued just after the reset time the agent named, not at the next fire.
     """
     import asyncio
     import signal
