@@ -198,19 +198,29 @@ class _LocalSandbox:
         """The step as a child of fanout (whose death kills it: ``sandbox.guarded``);
         the coordinator's deadline is here, so ``backstop`` is not needed."""
         kind = self.place.kind
-        argv = (
-            command.argv
-            if kind == "podman"
-            else tuple(sandbox.guarded(command.argv, command.program))
-        )
+        inner = command.argv
+        status = _status_pipe(inner) if kind == "bwrap" else None
+        if status is not None:  # bwrap names its namespace's init (steps.SandboxInit)
+            inner = (inner[0], "--json-status-fd", str(status[1]), *inner[1:])
+        argv = inner if kind == "podman" else tuple(sandbox.guarded(inner, command.program))
         starting = asyncio.ensure_future(
-            steps.spawn(argv, cwd=command.cwd, env=command.env, preexec=sandbox.preexec(kind))
+            steps.spawn(
+                argv,
+                cwd=command.cwd,
+                env=command.env,
+                preexec=sandbox.preexec(kind),
+                pass_fds=() if status is None else (status[1],),
+            )
         )
         step = steps.Step(self._base, self._containment)
+        if status is not None:
+            step.init = steps.SandboxInit(status[0])
         try:
             # A cancellation while the process is being set up must still find it to kill.
             step.process, step.exits, step.transport = await asyncio.shield(starting)
         except OSError as exc:
+            if step.init is not None:
+                await step.init.gone(0)
             capture.feed(f"fanout: cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 127
         except asyncio.CancelledError:
@@ -218,6 +228,9 @@ class _LocalSandbox:
                 step.process, step.exits, step.transport = await starting
                 await step.stop(None)
             raise
+        finally:
+            if status is not None:
+                os.close(status[1])  # bwrap's now; its end closes with it
         step.pipe = steps.output_pipe(step.process.pid)
         steps.feed(step.process, command.stdin)
         reader = asyncio.create_task(steps.read(step.process, capture))
@@ -229,6 +242,13 @@ class _LocalSandbox:
             return step.process.returncode
         finally:
             await step.stop(reader)
+
+
+def _status_pipe(argv: Sequence[str]) -> tuple[int, int] | None:
+    """A pipe for bwrap's status (read end, write end), or None if ``argv`` is not bwrap."""
+    if not argv or argv[0] != "bwrap":
+        return None
+    return os.pipe()
 
 
 def _copy_in(files: Sequence[StagedFile], work: Path) -> None:

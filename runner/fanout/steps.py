@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +43,7 @@ async def spawn(
     cwd: str,
     env: Mapping[str, str],
     preexec: Callable[[], None] | None,
+    pass_fds: Sequence[int] = (),
 ) -> tuple[asyncio.subprocess.Process, Exits, asyncio.SubprocessTransport]:
     """``asyncio.create_subprocess_exec`` with a protocol that reports the exit."""
     loop = asyncio.get_running_loop()
@@ -55,8 +57,76 @@ async def spawn(
         env=dict(env),
         start_new_session=True,
         preexec_fn=preexec,
+        pass_fds=tuple(pass_fds),
     )
     return asyncio.subprocess.Process(transport, protocol, loop), protocol, transport
+
+
+class SandboxInit:
+    """The first process of a bwrap sandbox's PID namespace, as bwrap's
+    ``--json-status-fd`` names it (``child-pid``), held by a pidfd.
+
+    bwrap returns as soon as the step's own process exits, before its init (which then
+    dies with it, taking the namespace down): a daemon the step left runs on for that
+    moment, after fanout has seen the step end.  ``gone`` waits for the init's exit,
+    which comes after the kernel has killed everything else in the namespace."""
+
+    def __init__(self, status: int) -> None:
+        self._status = status  # the read end of bwrap's status pipe, non-blocking
+        self._buffer = b""
+        self._pidfd: int | None = None
+        os.set_blocking(status, False)
+        asyncio.get_running_loop().add_reader(status, self._read)
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._status, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        self._buffer += chunk
+        while self._pidfd is None and b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                pid = json.loads(line).get("child-pid")
+                if isinstance(pid, int):
+                    with contextlib.suppress(OSError):  # gone already
+                        self._pidfd = os.pidfd_open(pid)
+        if not chunk:
+            self._close_status()
+        elif self._pidfd is not None:
+            # Open until the step has ended: bwrap writes its exit code here last, and a
+            # closed pipe would kill it with SIGPIPE instead.
+            asyncio.get_running_loop().remove_reader(self._status)
+
+    def _close_status(self) -> None:
+        if self._status >= 0:
+            asyncio.get_running_loop().remove_reader(self._status)
+            os.close(self._status)
+            self._status = -1
+
+    async def gone(self, within: float) -> None:
+        """Wait (at most ``within`` seconds) until the init has exited, then release it."""
+        self._close_status()
+        pidfd, self._pidfd = self._pidfd, None
+        if pidfd is None:
+            return
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            await asyncio.wait_for(exited, within)
+        except TimeoutError:
+            pass  # the search for escapees after the drain has the last word
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
 
 
 class Step:
@@ -66,6 +136,7 @@ class Step:
     exits: Exits
     transport: asyncio.SubprocessTransport
     pipe: str | None = None
+    init: SandboxInit | None = None  # a bwrap step's namespace init
 
     def __init__(self, directory: Path, containment: sandbox.Containment) -> None:
         self.directory = directory
@@ -91,6 +162,8 @@ class Step:
         try:
             if not self.namespaced:
                 await asyncio.to_thread(search)
+            elif self.init is not None:
+                await self.init.gone(_DRAIN_AFTER_KILL)
             if not waiting:
                 return
             _, pending = await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
