@@ -17,6 +17,7 @@ from fanout.collecting import Collect, PathRefused
 from fanout.local import LocalTransport
 from fanout.outcome import Status
 from fanout.sandbox import Kind
+from fanout.steps import SandboxInit
 from fanout.transport import StagedFile
 
 from helpers import make_attempt, wrapped
@@ -323,3 +324,40 @@ async def test_a_large_prompt_reaches_a_slow_reader_and_a_non_reader_is_fine(
     assert (slow.status, slow.output_tail.strip()) == (Status.SUCCEEDED, str(len(prompt)))
     assert deaf.status is Status.SUCCEEDED
     _assert_torn_down(tmp_path)
+
+
+async def test_a_stopped_bwrap_step_waits_for_its_namespace_init() -> None:
+    # bwrap exits as soon as the step's own process does, before the namespace's init
+    # has taken the rest of the namespace down; the step counts as stopped only once the
+    # init (named on bwrap's status pipe) is gone.  A process stands in for the init.
+    init = await asyncio.create_subprocess_exec("sleep", "60")
+    read, write = os.pipe()
+    os.write(write, b'{ "child-pid": %d }\n' % init.pid)
+    watch = SandboxInit(read)
+    await asyncio.sleep(0.05)  # the status is read as it comes
+    killed: list[bool] = []
+
+    def kill() -> None:
+        killed.append(True)
+        init.kill()
+
+    asyncio.get_running_loop().call_later(0.2, kill)
+    try:
+        await watch.gone(30)
+        assert killed == [True]
+        assert await init.wait() == -9
+    finally:
+        if init.returncode is None:
+            init.kill()
+            await init.wait()
+        os.close(write)
+
+
+async def test_a_bwrap_status_without_a_pid_waits_for_nothing() -> None:
+    read, write = os.pipe()
+    watch = SandboxInit(read)
+    os.close(write)  # the guard refused the step: bwrap never ran
+    await asyncio.sleep(0.05)
+    await watch.gone(30)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(read)  # released
