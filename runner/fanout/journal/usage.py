@@ -80,6 +80,20 @@ class Usage(Store):
                     found.setdefault((number, row["unit"]), []).append(_usage(row))
         return found
 
+    def unit_spent(self, run_id: str, unit_id: str, rounds: int) -> float:
+        """USD one unit spent in the run's rounds 1 to ``rounds``: every attempt and API,
+        a resumed run's included (what ``task.budget`` is held to).  The rounds are
+        listed so each is a lookup in the primary key, not a scan of the run's rows:
+        this is asked before every attempt of a budgeted unit."""
+        numbers = list(range(1, rounds + 1))
+        marks = ", ".join("?" * len(numbers))  # placeholders only, never values
+        sql = (
+            "SELECT COALESCE(SUM(cost_usd), 0.0) FROM usage"  # noqa: S608
+            f" WHERE run = ? AND round IN ({marks}) AND unit = ?"
+        )
+        row = self.db.execute(sql, (run_id, *numbers, unit_id)).fetchone()
+        return float(row[0])
+
     def has_usage(self, run_id: str) -> bool:
         return (
             self.db.execute("SELECT 1 FROM usage WHERE run = ? LIMIT 1", (run_id,)).fetchone()
