@@ -11,11 +11,21 @@ The job language: the check that a budget can be counted at all, and ``fanout pl
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fanout import spec
+from fanout.attempt import Attempt
+from fanout.errors import HostsUnavailable
+from fanout.events import Events
+from fanout.journal import Journal
+from fanout.outcome import ApiUsage, AttemptResult
+from fanout.run import Options, Runner
+
+from fakes import FakeTransport
 from helpers import cli, write_job
 from mockapi import MockApi, Usage
 
@@ -318,3 +328,64 @@ def test_a_unit_budget_is_a_positive_number_of_dollars(tmp_path: Path) -> None:
     text = JOB.format(task='command = ["true"]').replace("usd = 2", "usd = 0")
     priced = text + ANTHROPIC + 'prices = { "*" = { input = 1, output = 1 } }\n'
     assert _problems(tmp_path, priced) == ["7:18: task.budget.usd: must be more than 0, not 0"]
+
+
+def _logic_job(directory: Path) -> spec.Spec:
+    return spec.load(
+        write_job(
+            directory,
+            """
+            version = 1
+            name = "unit-budget-logic"
+            [inputs]
+            items = ["u0", "u1"]
+            [task]
+            agent = "claude"
+            command = ["agent"]
+            budget = { usd = 0.05 }
+            [runtime]
+            network = true
+            """,
+        )
+    )
+
+
+def _logic_runner(job: spec.Spec, transport: FakeTransport) -> Runner:
+    return Runner(
+        spec=job,
+        transport=transport,
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={},
+        events=Events(lambda e: None),
+        rng=random.Random(7),
+    )
+
+
+@pytest.mark.looptime
+async def test_a_unit_resumed_with_its_budget_spent_is_failed_without_an_attempt(
+    tmp_path: Path,
+) -> None:
+    def down(attempt: Attempt) -> AttemptResult:
+        raise HostsUnavailable("every host is down")
+
+    job = _logic_job(tmp_path)
+    first = _logic_runner(job, FakeTransport(script=down))
+    with pytest.raises(HostsUnavailable):
+        await first.execute(Options())
+    (run,) = first.journal.runs()
+    # What u0's attempts spent before the stop (an interrupted attempt's usage is
+    # journaled however it ends), over two APIs; another run's spending counts for none.
+    first.journal.record_usage(run.id, 1, "u0", 1, [ApiUsage(api="anthropic", cost_usd=0.045)])
+    first.journal.record_usage(run.id, 1, "u0", 2, [ApiUsage(api="claude", cost_usd=0.01)])
+    first.journal.record_usage(run.id, 1, "u1", 1, [ApiUsage(api="anthropic", cost_usd=0.04)])
+    first.journal.record_usage("other-run", 1, "u1", 1, [ApiUsage(api="claude", cost_usd=1.0)])
+    assert first.journal.unit_spent(run.id, "u0", 1) == pytest.approx(0.055)
+    assert first.journal.unit_spent(run.id, "u1", 1) == pytest.approx(0.04)
+    assert first.journal.unit_spent(run.id, "u1", 2) == pytest.approx(0.04)
+    again = FakeTransport()
+    resumed = _logic_runner(job, again)
+    summary = await resumed.execute(Options(resume=True))
+    assert summary.counts == {"failed": 1, "succeeded": 1}
+    assert [a.unit_id for a in again.attempts] == ["u1"]
+    rows = {row.unit.id: row for row in resumed.journal.units(run.id)}
+    assert rows["u0"].reason == "unit budget $0.0500 spent ($0.0550 used)"
