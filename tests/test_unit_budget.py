@@ -133,6 +133,7 @@ def test_a_unit_stops_at_its_budget_and_the_others_go_on(
         "after-2": ("succeeded", 1),
     }
     assert units["big-10"]["reason"] == "unit budget $0.0500 spent ($0.0510 used)"
+    assert [r["budget"] for r in units.values()] == [{"usd": 0.05}] * 3
     (usage,) = units["big-10"]["usage"]
     assert (usage["requests"], usage["costUsd"]) == (3, 0.051)
     # What the worker was told: the run budget's 400, naming the unit's budget.
@@ -177,6 +178,13 @@ def test_a_resumed_run_does_not_run_a_unit_whose_budget_is_spent(
     # small-2's interrupted attempt spent $0.017 before the stop, its second $0.034.
     (usage,) = units["small-2"]["usage"]
     assert (usage["requests"], usage["costUsd"]) == (3, 0.051)
+    # A stretch without the budget: the report says the units were held to none.
+    job.write_text(job.read_text().replace("budget = { usd = 0.05 }", ""))
+    assert cli("run", "--fresh", str(job)).code == 0
+    runs = sorted((tmp_path / ".fanout" / "runs").glob("*/report.json"))
+    assert len(runs) == 2
+    latest = max(runs, key=lambda p: json.loads(p.read_text())["started"])
+    assert all("budget" not in u for u in json.loads(latest.read_text())["units"])
 
 
 # A worker that prints the result of a real claude run (captured from the CLI against the

@@ -66,6 +66,8 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
     """Run every unit ``units`` yields to its outcome.  Returns ``ctx`` with counts;
     raises the FanoutError that stopped the round once every unit has stopped."""
     pool = Slots(ctx.concurrency)
+    # For the report: the budget each unit of this stretch was held to.
+    ctx.journal.record_unit_budget(ctx.run_id, ctx.spec.task.budget_usd)
     try:
         async with asyncio.TaskGroup() as group:
             try:
