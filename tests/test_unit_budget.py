@@ -121,19 +121,20 @@ def test_a_unit_stops_at_its_budget_and_the_others_go_on(
     mock_api: MockApi, tmp_path: Path, keyed: None
 ) -> None:
     # big-10 would make 10 requests: the third brings it to $0.051 >= $0.05, so the
-    # gateway refuses the fourth, unsent.  small-2 spends $0.034 and succeeds, after it.
-    job = _gateway_job(tmp_path, ["big-10", "small-2", "after-2"], mock_api.url)
+    # gateway refuses the fourth, unsent.  small-2 spends $0.034 and succeeds, after it;
+    # edge-3 reaches the budget with its last request and, done, is still a success.
+    job = _gateway_job(tmp_path, ["big-10", "small-2", "edge-3", "after-2"], mock_api.url)
     ran = cli("run", str(job))
     assert ran.code == 1, ran.out + ran.err
-    assert len(mock_api.posts()) == 3 + 2 + 2
+    assert len(mock_api.posts()) == 3 + 2 + 3 + 2
     units = _units(tmp_path)
-    assert {u: (r["state"], r["attempts"]) for u, r in units.items()} == {
-        "big-10": ("failed", 1),
-        "small-2": ("succeeded", 1),
-        "after-2": ("succeeded", 1),
+    assert {u: (r["state"], r["attempts"], r["reason"]) for u, r in units.items()} == {
+        "big-10": ("failed", 1, "unit budget $0.0500 spent ($0.0510 used)"),
+        "small-2": ("succeeded", 1, "ok"),
+        "edge-3": ("succeeded", 1, "ok"),
+        "after-2": ("succeeded", 1, "ok"),
     }
-    assert units["big-10"]["reason"] == "unit budget $0.0500 spent ($0.0510 used)"
-    assert [r["budget"] for r in units.values()] == [{"usd": 0.05}] * 3
+    assert [r["budget"] for r in units.values()] == [{"usd": 0.05}] * 4
     (usage,) = units["big-10"]["usage"]
     assert (usage["requests"], usage["costUsd"]) == (3, 0.051)
     # What the worker was told: the run budget's 400, naming the unit's budget.
@@ -155,10 +156,11 @@ def test_a_unit_stops_at_its_budget_and_the_others_go_on(
 def test_a_resumed_run_does_not_run_a_unit_whose_budget_is_spent(
     mock_api: MockApi, tmp_path: Path, keyed: None
 ) -> None:
-    # The run's own budget ($0.06) stops the run in small-2's first request ($0.068),
-    # after big-10 failed on its unit budget; given more, the run resumes without it.
+    # The run's own budget ($0.06) stops the run in mid-3's first request ($0.068),
+    # after big-10 failed on its unit budget; given more, the run resumes without it,
+    # and mid-3's second attempt has what its first left: two requests' worth.
     job = _gateway_job(
-        tmp_path, ["big-10", "small-2", "after-2"], mock_api.url, "budget = { usd = 0.06 }"
+        tmp_path, ["big-10", "mid-3", "after-2"], mock_api.url, "budget = { usd = 0.06 }"
     )
     ran = cli("run", str(job))
     assert ran.code == 7, ran.out + ran.err
@@ -169,14 +171,14 @@ def test_a_resumed_run_does_not_run_a_unit_whose_budget_is_spent(
     assert ran.code == 1, ran.out + ran.err
     assert len(mock_api.posts()) == 3 + 1 + 2 + 2
     units = _units(tmp_path)
-    assert {u: (r["state"], r["attempts"]) for u, r in units.items()} == {
-        "big-10": ("failed", 1),
-        "small-2": ("succeeded", 2),
-        "after-2": ("succeeded", 1),
+    spent = "unit budget $0.0500 spent ($0.0510 used)"
+    assert {u: (r["state"], r["attempts"], r["reason"]) for u, r in units.items()} == {
+        "big-10": ("failed", 1, spent),
+        "mid-3": ("failed", 2, spent),
+        "after-2": ("succeeded", 1, "ok"),
     }
-    assert units["big-10"]["reason"] == "unit budget $0.0500 spent ($0.0510 used)"
-    # small-2's interrupted attempt spent $0.017 before the stop, its second $0.034.
-    (usage,) = units["small-2"]["usage"]
+    # mid-3's interrupted attempt spent $0.017 before the stop, its second $0.034.
+    (usage,) = units["mid-3"]["usage"]
     assert (usage["requests"], usage["costUsd"]) == (3, 0.051)
     # A stretch without the budget: the report says the units were held to none.
     job.write_text(job.read_text().replace("budget = { usd = 0.05 }", ""))
