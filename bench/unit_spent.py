@@ -8,6 +8,7 @@ Prints a markdown table: microseconds per query, median of the units asked.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import tempfile
@@ -39,7 +40,7 @@ def main() -> None:
         print(f"| query ({units:,} units' usage rows) | us per query (median) |")
         print("| --- | --- |")
         for rounds in (1, 3):
-            us = _median_us(lambda unit, n=rounds: journal.unit_spent("r", unit, n), ids)
+            us = _median_us(functools.partial(journal.unit_spent, "r", rounds=rounds), ids)
             print(f"| unit_spent, rounds 1..{rounds} | {us:,.1f} |")
 
         def scan(unit: str) -> None:
