@@ -94,7 +94,10 @@ AGREEMENT = [
 
 # A key whose field is named for its one value: ``budget = { usd = 20 }`` is
 # ``Api.budget_usd`` (a budget in another currency would be another key).
-FIELD_OF_KEY: dict[tuple[type, str], str] = {(spec.Api, "budget"): "budget_usd"}
+FIELD_OF_KEY: dict[tuple[type, str], str] = {
+    (spec.Api, "budget"): "budget_usd",
+    (spec.Task, "budget"): "budget_usd",
+}
 
 
 def _field_name(cls: type, key: str) -> str:

@@ -33,7 +33,7 @@ from .attempt import ApiAccess, Attempt
 from .collecting import Collect, PathRefused
 from .errors import FanoutError, Parked, SpendStopped, storage_error, storage_problem
 from .ladder import Progress
-from .outcome import ApiUsage, AttemptResult, Outcome, Status, UnitState
+from .outcome import ApiUsage, AttemptResult, Outcome, Status, UnitState, unit_budget_spent
 from .round import Round
 from .slots import Lane, Slots
 from .templates import RenderError
@@ -66,6 +66,8 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
     """Run every unit ``units`` yields to its outcome.  Returns ``ctx`` with counts;
     raises the FanoutError that stopped the round once every unit has stopped."""
     pool = Slots(ctx.concurrency)
+    # For the report: the budget each unit of this stretch was held to.
+    ctx.journal.record_unit_budget(ctx.run_id, ctx.spec.task.budget_usd)
     try:
         async with asyncio.TaskGroup() as group:
             try:
@@ -172,6 +174,9 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
     lane = Lane.FRESH
     while True:
         failed = _exhausted(ctx, unit, progress)
+        if failed is None and (spent := _budget_spent(ctx, unit)) is not None:
+            # Resumed (or selected again in a later round) with its budget gone.
+            failed = _outcome(ctx, unit, progress, UnitState.FAILED, spent)
         if failed is not None:  # resumed with nothing left (killed before it settled)
             if ctx.journal.unit_settled(ctx.run_id, failed):
                 _settled(ctx, failed)
@@ -220,15 +225,24 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 agent_api=presets.api_of(spec.task.agent, ((a.name, a.style) for a in spec.apis)),
             )
             result = await _attempt(ctx, attempt, slot, lane)
+        # The unit's budget spent (its usage is journaled by now): whatever else the
+        # attempt came to, the unit fails at once, with no further attempt or rung,
+        # since each would only spend more.  A success stays one: its work is done and
+        # verified, and failing it would throw away what the money bought.
+        spent = _budget_spent(ctx, unit) if result.status is not Status.SUCCEEDED else None
+        if spent is not None:
+            result = replace(result, status=Status.FAILED, reason=spent)
         progress = ladder.advance(progress, rungs, result, loop.time())
         lane = Lane.BACK if result.status is Status.THROTTLED else Lane.FRESH
         # An attempt that decides the unit's fate settles the unit in the same
         # transaction: a crash cannot leave a succeeded attempt beside an unsettled unit.
-        final = (
-            _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung.name)
-            if result.status is Status.SUCCEEDED
-            else _exhausted(ctx, unit, progress)
-        )
+        final: Outcome | None
+        if result.status is Status.SUCCEEDED:
+            final = _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung.name)
+        elif spent is not None:
+            final = _outcome(ctx, unit, progress, UnitState.FAILED, spent, result, rung.name)
+        else:
+            final = _exhausted(ctx, unit, progress)
         accepted = ctx.journal.attempt_settled(
             ctx.run_id,
             ctx.number,
@@ -315,7 +329,19 @@ async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
     gateway = ctx.gateway
     assert gateway is not None
     ends = asyncio.get_running_loop().time() + attempt.deadline
-    token = gateway.grant(unit=attempt.unit_id, attempt=attempt.number, deadline=ends)
+    # The unit's budget goes with its token, less what its earlier attempts spent
+    # (any API, resumed runs included): the gateway refuses its requests once the rest
+    # is gone, and the dispatcher then fails the unit (see ``_climb``).
+    budget = ctx.spec.task.budget_usd
+    token = gateway.grant(
+        unit=attempt.unit_id,
+        attempt=attempt.number,
+        deadline=ends,
+        budget_usd=budget,
+        spent_usd=0.0
+        if budget is None
+        else ctx.journal.unit_spent(ctx.run_id, attempt.unit_id, ctx.number),
+    )
     access = tuple(
         ApiAccess(api.name, api.base_url_env, api.token_env, token) for api in ctx.spec.apis
     )
@@ -334,6 +360,16 @@ async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
         reason = f"stopped for money: {gateway.stopped}"
         return replace(result, status=Status.INTERRUPTED, reason=reason, usage=usage)
     return replace(result, usage=usage)
+
+
+def _budget_spent(ctx: Round, unit: Unit) -> str | None:
+    """Why the unit may spend no more (``task.budget``, counted from the journal's
+    usage of the unit in this run: the gateway's count, else what its agent reported),
+    None while it may, or without a budget."""
+    budget = ctx.spec.task.budget_usd
+    if budget is None:
+        return None
+    return unit_budget_spent(budget, ctx.journal.unit_spent(ctx.run_id, unit.id, ctx.number))
 
 
 async def _in_worker(ctx: Round, running: Awaitable[AttemptResult]) -> AttemptResult:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from .errors import FanoutError, Interrupted, NothingSelected
+from .quantities import usd_text
 
 
 class Status(StrEnum):
@@ -93,6 +94,15 @@ class ApiUsage:
             "queuedSeconds": round(self.queued_seconds, 3),
             "throttles": self.throttles,
         }
+
+
+def unit_budget_spent(budget_usd: float, spent_usd: float) -> str | None:
+    """Why a unit may spend no more (``task.budget``), None while ``spent_usd`` is under
+    ``budget_usd``.  One wording for the attempt's reason (the dispatcher) and the 400
+    the gateway gives the unit's further requests."""
+    if spent_usd < budget_usd:
+        return None
+    return f"unit budget {usd_text(budget_usd)} spent ({usd_text(spent_usd)} used)"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

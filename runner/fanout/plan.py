@@ -25,7 +25,7 @@ from . import cron, invocation, limits
 from .checks import paths
 from .errors import Problem
 from .invocation import Invocation
-from .quantities import duration_text, format_duration, size_text
+from .quantities import duration_text, format_duration, size_text, usd_text
 from .spec import Api, Inputs, Price, Spec, Window, camel_case
 from .templates import Expression, RenderError, Template
 from .units import Unit, select
@@ -198,6 +198,11 @@ def render_text(plan: Plan) -> str:
         for r in spec.retry.ladder
     )
     lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")
+    if spec.task.budget_usd is not None:
+        lines.append(
+            f"Budget    {usd_text(spec.task.budget_usd)} per unit (task.budget), over all"
+            " its attempts in the run; once spent the unit fails"
+        )
     apply = (
         "collected files applied" if spec.collect.apply else "collected files kept (use --apply)"
     )
@@ -446,6 +451,9 @@ def to_document(value: Any, name: str = "") -> Any:
         for item in fields(value):
             inner = getattr(value, item.name)
             if item.name in skip or inner is None or inner == () or inner == {}:
+                continue
+            if item.name == "budget_usd":  # task.budget: dollars as written, no duration
+                document["budget"] = {"usd": inner}
                 continue
             document[camel_case(item.name)] = to_document(inner, item.name)
         return document

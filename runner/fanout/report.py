@@ -102,6 +102,7 @@ def _records(
     output tail of the units that did not succeed, fetched a page at a time."""
     with_changes = journal.has_changes(run_id)
     with_usage = journal.has_usage(run_id)
+    budget = journal.unit_budget(run_id)
     for page in _pages(records, 500):
         keys = [(r["round"], r["unit"]) for r in page]
         usage = journal.usage_of(run_id, keys) if with_usage else {}
@@ -122,6 +123,8 @@ def _records(
             record["changes"] = by_unit.get(key, [])
             if with_usage:
                 record["usage"] = [u.as_dict() for u in usage.get(key, [])]
+            if budget is not None:  # task.budget: the most the unit could spend
+                record["budget"] = {"usd": budget}
             if record["state"] != UnitState.SUCCEEDED:
                 record["outputTail"] = tail
             yield record

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..apistyles import FACTS, Style
 from ..errors import Problem
+from ..presets import PRESETS
 from ..tomlpos import KeyPath
 from .context import Context, list_of, repeated_names, table_of
 
@@ -24,27 +25,64 @@ _VARIABLES = {"baseUrlEnv": "its URL", "tokenEnv": "a per-attempt token"}
 # ways that never mention the API.
 _WORKER_VARIABLES = frozenset({"PATH", "HOME", "TMPDIR"})
 _WORKER_PREFIX = "FANOUT_"
+# The agents whose result says what the attempt cost (claude's ``total_cost_usd``,
+# aider's session cost; codex and gemini report tokens only, which fanout does not
+# price without a gateway): only their spending counts toward a task.budget when no
+# priced [[apis]] entry counts it.
+_COSTING_AGENTS = frozenset({"claude", "aider"})
 
 
 def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     apis = [(i, api) for i, api in enumerate(list_of(doc, "apis")) if isinstance(api, dict)]
+    unit_budget = _check_unit_budget(doc, apis, ctx)
     if not apis:
-        return _check_apis_network(doc, ctx)
-    problems = _check_network(doc, ctx)
+        return unit_budget + _check_apis_network(doc, ctx)
+    problems = unit_budget + _check_network(doc, ctx)
     problems += repeated_names(doc, "apis", "api", ctx)
     for index, api in apis:
         problems += _check_upstream(api, index, ctx)
         problems += _check_style(api, index, ctx)
         if "budget" in api and "prices" not in api and api.get("style") != Style.PLAIN:
-            problems.append(
-                ctx.at_key(
-                    ("apis", index, "budget"),
-                    "a budget needs prices: without them every request costs $0 and the "
-                    "budget never stops anything",
-                )
-            )
+            problems.append(_budget_needs_prices(("apis", index, "budget"), ctx))
     problems += _check_variables(doc, apis, ctx)
     return problems
+
+
+def _budget_needs_prices(path: KeyPath, ctx: Context, why: str = "") -> Problem:
+    return ctx.at_key(
+        path,
+        "a budget needs prices: without them every request costs $0 and the budget never "
+        f"stops anything{why}",
+    )
+
+
+def _check_unit_budget(
+    doc: Mapping[str, Any], apis: Sequence[tuple[int, Mapping[str, Any]]], ctx: Context
+) -> list[Problem]:
+    """``task.budget`` counts priced gateway usage, else the cost the agent reports:
+    with neither, every unit's spending is $0 and the budget is never reached."""
+    task = table_of(doc, "task")
+    if "budget" not in task:
+        return []
+    if any("prices" in api and api.get("style") != Style.PLAIN for _, api in apis):
+        return []
+    agent = task.get("agent")
+    if agent in _COSTING_AGENTS:
+        # The gateway's count of the agent's requests replaces what the agent says
+        # (dispatch._through_gateway): through an unpriced API it is $0.
+        styles = PRESETS[agent].styles
+        through = next((i for i, api in apis if api.get("style") in styles), None)
+        if through is None:
+            return []
+        why = (
+            f" (no [[apis]] entry has prices, and agent {agent!r} calls apis[{through}]"
+            " through the gateway, whose count replaces the cost the agent reports)"
+        )
+    elif isinstance(agent, str):
+        why = f" (no [[apis]] entry has prices, and agent {agent!r} reports no cost)"
+    else:
+        why = " (no [[apis]] entry has prices, and a task without an agent reports no cost)"
+    return [_budget_needs_prices(("task", "budget"), ctx, why)]
 
 
 def _check_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:

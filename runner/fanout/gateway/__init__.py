@@ -136,10 +136,26 @@ class Gateway:
         budget, which may stop the run at once."""
         self._proxy.accounts.restore(spent)
 
-    def grant(self, *, unit: str, attempt: int, deadline: float) -> str:
+    def grant(
+        self,
+        *,
+        unit: str,
+        attempt: int,
+        deadline: float,
+        budget_usd: float | None = None,
+        spent_usd: float = 0.0,
+    ) -> str:
         """A fresh token for one attempt, valid for every API until ``revoke``;
-        ``deadline`` (loop time) is when the gateway stops retrying 429s for it."""
-        return self._proxy.grants.grant(unit=unit, attempt=attempt, deadline=deadline)
+        ``deadline`` (loop time) is when the gateway stops retrying 429s for it.  With
+        ``budget_usd`` (the unit's ``task.budget``, ``spent_usd`` of it already gone)
+        its requests get a 400 once the unit's spending reaches the budget."""
+        return self._proxy.grants.grant(
+            unit=unit,
+            attempt=attempt,
+            deadline=deadline,
+            budget_usd=budget_usd,
+            spent_usd=spent_usd,
+        )
 
     def revoke(self, token: str) -> tuple[ApiUsage, ...]:
         """From now the token gets 401; what it used, one entry per API it called."""

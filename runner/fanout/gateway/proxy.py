@@ -6,9 +6,9 @@ is checked and swapped for the real key, the request waits its turn in the API's
 limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
 answer streams back chunk by chunk while its usage is read.  What the gateway answers
 itself is shaped as the style's own errors, so agents print the message: 401 for a
-token that is not (or no longer) valid, 400 once the run's budget for the API is spent
-(never a 429 or 529: agents retry those), 404 for an API the job does not have, 502
-when the upstream cannot be reached.
+token that is not (or no longer) valid, 400 once the run's budget for the API or the
+unit's own budget is spent (never a 429 or 529: agents retry those), 404 for an API
+the job does not have, 502 when the upstream cannot be reached.
 
 Counting: ``requests`` counts every request sent upstream, a retried one each time
 (as the upstream's own tally does); ``throttles`` the 429/529 answers absorbed.  An
@@ -142,10 +142,22 @@ class Proxy:
                 " (its attempt has ended, or it was never issued)"
             )
             return _error(style, 401, "auth", message)
-        refused = self.accounts.refused.get(name)
+        refused = self._refusal(name, grant)
         if refused is not None:  # never a 429 or 529: agents would retry those
             return _error(style, 400, "invalid", refused)
         return await self._forward(request, route, grant, rest)
+
+    def _refusal(self, name: str, grant: Grant) -> str | None:
+        """What a request is told instead of being sent: the run's budget for the API
+        is spent, or its unit's (``task.budget``; the same 400, since the unit can do
+        nothing about it but stop, and the dispatcher then fails it)."""
+        refused = self.accounts.refused.get(name)
+        if refused is not None:
+            return refused
+        unit = grant.refused()
+        if unit is not None:
+            return f"fanout gateway: {unit}: this unit's requests are refused (task.budget)"
+        return None
 
     def _holder(self, request: web.Request) -> Grant | None:
         offered = forwarding.tokens_offered(request.headers, request.query_string)
@@ -174,8 +186,8 @@ class Proxy:
                 else guess.output_tokens,
             )
             queued += ticket.queued
-            refused = self.accounts.refused.get(route.api.name)
-            if refused is not None:  # the budget was spent while this one waited
+            refused = self._refusal(route.api.name, grant)
+            if refused is not None:  # a budget was spent while this one waited
                 route.limiter.settle(ticket, input_tokens=0, output_tokens=0)
                 self._account(route, grant, None, sent, queued, throttles)
                 return _error(style, 400, "invalid", refused)

@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..outcome import ApiUsage
+from ..outcome import ApiUsage, unit_budget_spent
 from .usage import Ledger
 
 
@@ -20,12 +20,22 @@ from .usage import Ledger
 class Grant:
     """Whom a token was granted to, until when the gateway retries for it (the loop
     time past which a retry would outlive the attempt: then a 429 passes through), and
-    what its requests used."""
+    what its requests used.  ``budget_usd``: the unit's ``task.budget`` (None: none),
+    of which ``spent_usd`` went on its earlier attempts in the run."""
 
     unit: str
     attempt: int
     deadline: float
     ledger: Ledger = field(compare=False)
+    budget_usd: float | None = None
+    spent_usd: float = 0.0
+
+    def refused(self) -> str | None:
+        """What each further request of this attempt is told once its unit's budget is
+        spent (its own spending included), None while there is some left."""
+        if self.budget_usd is None:
+            return None
+        return unit_budget_spent(self.budget_usd, self.spent_usd + self.ledger.cost_usd())
 
 
 class Grants:
@@ -33,10 +43,23 @@ class Grants:
         self._apis = tuple(apis)
         self._live: dict[str, Grant] = {}
 
-    def grant(self, *, unit: str, attempt: int, deadline: float) -> str:
+    def grant(
+        self,
+        *,
+        unit: str,
+        attempt: int,
+        deadline: float,
+        budget_usd: float | None = None,
+        spent_usd: float = 0.0,
+    ) -> str:
         token = secrets.token_urlsafe(32)
         self._live[token] = Grant(
-            unit=unit, attempt=attempt, deadline=deadline, ledger=Ledger(self._apis)
+            unit=unit,
+            attempt=attempt,
+            deadline=deadline,
+            ledger=Ledger(self._apis),
+            budget_usd=budget_usd,
+            spent_usd=spent_usd,
         )
         return token
 

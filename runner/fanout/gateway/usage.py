@@ -74,6 +74,10 @@ class Ledger:
     def of(self, api: str) -> ApiUsage:
         return self._usage[api]
 
+    def cost_usd(self) -> float:
+        """USD over every API."""
+        return sum(u.cost_usd for u in self._usage.values())
+
     def all(self) -> tuple[ApiUsage, ...]:
         return tuple(self._usage.values())
 

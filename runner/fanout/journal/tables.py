@@ -31,7 +31,9 @@ CREATE TABLE IF NOT EXISTS runs (
     trigger TEXT NOT NULL DEFAULT '{}',
     wall REAL NOT NULL DEFAULT 0,
     note TEXT NOT NULL DEFAULT '',
-    limits TEXT NOT NULL DEFAULT '{}'
+    limits TEXT NOT NULL DEFAULT '{}',
+    -- task.budget in USD as the run's last stretch had it (NULL: none), for the report
+    unit_budget REAL
 );
 CREATE TABLE IF NOT EXISTS rounds (
     run TEXT NOT NULL,
@@ -120,6 +122,7 @@ CREATE TABLE IF NOT EXISTS changes (
 MIGRATIONS = (
     ("runs", "stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),
     ("attempts", "kind", "ALTER TABLE attempts ADD COLUMN kind TEXT NOT NULL DEFAULT ''"),
+    ("runs", "unit_budget", "ALTER TABLE runs ADD COLUMN unit_budget REAL"),
 )
 
 

@@ -80,6 +80,32 @@ class Usage(Store):
                     found.setdefault((number, row["unit"]), []).append(_usage(row))
         return found
 
+    def unit_spent(self, run_id: str, unit_id: str, rounds: int) -> float:
+        """USD one unit spent in the run's rounds 1 to ``rounds``: every attempt and API,
+        a resumed run's included (what ``task.budget`` is held to).  The rounds are
+        listed so each is a lookup in the primary key, not a scan of the run's rows:
+        this is asked before every attempt of a budgeted unit."""
+        numbers = list(range(1, rounds + 1))
+        marks = ", ".join("?" * len(numbers))  # placeholders only, never values
+        sql = (
+            "SELECT COALESCE(SUM(cost_usd), 0.0) FROM usage"  # noqa: S608
+            f" WHERE run = ? AND round IN ({marks}) AND unit = ?"
+        )
+        row = self.db.execute(sql, (run_id, *numbers, unit_id)).fetchone()
+        return float(row[0])
+
+    def record_unit_budget(self, run_id: str, usd: float | None) -> None:
+        """The run's ``task.budget`` now (a resumed run may have changed it)."""
+        self._write("UPDATE runs SET unit_budget = ? WHERE id = ?", (usd, run_id))
+
+    def unit_budget(self, run_id: str) -> float | None:
+        """The run's ``task.budget`` as its last stretch had it, None without one."""
+        try:
+            row = self.db.execute("SELECT unit_budget FROM runs WHERE id = ?", (run_id,)).fetchone()
+        except sqlite3.OperationalError:  # a journal from before, opened read-only
+            return None
+        return None if row is None or row[0] is None else float(row[0])
+
     def has_usage(self, run_id: str) -> bool:
         return (
             self.db.execute("SELECT 1 FROM usage WHERE run = ? LIMIT 1", (run_id,)).fetchone()

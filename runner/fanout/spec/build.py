@@ -121,6 +121,7 @@ def build(
         secrets=tuple(raw_task.get("secrets", ())),
         limits=tuple(raw_task["limits"]) if "limits" in raw_task else None,
         throttle_patterns=tuple(re.compile(p) for p in raw_task.get("throttlePatterns", ())),
+        budget_usd=float(raw_task["budget"]["usd"]) if "budget" in raw_task else None,
         from_agent=from_agent,
     )
     raw_runtime = doc["runtime"]

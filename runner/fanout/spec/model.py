@@ -103,6 +103,9 @@ class Task:
     secrets: tuple[str, ...] = ()
     limits: tuple[str, ...] | None = None
     throttle_patterns: tuple[re.Pattern[str], ...] = ()
+    # Most one unit may spend in the run, summed over its attempts and APIs (per unit,
+    # not per rung: the unit's money is one account for its whole life in the run).
+    budget_usd: float | None = None
     # Not in the job file: what the agent preset filled in, for ``fanout plan``:
     # "command" and the names of the env variables the job did not set itself.
     from_agent: frozenset[str] = frozenset()

@@ -1,0 +1,88 @@
+"""``task.budget`` held to the cost the real Claude Code CLI reports (``total_cost_usd``)
+when no gateway counts its requests: the CLI in bwrap against the mock Messages API
+with its own key, as tests/test_agent_outcomes.py drives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout.quantities import usd_text
+
+from helpers import cli, write_job
+from mockapi import MockApi
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-ant-own-key-budget-3e8a1c6b9d"
+
+
+def _job(directory: Path, mock_api: MockApi, budget: float) -> Path:
+    return write_job(
+        directory,
+        f"""
+        version = 1
+        name = "claude-unit-budget"
+        [inputs]
+        items = ["one"]
+        [task]
+        agent = "claude"
+        prompt = "Write done into out.txt."
+        timeout = "60s"
+        secrets = ["ANTHROPIC_API_KEY"]
+        env = {{ ANTHROPIC_BASE_URL = "{mock_api.url}", CLAUDE_CODE_MAX_RETRIES = "0" }}
+        budget = {{ usd = {budget} }}
+        [runtime]
+        network = true
+        sandbox = "bwrap"
+        [[retry.ladder]]
+        name = "first"
+        attempts = 2
+        [[retry.ladder]]
+        name = "second"
+        attempts = 2
+        [retry]
+        backoff = {{ initial = "10ms", max = "10ms", jitter = "none" }}
+        """,
+    )
+
+
+def _finished(directory: Path) -> list[dict[str, Any]]:
+    (events,) = (directory / ".fanout" / "runs").glob("*/events.jsonl")
+    found = [json.loads(line) for line in events.read_text().splitlines()]
+    return [e for e in found if e["event"] == "attempt.finished"]
+
+
+def test_the_real_claude_clis_reported_cost_stops_a_unit_at_its_budget(
+    claude_cli: Path, mock_api: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
+    monkeypatch.setenv("PATH", f"{claude_cli.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    # The mock asks for a Bash call the job allows no tool for: claude reports success
+    # anyway, a false success, so every attempt fails and costs what claude says.
+    mock_api.configure(require_key=KEY, tool=True)
+    # More than one attempt costs at the CLI's own prices for the mock's usage (claude
+    # 2.1.197 says $0.00037), less than two.
+    budget = 0.0005
+    ran = cli("run", str(_job(tmp_path, mock_api, budget)))
+    assert ran.code == 1, ran.out + ran.err
+    attempts = _finished(tmp_path)
+    costs = [a["usage"][0]["costUsd"] for a in attempts]
+    assert [a["usage"][0]["api"] for a in attempts] == ["claude"] * len(attempts)
+    # Stopped by the second attempt, whose reported cost brought the total to the
+    # budget, with the ladder's other two attempts unused.
+    assert len(costs) == 2
+    assert costs[0] < budget <= costs[0] + costs[1]
+    assert [(a["status"], a["kind"]) for a in attempts] == [("failed", "false-success")] * 2
+    reason = f"unit budget {usd_text(budget)} spent ({usd_text(sum(costs))} used)"
+    assert attempts[-1]["reason"] == reason
+    (path,) = (tmp_path / ".fanout" / "runs").glob("*/report.json")
+    (unit,) = json.loads(path.read_text())["units"]
+    assert (unit["state"], unit["attempts"], unit["reason"]) == ("failed", 2, reason)
