@@ -14,21 +14,28 @@ from .store import Store
 # byte-seconds unknown rather than smaller: NULL, never a bill that looks complete.
 _SUMS = (
     "COUNT(*) AS attempts, COALESCE(SUM(duration), 0) AS active_seconds,"
-    " CASE WHEN SUM(memory IS NULL AND duration > 0) > 0 THEN NULL"
-    " ELSE COALESCE(SUM(duration * memory), 0) END AS byte_seconds,"
-    " SUM(memory IS NULL AND duration > 0) AS unallocated,"
-    " MIN(memory) AS memory_min, MAX(memory) AS memory_max"
+    " CASE WHEN SUM({memory} IS NULL AND duration > 0) > 0 THEN NULL"
+    " ELSE COALESCE(SUM(duration * {memory}), 0) END AS byte_seconds,"
+    " SUM({memory} IS NULL AND duration > 0) AS unallocated,"
+    " MIN({memory}) AS memory_min, MAX({memory}) AS memory_max"
 )
 
 
 class Compute(Store):
     """Reads of ``attempts`` as the report's compute accounting sees them."""
 
+    @property
+    def _sums(self) -> str:
+        """``_SUMS`` over this journal: one an older fanout wrote, opened read-only
+        (``fanout report``), has no ``memory`` column; its attempts declared none."""
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
+        return _SUMS.format(memory="memory" if "memory" in columns else "NULL")
+
     def compute_totals(self, run_id: str) -> sqlite3.Row:
         """The run's attempts, active seconds, byte-seconds (NULL: unknown), attempts
         that ran without a memory, the smallest and largest memory, and its units."""
         sql = (
-            f"SELECT {_SUMS}, COUNT(DISTINCT round || ':' || unit) AS units"  # noqa: S608
+            f"SELECT {self._sums}, COUNT(DISTINCT round || ':' || unit) AS units"  # noqa: S608
             " FROM attempts WHERE run = ?"
         )
         row: sqlite3.Row = self.db.execute(sql, (run_id,)).fetchone()
@@ -43,12 +50,13 @@ class Compute(Store):
         for number, unit_id in units:
             by_round.setdefault(number, []).append(unit_id)
         found: dict[tuple[int, str], sqlite3.Row] = {}
+        sums = self._sums
         for number, ids in sorted(by_round.items()):
             for start in range(0, len(ids), 500):  # under SQLite's limit on parameters
                 page = ids[start : start + 500]
                 marks = ", ".join("?" * len(page))  # placeholders only, never values
                 sql = (
-                    f"SELECT unit, {_SUMS} FROM attempts WHERE run = ? AND round = ?"  # noqa: S608
+                    f"SELECT unit, {sums} FROM attempts WHERE run = ? AND round = ?"  # noqa: S608
                     f" AND unit IN ({marks}) GROUP BY unit"
                 )
                 for row in self.db.execute(sql, (run_id, number, *page)):
