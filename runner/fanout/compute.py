@@ -5,10 +5,10 @@ transport: from its sandbox opening to its verdict) times the memory the job all
 it (``task.memory``, or its rung's), retries, lost and interrupted attempts included.
 The allocation is the figure, not a measured peak: no measure of one attempt's memory
 is honest on every transport (``getrusage`` of children mixes the attempts that ran
-side by side, a step's own ``ru_maxrss`` misses its children's, and an SSH host would
-have to run a meter of its own), and an elastic platform bills what it reserves, not
-what the worker touched.  Without ``task.memory`` the report shows active seconds and
-says why it has no GiB-seconds.
+side by side, a process tree's ``ru_maxrss`` is its largest process, not what its
+processes held together, and an SSH host would have to run a meter of its own), and
+an elastic platform bills what it reserves, not what the worker touched.  Without
+``task.memory`` the report shows active seconds and says why it has no GiB-seconds.
 
 The estimate is the one the seed describes for the next submission: attempts (so the
 retries this run needed) x mean attempt duration x memory, given per unit as well so a
