@@ -289,3 +289,18 @@ def test_a_journal_from_before_task_memory_is_reported_read_only(tmp_path: Path)
     data = report.build(journal, RUN)
     assert [u["activeSeconds"] for u in data["units"]] == [14.75, 17.25, 3.0]
     assert (data["compute"]["gibSeconds"], data["compute"]["memoryBytes"]) == (None, None)
+
+
+def test_attempts_that_took_no_time_and_declared_no_memory_bill_nothing(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.sqlite", clock=_Clock())
+    journal.create_run(job="billed", job_file="billed.toml", apply=False, run_id=RUN)
+    journal.add_units(RUN, 1, [Unit(id="u1", index=0, items=("u1",), origin="i:0")])
+    lost = AttemptResult(status=Status.LOST, reason="lost", duration=0.0)
+    _settle(journal, "u1", 1, lost, memory=None)
+    totals = compute.totals(journal, RUN)
+    assert (totals["activeSeconds"], totals["gibSeconds"], totals["estimate"]["memoryGib"]) == (
+        0.0,
+        None,
+        None,
+    )
+    assert totals["note"] == "the job declares no task.memory, so there is no allocation to bill"

@@ -33,7 +33,10 @@ def totals(journal: Journal, run_id: str) -> dict[str, Any]:
     row = journal.compute_totals(run_id)
     attempts, active = int(row["attempts"]), float(row["active_seconds"])
     low, high = row["memory_min"], row["memory_max"]
-    gib_seconds = None if row["byte_seconds"] is None else row["byte_seconds"] / GIB
+    # None: no memory declared at all, or an attempt that ran had none.
+    gib_seconds = None
+    if high is not None and row["byte_seconds"] is not None:
+        gib_seconds = row["byte_seconds"] / GIB
     note = ""
     if high is None:
         note = "the job declares no task.memory, so there is no allocation to bill"
@@ -47,9 +50,9 @@ def totals(journal: Journal, run_id: str) -> dict[str, Any]:
     if attempts and units:
         mean = active / attempts
         # By active second, so attempts x mean x memory is this run's figure exactly.
-        memory = gib_seconds / active if gib_seconds is not None and active else None
-        if memory is None and gib_seconds is not None:
-            memory = high / GIB
+        memory = None
+        if gib_seconds is not None:
+            memory = gib_seconds / active if active else high / GIB
         estimate = {
             "units": units,
             "attempts": attempts,
