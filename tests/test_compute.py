@@ -83,6 +83,7 @@ def test_each_unit_is_billed_its_journaled_attempts_times_their_memory(
         "b": [(1, "failed", 512 * 2**20), (2, "succeeded", 2 * GIB)],
         "c": [(1, "succeeded", 512 * 2**20)],
     }
+    assert {r["host"] for r in rows} == {"h1" if where == "ssh" else "local"}
     # Each attempt ran at least as long as its worker slept (a lower bound, never timed).
     sleeps = {("a", 1): 0.3, ("b", 1): 0.2, ("b", 2): 0.2, ("c", 1): 0.1}
     assert all(r["duration"] >= sleeps[(r["unit"], r["n"])] for r in rows)
