@@ -127,6 +127,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.attempts",
             "journal.queries",
             "journal.usage",
+            "journal.compute",
             "journal",
             "commands",
         ),
@@ -134,7 +135,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("round", ("round",)),
     ("backlog", ("backlog",)),
     ("dispatch", ("dispatch",)),
-    ("report", ("fleet", "accounting", "report", "aggregate")),
+    ("report", ("fleet", "accounting", "compute", "status", "report", "aggregate")),
     ("run", ("applying", "run")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.

@@ -381,5 +381,7 @@ def test_report_json_lists_each_unit_as_its_journal_row_has_it(tmp_path: Path) -
         tail = record.pop("outputTail", None)
         assert tail == (None if str(row.state) == "succeeded" else row.tail)
         changes = record.pop("changes")
+        # The attempts' durations summed (``compute``): here the row's worker time.
+        assert record.pop("activeSeconds") == record["workerSeconds"]
         assert record == report.unit_record(row)
         assert [c["path"] for c in changes] == [c.path for c in row.collected]

@@ -117,6 +117,7 @@ async def test_report_md_of_a_hostile_run_matches_the_reviewed_golden_file(
     page = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
     assert re.findall(r"<h\d>[^<]*", page) == [
         "<h2>fanout: hostile (run ",
+        "<h3>Compute",
         "<h3>Changed files",
         "<h3>Failed: needs a human",
         "<h3>Units",
@@ -129,7 +130,7 @@ async def test_report_md_of_a_hostile_run_matches_the_reviewed_golden_file(
     # Each output block stays one block, whole: no fence in it closed it early.
     assert page.count("[Approve this PR](https://evil.example/approve)\n``````\n") == 8
     # Every row keeps its columns: no pipe from an id or a path split a cell.
-    assert (tags["tr"], tags["td"]) == (2 + 3 + 10, 5 + 2 * 5 + 9 * 6)
+    assert (tags["tr"], tags["td"]) == (2 + 2 + 3 + 10, 5 + 4 + 2 * 5 + 9 * 6)
     assert "<td><code>docs/`x`|y\\|z.md</code></td>" in page
     assert "<td><code>a|b\\|c</code></td>" in page
 

@@ -299,7 +299,12 @@ async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> Att
         try:
             shutil.rmtree(attempt.collect_dir, ignore_errors=True)
             ctx.journal.attempt_dispatched(
-                ctx.run_id, ctx.number, attempt.unit_id, attempt.number, attempt.invocation.rung
+                ctx.run_id,
+                ctx.number,
+                attempt.unit_id,
+                attempt.number,
+                attempt.invocation.rung,
+                memory=attempt.invocation.memory,
             )
             ctx.events.emit(
                 "attempt.started",

@@ -37,6 +37,9 @@ class Invocation:
     env: Mapping[str, str]
     secrets: tuple[str, ...]
     timeout: float
+    # Bytes this attempt is allocated (the rung's, else the task's), None if undeclared:
+    # the report bills it; a transport that can reserve memory (Ray) passes it on.
+    memory: int | None = None
     stage: tuple[str, ...]
     collect: tuple[str, ...]
 
@@ -105,6 +108,7 @@ def render(
         env=MappingProxyType(env),
         secrets=spec.task.secrets,
         timeout=rung.timeout if rung.timeout is not None else spec.task.timeout,
+        memory=rung.memory if rung.memory is not None else spec.task.memory,
         stage=argv(spec.units.stage, "units.stage"),
         collect=argv(spec.units.collect, "units.collect"),
     )

@@ -26,7 +26,7 @@ from .checks import paths
 from .errors import Problem
 from .invocation import Invocation
 from .quantities import duration_text, format_duration, size_text, usd_text
-from .spec import Api, Inputs, Price, Spec, Window, camel_case
+from .spec import Api, Inputs, Price, Rung, Spec, Window, camel_case
 from .templates import Expression, RenderError, Template
 from .units import Unit, select
 
@@ -193,10 +193,7 @@ def render_text(plan: Plan) -> str:
     lines += plan.commands
     lines += _pace_lines(spec, plan.units)
     lines += _api_lines(spec, plan.missing_keys)
-    ladder = " -> ".join(
-        f"{r.name} x{r.attempts}" + (f" ({duration_text(r.timeout)})" if r.timeout else "")
-        for r in spec.retry.ladder
-    )
+    ladder = " -> ".join(f"{r.name} x{r.attempts}" + _rung_overrides(r) for r in spec.retry.ladder)
     lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")
     if spec.task.budget_usd is not None:
         lines.append(
@@ -229,6 +226,13 @@ def render_text(plan: Plan) -> str:
     resolved = tomli_w.dumps(to_document(spec), multiline_strings=True)
     lines += ["", "Resolved job (defaults filled in):", textwrap.indent(resolved.rstrip(), "  ")]
     return "\n".join(lines) + "\n"
+
+
+def _rung_overrides(rung: Rung) -> str:
+    """A rung's own timeout and memory, as the ladder line shows them: " (30s, 4GiB)"."""
+    own = [duration_text(rung.timeout)] if rung.timeout else []
+    own += [size_text(rung.memory)] if rung.memory is not None else []
+    return f" ({', '.join(own)})" if own else ""
 
 
 def _pace_lines(spec: Spec, units: int) -> list[str]:
@@ -389,6 +393,10 @@ def _task_lines(task: Invocation, spec: Spec) -> list[str]:
     if task.secrets:
         lines.append(f"  secrets  {', '.join(task.secrets)} (values come from the environment)")
     lines.append(f"  timeout  {duration_text(task.timeout)}")
+    if task.memory is not None:
+        # The report's GiB-seconds; locally and over SSH no transport enforces it.
+        billed = "per attempt, billed x its active seconds"
+        lines.append(f"  memory   {size_text(task.memory)} {billed}")
     if task.stage:
         lines.append(f"  stage    {' '.join(task.stage)}")
     if task.collect:
@@ -428,7 +436,7 @@ def render_fires(fires: tuple[TriggerFires, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SIZES = frozenset({"log_limit", "output_tail"})
+_SIZES = frozenset({"log_limit", "output_tail", "memory"})
 # ``from_agent`` is the plan's note, and ``args`` are already in the resolved command.
 _HIDDEN = frozenset({"file", "templates", "positions", "hosts_file", "from_agent", "args"})
 

@@ -15,10 +15,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import accounting, fleet, safetext
+from . import accounting, compute, fleet, safetext
 from .journal import Journal, UnitRow
 from .outcome import UnitState
 from .quantities import format_duration
+from .status import status_text as status_text  # `fanout status`, moved to its own module
 
 SHOWN_UNITS = 200
 
@@ -61,6 +62,8 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         ],
         "limits": run.limits,
         "totals": dict(sorted(journal.unit_counts(run_id).items())),
+        # Active seconds x allocated memory, the seeds' cost model (``compute``).
+        "compute": compute.totals(journal, run_id),
         # What the units' requests through the gateway used, per API (none without one).
         "apis": [usage.as_dict() for usage in journal.usage_totals(run_id)],
         "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
@@ -103,7 +106,9 @@ def _records(
     with_changes = journal.has_changes(run_id)
     with_usage = journal.has_usage(run_id)
     budget = journal.unit_budget(run_id)
+    with_memory = journal.compute_totals(run_id)["memory_max"] is not None
     for page in _pages(records, 500):
+        compute.annotate(journal, run_id, page, with_memory=with_memory)
         keys = [(r["round"], r["unit"]) for r in page]
         usage = journal.usage_of(run_id, keys) if with_usage else {}
         by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -259,6 +264,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
             )
         lines.append("")
+    lines += compute.markdown(data["compute"])
     lines += accounting.markdown(data.get("apis", []))
     lines += fleet.markdown(data.get("hosts", []))
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
@@ -323,87 +329,3 @@ def _more(lines: list[str], count: int, shown: int) -> None:
     if count > shown:
         # After a blank line: a line right below a table would be read as its last row.
         lines += ["", f"{count - shown} more unit(s) in report.json.", ""]
-
-
-# Units ``fanout status RUN`` lists per state; the report has the rest.
-STATUS_UNITS = 10
-# The states in the order ``fanout status RUN`` lists them: what needs a human first.
-STATUS_ORDER = (
-    UnitState.FAILED,
-    UnitState.INTERRUPTED,
-    UnitState.RUNNING,
-    UnitState.PENDING,
-    UnitState.SUCCEEDED,
-)
-# A reason longer than this is cut on the terminal (the report has it whole).
-STATUS_REASON = 160
-
-
-def status_text(
-    journal: Journal,
-    run_id: str | None,
-    job: str | None = None,
-    *,
-    shown: int = STATUS_UNITS,
-    report_command: str = "fanout report",
-) -> str:
-    """The text of ``fanout status``: recent runs, or one run's units by state.
-
-    Every query is bounded: the counts are one aggregate, and each state lists at most
-    ``shown`` units, so a 100k-unit run costs what a small one does.  Ids, reasons and
-    notes came from units and workers, so they pass through ``safetext.for_terminal``."""
-    term = safetext.for_terminal
-    if run_id is None:
-        runs = journal.runs(job=job)
-        if not runs:
-            return "no runs yet\n"
-        lines = ["run                   job                   state        round  units"]
-        for run in runs:
-            counts = journal.unit_counts(run.id)
-            shown_counts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-"
-            retry = f"  (retry of {term(run.parent)})" if run.parent else ""
-            lines.append(
-                f"{run.id:<21} {term(run.job[:21]):<21} {run.state:<12} {run.round:>5}"
-                f"  {shown_counts}{retry}"
-            )
-        return "\n".join(lines) + "\n"
-    run = journal.run(run_id)
-    counts = journal.unit_counts(run_id)
-    lines = [
-        f"run {run.id} of {term(run.job)}: {run.state}, round {run.round}"
-        + (f" ({term(run.note)})" if run.note else "")
-    ]
-    if run.parent:
-        lines.append(f"  retry of {term(run.parent)}")
-    retries = journal.retries_of(run_id)
-    if retries:
-        lines.append(f"  retried in {', '.join(term(r) for r in retries)}")
-    if not counts:
-        lines.append("  no units")
-    states: list[str] = [s for s in STATUS_ORDER if counts.get(s)]
-    states += sorted(s for s in counts if s not in STATUS_ORDER and counts[s])
-    for state in states:
-        lines.append(f"  {state:<12} {counts[state]}")
-        rows = journal.units_in_state(run_id, state, shown)
-        lines += _unit_lines(rows)
-        if counts[state] > len(rows):
-            lines.append(f"    and {counts[state] - len(rows)} more: {report_command} {run.id}")
-    return "\n".join(lines) + "\n"
-
-
-def _unit_lines(rows: list[UnitRow]) -> list[str]:
-    """One line per unit: id, rung, attempts, reason, in columns as wide as the widest
-    shown (a state lists a few units, so the widths cost nothing)."""
-    term = safetext.for_terminal
-    cells = []
-    for row in rows:
-        reason = term(row.reason)
-        if len(reason) > STATUS_REASON:
-            reason = reason[: STATUS_REASON - 3] + "..."
-        rung = term(str(row.last.get("rung", ""))) or "-"
-        cells.append((term(row.unit.id), f"rung {rung}", f"{row.attempts} attempt(s)", reason))
-    width = [max((len(c[i]) for c in cells), default=0) for i in range(4)]
-    return [
-        ("    " + "  ".join(cell.ljust(width[i]) for i, cell in enumerate(line))).rstrip()
-        for line in cells
-    ]

@@ -8,7 +8,8 @@ again, never one that had (``attempts`` holds how a settle stays one transaction
 The parts, each owning its rows: ``store`` the connection, the one write transaction,
 the full-disk reserve and the mapping of sqlite3's errors; ``runs`` the runs and
 rounds; ``attempts`` the units and attempts as a run writes them; ``usage`` what
-the attempts used of the APIs through the gateway; ``queries`` the
+the attempts used of the APIs through the gateway; ``compute`` their active
+seconds and memory-seconds; ``queries`` the
 read-only queries of resume, status and the report; ``tables`` the schema and the rows
 it returns.  ``Journal`` is all of them over one connection.
 """
@@ -16,6 +17,7 @@ it returns.  ``Journal`` is all of them over one connection.
 from __future__ import annotations
 
 from .attempts import Attempts
+from .compute import Compute
 from .queries import Queries
 from .runs import Runs
 from .store import no_state
@@ -31,5 +33,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage):
+class Journal(Runs, Attempts, Queries, Usage, Compute):
     """One SQLite file per state directory, shared by every job that uses it."""

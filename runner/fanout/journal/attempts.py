@@ -39,13 +39,21 @@ class Attempts(Store):
         )
 
     def attempt_dispatched(
-        self, run_id: str, round_number: int, unit_id: str, n: int, rung: str, host: str = ""
+        self,
+        run_id: str,
+        round_number: int,
+        unit_id: str,
+        n: int,
+        rung: str,
+        host: str = "",
+        *,
+        memory: int | None = None,
     ) -> None:
         def work() -> None:
             self._run(
-                "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, round_number, unit_id, n, rung, host, self.clock()),
+                "INSERT OR REPLACE INTO attempts (run, round, unit, n, rung, host, started,"
+                " memory) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, round_number, unit_id, n, rung, host, self.clock(), memory),
             )
             self._run(
                 "UPDATE units SET state = 'running', attempts = ?"
@@ -149,10 +157,14 @@ class Attempts(Store):
                 " AND state NOT IN ('succeeded', 'failed')",
                 (run_id, round_number, unit_id),
             )
+            # Its worker ran (and was paid for) from dispatch until now: the duration
+            # the report's active seconds count, as the journal's clock measured it.
+            now = self.clock()
             self._run(
-                "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted'"
+                "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted',"
+                " duration = MAX(0, ? - started)"
                 " WHERE run = ? AND round = ? AND unit = ? AND status IS NULL",
-                (self.clock(), run_id, round_number, unit_id),
+                (now, now, run_id, round_number, unit_id),
             )
 
         self._atomic(work)

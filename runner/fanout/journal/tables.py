@@ -85,6 +85,9 @@ CREATE TABLE IF NOT EXISTS attempts (
     retry_after REAL,
     -- The class its agent's output read as (agents.taxonomy.Kind), '' without an agent.
     kind TEXT NOT NULL DEFAULT '',
+    -- Bytes of memory the attempt was allocated (task.memory, or its rung's), NULL if
+    -- the job declared none: the report bills duration x memory (``compute``).
+    memory INTEGER,
     PRIMARY KEY (run, round, unit, n)
 );
 -- What each attempt's requests through the gateway used, one row per API it called
@@ -123,6 +126,7 @@ MIGRATIONS = (
     ("runs", "stretch", "ALTER TABLE runs ADD COLUMN stretch REAL"),
     ("attempts", "kind", "ALTER TABLE attempts ADD COLUMN kind TEXT NOT NULL DEFAULT ''"),
     ("runs", "unit_budget", "ALTER TABLE runs ADD COLUMN unit_budget REAL"),
+    ("attempts", "memory", "ALTER TABLE attempts ADD COLUMN memory INTEGER"),
 )
 
 

@@ -117,6 +117,7 @@ def build(
         command=command,
         verify=argv(raw_task.get("verify"), ("task", "verify")),
         timeout=parse_duration(raw_task["timeout"]),
+        memory=parse_size(raw_task["memory"]) if "memory" in raw_task else None,
         env=task_env,
         secrets=tuple(raw_task.get("secrets", ())),
         limits=tuple(raw_task["limits"]) if "limits" in raw_task else None,
@@ -169,6 +170,7 @@ def build(
                 attempts=raw["attempts"],
                 vars=MappingProxyType(dict(raw.get("vars", {}))),
                 timeout=parse_duration(raw["timeout"]) if "timeout" in raw else None,
+                memory=parse_size(raw["memory"]) if "memory" in raw else None,
                 prompt_suffix=(
                     tpl(raw["promptSuffix"], ("retry", "ladder", n, "promptSuffix"))
                     if "promptSuffix" in raw

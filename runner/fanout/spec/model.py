@@ -98,6 +98,9 @@ class Task:
     command: tuple[Template, ...]
     verify: tuple[Template, ...] = ()
     timeout: float = _default(_TASK, "timeout")
+    # Bytes one attempt is allocated: what the report bills (x active seconds); None:
+    # not declared, the report shows active seconds only.
+    memory: int | None = None
     # Resolved: the agent preset's environment, each key the job sets replacing it.
     env: Mapping[str, Template] = field(default_factory=lambda: MappingProxyType({}))
     secrets: tuple[str, ...] = ()
@@ -213,6 +216,7 @@ class Rung:
     attempts: int = _default(_RUNG, "attempts")
     vars: Mapping[str, JobValue] = field(default_factory=lambda: MappingProxyType({}))
     timeout: float | None = None
+    memory: int | None = None
     prompt_suffix: Template | None = None
     command: tuple[Template, ...] | None = None
     env: Mapping[str, Template] = field(default_factory=lambda: MappingProxyType({}))
