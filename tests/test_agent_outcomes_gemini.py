@@ -13,12 +13,14 @@ attempt's end: with its retries on, a 429 is retried with backoff past any timeo
 | daily-quota   | 429 RESOURCE_EXHAUSTED per day                     | parked until midnight Pacific: exit 8, resumable, then succeeds |
 | turn-limit    | `model.maxSessionTurns = 1` and a tool call: exit 53 | failed, climbs the ladder |
 | false-success | an empty 200 stream: exit 0                        | failed         |
+| spend-cap     | through a gateway whose `[[apis]]` budget is spent: its 400 | the run stops new starts: exit 7 |
 | error         | 400 API_KEY_INVALID                                | failed         |
 
 Not reachable with gemini, so not here: usage-window (the Gemini API has no
-subscription window; its per-day quota is the nearest, above) and spend-cap (it has no
-distinct spend-cap or credit answer: a bare 429 "Resource has been exhausted"), and no
-captured output of either exists to replay.
+subscription window; its per-day quota is the nearest, above), and no captured output
+of one exists to replay.  The Gemini API itself has no spend-cap or credit answer
+either (a bare 429 "Resource has been exhausted" is a rate limit), so the spend cap
+gemini meets is the gateway's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import agent_job, cli, finished_attempts, run_report
+from helpers import agent_job, cli, finished_attempts, run_report, write_job
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -185,3 +187,43 @@ def test_an_error_fails_the_attempt(gemini_mock: MockApi, tmp_path: Path) -> Non
     assert (attempt["status"], attempt["kind"]) == ("failed", "error")
     assert attempt["reason"] == "gemini: error: API key not valid. Please pass a valid API key."
     assert run_report(tmp_path)["totals"] == {"failed": 1}
+
+
+def test_a_spent_budget_is_a_spend_cap_and_stops_new_starts_with_exit_7(
+    gemini_mock: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through the gateway: the first answer (12 + 5 tokens at $1000 a million) spends
+    # the budget, so the tool loop's second request gets the gateway's 400.
+    monkeypatch.setenv("FANOUT_TEST_GEMINI_KEY", KEY)
+    job = write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "gemini-budget"
+        [inputs]
+        items = ["one", "two"]
+        [task]
+        agent = "gemini"
+        args = ["-m", "{MODEL}", "--yolo"]
+        prompt = "Write done into out.txt."
+        timeout = "120s"
+        [runtime]
+        network = true
+        sandbox = "bwrap"
+        maxConcurrentTasks = 1
+        [[apis]]
+        name = "gemini"
+        upstream = "{gemini_mock.url}"
+        style = "gemini"
+        keySecret = "FANOUT_TEST_GEMINI_KEY"
+        prices = {{ "gemini-*" = {{ input = 1000.0, output = 1000.0 }} }}
+        budget = {{ usd = 0.01 }}
+        """,
+    )
+    ran = cli("run", str(job))
+    assert ran.code == 7, ran.out + ran.err
+    assert "api gemini: the run's budget of $0.0100 is spent ($0.0170 used)" in ran.err
+    (attempt,) = finished_attempts(tmp_path)
+    assert (attempt["status"], attempt["kind"]) == ("interrupted", "spend-cap")
+    assert run_report(tmp_path)["totals"] == {"interrupted": 1, "pending": 1}
+    assert [p.status for p in gemini_mock.posts()] == [200]  # nothing new started
