@@ -10,6 +10,9 @@ request whose last user message carries no `tool_result` is answered with a Bash
 `tool_use` (the command from the config), anything else ends the turn, so a real agent
 CLI runs a scripted two-turn loop against it; a Gemini request whose last turn carries no
 `functionResponse` is answered with a `run_shell_command` call (gemini-cli's shell tool).
+With `edits` (`Edit`) an Anthropic conversation whose prompt names a scripted file is
+answered with a Read of it, then an Edit, then the end of the turn: a real Claude Code
+limited to `--allowedTools Read,Edit` (the examples') edits a real file.
 
 Like the real upstreams it enforces a limit of its own (N requests per sliding window of
 W seconds, answering 429 `rate_limit_error` with `retry-after` beyond it and sending
