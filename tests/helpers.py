@@ -244,3 +244,40 @@ def replay_job(directory: Path, agent: str, golden: Path, exit_code: int) -> Pat
         stage=["golden.out"],
         attempts=1,
     )
+
+
+def assert_throttled_then_succeeded(directory: Path, kind: str, reason: str) -> None:
+    """The run of the one-unit job in ``directory``: one attempt of class ``kind``
+    (its reason ``reason``) throttled, then the unit succeeded on the same rung."""
+    attempts = finished_attempts(directory)
+    assert [(a["status"], a["kind"]) for a in attempts] == [
+        ("throttled", kind),
+        ("succeeded", "success"),
+    ]
+    assert attempts[0]["reason"] == reason
+    assert [a["rung"] for a in attempts] == ["default", "default"]  # no rung used
+    report = run_report(directory)
+    assert report["agentOutcomes"] == {kind: 1, "success": 1}
+    (unit,) = report["units"]
+    assert unit["rung"] == "default"
+
+
+def assert_parked_then_continued(job: Path, ran: Ran, kind: str, said: str) -> None:
+    """``ran``, the first run of the one-unit ``job``, parked for a reset hours away:
+    exit 8, ``said`` (the agent's words, after its class) and when it can go on in its
+    message, the attempt interrupted and no unit charged; then a second ``fanout run``
+    (the API answers again) continues that run and the unit succeeds on its first rung."""
+    assert ran.code == 8, ran.out + ran.err
+    assert f"{kind}: {said}" in ran.err
+    assert "`fanout run` continues the run after " in ran.err
+    (attempt,) = finished_attempts(job.parent)
+    assert (attempt["status"], attempt["kind"]) == ("interrupted", kind)
+    report = run_report(job.parent)
+    assert report["state"] == "stopped"
+    assert report["totals"] == {"interrupted": 1}  # no unit charged, none failed
+    again = cli("run", str(job))
+    assert again.code == 0, again.out + again.err
+    report = run_report(job.parent)
+    assert report["totals"] == {"succeeded": 1}
+    (unit,) = report["units"]
+    assert unit["rung"] == "default"

@@ -28,7 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import agent_job, cli, finished_attempts, replay_job, run_report
+from helpers import (
+    agent_job,
+    assert_parked_then_continued,
+    assert_throttled_then_succeeded,
+    cli,
+    finished_attempts,
+    replay_job,
+    run_report,
+)
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -107,17 +115,9 @@ def test_a_throttle_uses_no_rung_and_the_unit_then_succeeds(
     codex_mock.script(fault, retry_after=0.2 if fault is Fault.RATE_LIMIT else None)
     ran = cli("run", str(_job(tmp_path, codex_mock)))
     assert ran.code == 0, ran.out + ran.err
-    attempts = finished_attempts(tmp_path)
-    assert [(a["status"], a["kind"]) for a in attempts] == [
-        ("throttled", kind),
-        ("succeeded", "success"),
-    ]
-    assert attempts[0]["reason"] == f"codex: {kind}: " + said.format(url=codex_mock.url)
-    report = run_report(tmp_path)
-    assert report["agentOutcomes"] == {kind: 1, "success": 1}
-    (unit,) = report["units"]
-    assert unit["rung"] == "default"  # the throttle used no rung
-    assert [a["rung"] for a in attempts] == ["default", "default"]
+    assert_throttled_then_succeeded(
+        tmp_path, kind, f"codex: {kind}: " + said.format(url=codex_mock.url)
+    )
 
 
 def test_a_usage_window_parks_the_run_with_exit_8_and_a_second_run_continues_it(
@@ -127,20 +127,10 @@ def test_a_usage_window_parks_the_run_with_exit_8_and_a_second_run_continues_it(
     codex_mock.script(Fault.USAGE_WINDOW)
     job = _job(tmp_path, codex_mock)
     ran = cli("run", str(job))
-    assert ran.code == 8, ran.out + ran.err
-    assert "codex: usage-window: You\u2019ve hit your usage limit." in ran.err
-    assert "`fanout run` continues the run after " in ran.err
-    (attempt,) = finished_attempts(tmp_path)
-    assert (attempt["status"], attempt["kind"]) == ("interrupted", "usage-window")
-    report = run_report(tmp_path)
-    assert report["state"] == "stopped"
-    assert report["totals"] == {"interrupted": 1}  # no unit charged, none failed
-    # The window is over (the mock answers again): the same run continues and succeeds.
-    ran = cli("run", str(job))
-    assert ran.code == 0, ran.out + ran.err
-    assert run_report(tmp_path)["totals"] == {"succeeded": 1}
-    (unit,) = run_report(tmp_path)["units"]
-    assert unit["rung"] == "default"
+    assert_parked_then_continued(
+        job, ran, "usage-window", "You\u2019ve hit your usage limit. Upgrade to Pro"
+    )
+    assert [p.status for p in codex_mock.posts()] == [429, 200, 200]
 
 
 def test_a_spend_cap_stops_the_run_with_exit_7(codex_mock: MockApi, tmp_path: Path) -> None:

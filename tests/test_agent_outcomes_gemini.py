@@ -32,7 +32,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import agent_job, cli, finished_attempts, run_report, write_job
+from helpers import (
+    agent_job,
+    assert_parked_then_continued,
+    assert_throttled_then_succeeded,
+    cli,
+    finished_attempts,
+    run_report,
+    write_job,
+)
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -105,17 +113,7 @@ def test_a_throttle_uses_no_rung_and_the_unit_then_succeeds(
     gemini_mock.script(fault, retry_after=0.2 if fault is Fault.RATE_LIMIT else None)
     ran = cli("run", str(_job(tmp_path, gemini_mock)))
     assert ran.code == 0, ran.out + ran.err
-    attempts = finished_attempts(tmp_path)
-    assert [(a["status"], a["kind"]) for a in attempts] == [
-        ("throttled", kind),
-        ("succeeded", "success"),
-    ]
-    assert attempts[0]["reason"] == f"gemini: {kind}: {said}"
-    report = run_report(tmp_path)
-    assert report["agentOutcomes"] == {kind: 1, "success": 1}
-    (unit,) = report["units"]
-    assert unit["rung"] == "default"  # the throttle used no rung
-    assert [a["rung"] for a in attempts] == ["default", "default"]
+    assert_throttled_then_succeeded(tmp_path, kind, f"gemini: {kind}: {said}")
 
 
 def test_a_daily_quota_parks_the_run_with_exit_8_and_a_second_run_continues_it(
@@ -125,21 +123,10 @@ def test_a_daily_quota_parks_the_run_with_exit_8_and_a_second_run_continues_it(
     gemini_mock.script(Fault.DAILY_QUOTA, retry_after=43)
     job = _job(tmp_path, gemini_mock)
     ran = cli("run", str(job))
-    assert ran.code == 8, ran.out + ran.err
-    assert "gemini: daily-quota: You have exhausted your daily quota on this model." in ran.err
-    assert "`fanout run` continues the run after " in ran.err
-    (attempt,) = finished_attempts(tmp_path)
-    assert (attempt["status"], attempt["kind"]) == ("interrupted", "daily-quota")
-    report = run_report(tmp_path)
-    assert report["state"] == "stopped"
-    assert report["totals"] == {"interrupted": 1}  # no unit charged, none failed
-    assert [p.status for p in gemini_mock.posts()] == [429]
-    # The quota is back (the mock answers again): the same run continues and succeeds.
-    ran = cli("run", str(job))
-    assert ran.code == 0, ran.out + ran.err
-    assert run_report(tmp_path)["totals"] == {"succeeded": 1}
-    (unit,) = run_report(tmp_path)["units"]
-    assert unit["rung"] == "default"
+    assert_parked_then_continued(
+        job, ran, "daily-quota", "You have exhausted your daily quota on this model."
+    )
+    assert [p.status for p in gemini_mock.posts()] == [429, 200, 200]
 
 
 def test_a_turn_limit_fails_the_attempt_and_climbs_the_ladder(
