@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -168,3 +171,113 @@ def table_rows(out: str) -> list[list[str]]:
         else:
             rows.append(cells)
     return rows
+
+
+def finished_attempts(directory: Path) -> list[dict[str, Any]]:
+    """The ``attempt.finished`` events of the one run of the job in ``directory``."""
+    (events,) = (directory / ".fanout" / "runs").glob("*/events.jsonl")
+    found = [json.loads(line) for line in events.read_text().splitlines()]
+    return [e for e in found if e["event"] == "attempt.finished"]
+
+
+def run_report(directory: Path) -> dict[str, Any]:
+    """report.json of the one run of the job in ``directory``."""
+    (path,) = (directory / ".fanout" / "runs").glob("*/report.json")
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def agent_job(
+    directory: Path,
+    agent: str,
+    *,
+    env: Mapping[str, str],
+    secrets: Sequence[str] = (),
+    args: Sequence[str] = (),
+    command: Sequence[str] = (),
+    stage: Sequence[str] = (),
+    attempts: int | None = None,
+) -> Path:
+    """A one-unit job of ``task.agent = agent`` without a gateway (the agent calls its
+    API with its own key from ``secrets``, as a job without ``[[apis]]`` does), in
+    bwrap, collecting out.txt; ``attempts``: a ladder of one rung of that many attempts
+    (default: the default ladder).  Throttles and backoffs are short, throttle.max ten
+    minutes: a usage window hours away parks the run."""
+    ladder = f'[[retry.ladder]]\nname = "only"\nattempts = {attempts}\n' if attempts else ""
+    return write_job(
+        directory,
+        f"""\
+version = 1
+name = "{agent}-outcomes"
+[inputs]
+items = ["one"]
+[units]
+collect = ["out.txt"]
+{f"stage = {json.dumps(list(stage))}" if stage else ""}
+[task]
+agent = "{agent}"
+{f"command = {json.dumps(list(command))}" if command else ""}
+{f"args = {json.dumps(list(args))}" if args else ""}
+prompt = "Write done into out.txt."
+timeout = "120s"
+{f"secrets = {json.dumps(list(secrets))}" if secrets else ""}
+{"env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }" if env else ""}
+[runtime]
+network = true
+sandbox = "bwrap"
+[retry]
+backoff = {{ initial = "250ms", max = "1s", jitter = "none" }}
+throttle = {{ initial = "250ms", max = "10m" }}
+{ladder}""",
+    )
+
+
+def replay_job(directory: Path, agent: str, golden: Path, exit_code: int) -> Path:
+    """A one-unit job of ``task.agent = agent`` whose worker prints the captured output
+    ``golden`` (staged into its sandbox) and exits with ``exit_code``: what the real CLI
+    did, replayed through the dispatcher where the mock cannot make the CLI do it."""
+    shutil.copy(golden, directory / "golden.out")
+    return agent_job(
+        directory,
+        agent,
+        env={},
+        command=["sh", "-c", f'cat golden.out; exit "{exit_code}"'],
+        stage=["golden.out"],
+        attempts=1,
+    )
+
+
+def assert_throttled_then_succeeded(directory: Path, kind: str, reason: str) -> None:
+    """The run of the one-unit job in ``directory``: one attempt of class ``kind``
+    (its reason ``reason``) throttled, then the unit succeeded on the same rung."""
+    attempts = finished_attempts(directory)
+    assert [(a["status"], a["kind"]) for a in attempts] == [
+        ("throttled", kind),
+        ("succeeded", "success"),
+    ]
+    assert attempts[0]["reason"] == reason
+    assert [a["rung"] for a in attempts] == ["default", "default"]  # no rung used
+    report = run_report(directory)
+    assert report["agentOutcomes"] == {kind: 1, "success": 1}
+    (unit,) = report["units"]
+    assert unit["rung"] == "default"
+
+
+def assert_parked_then_continued(job: Path, ran: Ran, kind: str, said: str) -> None:
+    """``ran``, the first run of the one-unit ``job``, parked for a reset hours away:
+    exit 8, ``said`` (the agent's words, after its class) and when it can go on in its
+    message, the attempt interrupted and no unit charged; then a second ``fanout run``
+    (the API answers again) continues that run and the unit succeeds on its first rung."""
+    assert ran.code == 8, ran.out + ran.err
+    assert f"{kind}: {said}" in ran.err
+    assert "`fanout run` continues the run after " in ran.err
+    (attempt,) = finished_attempts(job.parent)
+    assert (attempt["status"], attempt["kind"]) == ("interrupted", kind)
+    report = run_report(job.parent)
+    assert report["state"] == "stopped"
+    assert report["totals"] == {"interrupted": 1}  # no unit charged, none failed
+    again = cli("run", str(job))
+    assert again.code == 0, again.out + again.err
+    report = run_report(job.parent)
+    assert report["totals"] == {"succeeded": 1}
+    (unit,) = report["units"]
+    assert unit["rung"] == "default"

@@ -10,6 +10,9 @@ request whose last user message carries no `tool_result` is answered with a Bash
 `tool_use` (the command from the config), anything else ends the turn, so a real agent
 CLI runs a scripted two-turn loop against it; a Gemini request whose last turn carries no
 `functionResponse` is answered with a `run_shell_command` call (gemini-cli's shell tool).
+With `edits` (`Edit`) an Anthropic conversation whose prompt names a scripted file is
+answered with a Read of it, then an Edit, then the end of the turn: a real Claude Code
+limited to `--allowedTools Read,Edit` (the examples') edits a real file.
 
 Like the real upstreams it enforces a limit of its own (N requests per sliding window of
 W seconds, answering 429 `rate_limit_error` with `retry-after` beyond it and sending
@@ -99,6 +102,22 @@ class MockConfig:
     echo_key: bool = False
     # A stream's connection is dropped after this many events (an upstream that died).
     cut_after: int | None = None
+    # Scripted file edits (Anthropic, in tool mode or not): a conversation whose prompt
+    # names an Edit's path is answered with a Read of that file, then the Edit, then the
+    # end of the turn (`_edit_call`), so a real Claude Code edits a real file with
+    # nothing but its Read and Edit tools (the examples' `--allowedTools Read,Edit`).
+    edits: tuple[Edit, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Edit:
+    """One file edit the mock scripts: `path` as the prompt names it (relative to the
+    agent's working directory), the text `old` the Edit replaces with `new` (Claude's
+    Edit tool wants `old` to occur once in the file)."""
+
+    path: str
+    old: str
+    new: str
 
 
 class Fault(enum.Enum):
@@ -641,12 +660,21 @@ class MockApi:
             # message_delta's (cumulative, not to be added to this one).
             "output_tokens": min(1, usage.output_tokens),
         }
+        tool_name = "Bash"
+        tool_input: dict[str, Any] = {
+            "command": config.command,
+            "description": "Run the scripted command",
+        }
+        edit_call = _edit_call(body, config.edits)
+        if edit_call is not None:
+            use_tool, tool_name, tool_input = True, *edit_call
+        elif config.edits and _named_edit(body, config.edits) is not None:
+            use_tool = False  # the scripted edit is done: the turn ends
         stop = "tool_use" if use_tool else "end_turn"
-        tool_input = {"command": config.command, "description": "Run the scripted command"}
         headers["request-id"] = f"req_mock{n}"
         if not body.get("stream"):
             block: dict[str, Any] = (
-                {"type": "tool_use", "id": f"toolu_mock{n}", "name": "Bash", "input": tool_input}
+                {"type": "tool_use", "id": f"toolu_mock{n}", "name": tool_name, "input": tool_input}
                 if use_tool
                 else {"type": "text", "text": config.text}
             )
@@ -665,7 +693,7 @@ class MockApi:
             first: dict[str, Any] = {
                 "type": "tool_use",
                 "id": f"toolu_mock{n}",
-                "name": "Bash",
+                "name": tool_name,
                 "input": {},
             }
             text = json.dumps(tool_input)
@@ -956,6 +984,51 @@ def _has_tool_result(body: Any) -> bool:
     return isinstance(last, list) and any(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in last
     )
+
+
+def _tool_results(body: Any) -> int:
+    """How many user turns of an Anthropic request carry a `tool_result`."""
+    count = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if message.get("role") == "user" and isinstance(content, list):
+            count += any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return count
+
+
+def _text_of(value: Any) -> str:
+    """All the text of a system prompt or a message's content (a string or blocks)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(_text_of(b.get("text") if isinstance(b, dict) else b) for b in value)
+    return ""
+
+
+def _named_edit(body: Any, edits: tuple[Edit, ...]) -> Edit | None:
+    """The scripted edit whose path the conversation's first user message names."""
+    messages = body.get("messages") or []
+    first = messages[0] if messages and isinstance(messages[0], dict) else {}
+    prompt = _text_of(first.get("content"))
+    return next((e for e in edits if re.search(rf"\b{re.escape(e.path)}\b", prompt)), None)
+
+
+def _edit_call(body: Any, edits: tuple[Edit, ...]) -> tuple[str, dict[str, Any]] | None:
+    """The tool call of a scripted edit's turn: Read the file (Claude Code refuses to
+    Edit a file it has not read), then Edit it; None once both have answered, or if the
+    prompt names no scripted edit.  The path is made absolute against the "Primary
+    working directory" Claude Code's system prompt states, as its tools want it."""
+    edit = _named_edit(body, edits)
+    if edit is None:
+        return None
+    found = re.search(r"[Ww]orking directory: (\S+)", _text_of(body.get("system")))
+    path = f"{found[1]}/{edit.path}" if found else edit.path
+    turn = _tool_results(body)
+    if turn == 0:
+        return "Read", {"file_path": path}
+    if turn == 1:
+        return "Edit", {"file_path": path, "old_string": edit.old, "new_string": edit.new}
+    return None
 
 
 def _has_call_output(body: Any) -> bool:

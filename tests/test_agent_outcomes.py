@@ -8,15 +8,13 @@ class is in the journal, the events and the report."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from helpers import cli, write_job
+from helpers import cli, finished_attempts, run_report, write_job
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -57,24 +55,13 @@ def claude_job(
     )
 
 
-def _attempts(directory: Path) -> list[dict[str, Any]]:
-    (events,) = (directory / ".fanout" / "runs").glob("*/events.jsonl")
-    found = [json.loads(line) for line in events.read_text().splitlines()]
-    return [e for e in found if e["event"] == "attempt.finished"]
-
-
-def _report(directory: Path) -> dict[str, Any]:
-    (path,) = (directory / ".fanout" / "runs").glob("*/report.json")
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
-
-
 def test_a_429_is_a_throttle_and_the_unit_then_succeeds(
     claude_job: Path, mock_api: MockApi
 ) -> None:
     mock_api.script(Fault.RATE_LIMIT, retry_after=0.2)
     ran = cli("run", str(claude_job))
     assert ran.code == 0, ran.out + ran.err
-    attempts = _attempts(claude_job.parent)
+    attempts = finished_attempts(claude_job.parent)
     assert [(a["status"], a["kind"]) for a in attempts] == [
         ("throttled", "rate-limited"),
         ("succeeded", "success"),
@@ -83,7 +70,7 @@ def test_a_429_is_a_throttle_and_the_unit_then_succeeds(
         attempts[0]["reason"]
         == "claude: rate-limited: API Error: Request rejected (429) · mock limit"
     )
-    report = _report(claude_job.parent)
+    report = run_report(claude_job.parent)
     assert report["agentOutcomes"] == {"rate-limited": 1, "success": 1}
     (unit,) = report["units"]
     assert unit["rung"] == "default"  # the throttle used no rung
@@ -102,14 +89,14 @@ def test_a_usage_window_hours_away_parks_the_run_with_exit_8(
     assert ran.code == 8, ran.out + ran.err
     assert "You've hit your session limit" in ran.err
     assert "`fanout run` continues the run after " in ran.err
-    report = _report(claude_job.parent)
+    report = run_report(claude_job.parent)
     assert report["state"] == "stopped"
     assert report["totals"] == {"interrupted": 1}  # no unit charged, none failed
     assert report["agentOutcomes"] == {"usage-window": 1}
     # The window is over (the mock answers again): the same run continues and succeeds.
     ran = cli("run", str(claude_job))
     assert ran.code == 0, ran.out + ran.err
-    assert _report(claude_job.parent)["totals"] == {"succeeded": 1}
+    assert run_report(claude_job.parent)["totals"] == {"succeeded": 1}
 
 
 def test_a_spend_cap_stops_the_run_with_exit_7(claude_job: Path, mock_api: MockApi) -> None:
@@ -117,7 +104,7 @@ def test_a_spend_cap_stops_the_run_with_exit_7(claude_job: Path, mock_api: MockA
     ran = cli("run", str(claude_job))
     assert ran.code == 7, ran.out + ran.err
     assert "claude: spend-cap: " in ran.err
-    assert _report(claude_job.parent)["totals"] == {"interrupted": 1}
+    assert run_report(claude_job.parent)["totals"] == {"interrupted": 1}
 
 
 def test_a_silent_permission_denial_is_a_false_success_and_fails_the_attempt(
@@ -132,6 +119,6 @@ def test_a_silent_permission_denial_is_a_false_success_and_fails_the_attempt(
     )
     ran = cli("run", str(claude_job))
     assert ran.code == 1, ran.out + ran.err
-    (attempt,) = _attempts(claude_job.parent)
+    (attempt,) = finished_attempts(claude_job.parent)
     assert (attempt["status"], attempt["kind"]) == ("failed", "false-success")
-    assert _report(claude_job.parent)["totals"] == {"failed": 1}
+    assert run_report(claude_job.parent)["totals"] == {"failed": 1}
