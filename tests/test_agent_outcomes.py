@@ -122,3 +122,57 @@ def test_a_silent_permission_denial_is_a_false_success_and_fails_the_attempt(
     (attempt,) = finished_attempts(claude_job.parent)
     assert (attempt["status"], attempt["kind"]) == ("failed", "false-success")
     assert run_report(claude_job.parent)["totals"] == {"failed": 1}
+
+
+def _one_rung_each(job: Path, *rungs: str) -> None:
+    """Give ``job`` a ladder of one-attempt rungs named ``rungs``."""
+    ladder = "".join(f'[[retry.ladder]]\nname = "{name}"\nattempts = 1\n' for name in rungs)
+    job.write_text(job.read_text().replace("[retry]", ladder + "[retry]"))
+
+
+def test_an_overload_is_a_throttle_that_uses_no_rung(claude_job: Path, mock_api: MockApi) -> None:
+    mock_api.script(Fault.OVERLOADED)
+    ran = cli("run", str(claude_job))
+    assert ran.code == 0, ran.out + ran.err
+    attempts = finished_attempts(claude_job.parent)
+    assert [(a["status"], a["kind"], a["rung"]) for a in attempts] == [
+        ("throttled", "overloaded", "default"),
+        ("succeeded", "success", "default"),
+    ]
+
+
+def test_a_turn_limit_fails_the_attempt_and_the_unit_climbs(
+    claude_job: Path, mock_api: MockApi
+) -> None:
+    # One turn allowed, and the mock's first answer is a tool call: error_max_turns.
+    # The second rung allows the turns it takes (and the Bash tool the mock calls).
+    mock_api.configure(tool=True)
+    claude_job.write_text(
+        claude_job.read_text().replace(
+            'agent = "claude"', 'agent = "claude"\nargs = ["--allowedTools", "Bash"]'
+        )
+    )
+    _one_rung_each(claude_job, "short", "long")
+    text = claude_job.read_text().replace(
+        'name = "short"\nattempts = 1\n',
+        'name = "short"\nattempts = 1\ncommand = ["claude", "-p", "--output-format", "json",'
+        ' "--allowedTools", "Bash", "--max-turns", "1"]\n',
+    )
+    claude_job.write_text(text)
+    ran = cli("run", str(claude_job))
+    assert ran.code == 0, ran.out + ran.err
+    attempts = finished_attempts(claude_job.parent)
+    assert [(a["status"], a["kind"], a["rung"]) for a in attempts] == [
+        ("failed", "turn-limit", "short"),
+        ("succeeded", "success", "long"),
+    ]
+
+
+def test_a_refused_key_is_an_error_and_fails_the_unit(claude_job: Path, mock_api: MockApi) -> None:
+    mock_api.script(Fault.UNAUTHORIZED)
+    _one_rung_each(claude_job, "only")
+    ran = cli("run", str(claude_job))
+    assert ran.code == 1, ran.out + ran.err
+    (attempt,) = finished_attempts(claude_job.parent)
+    assert (attempt["status"], attempt["kind"]) == ("failed", "error")
+    assert attempt["reason"].startswith("claude: error: ")
