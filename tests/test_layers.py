@@ -144,6 +144,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "front ends",
         (
+            "plan.apis",
+            "plan.document",
             "plan",
             "starter",
             "progress.counts",

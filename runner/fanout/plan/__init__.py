@@ -9,26 +9,35 @@ the CLI prints.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import shutil
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 import tomli_w
 
-from . import cron, invocation, limits
-from .checks import paths
-from .errors import Problem
-from .invocation import Invocation
-from .quantities import duration_text, format_duration, size_text, usd_text
-from .spec import Api, Inputs, Price, Rung, Spec, Window, camel_case
-from .templates import Expression, RenderError, Template
-from .units import Unit, select
+from .. import invocation, limits
+from ..checks import paths
+from ..errors import Problem
+from ..invocation import Invocation
+from ..quantities import duration_text, size_text, usd_text
+from ..spec import Rung, Spec
+from ..templates import RenderError
+from ..units import Unit, select
+from . import apis
+from .document import to_document
+
+__all__ = [
+    "Plan",
+    "TriggerFires",
+    "make",
+    "next_fires",
+    "render_fires",
+    "render_text",
+    "to_document",
+]
 
 SHOWN_UNITS = 10
 
@@ -75,7 +84,7 @@ class Plan:
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
     """Select the units and render the first task, without running anything but the
     input command."""
-    from .commands import plan_lines
+    from ..commands import plan_lines
 
     selection = select(spec, environ=environ, count_all=True)
     shown: list[Unit] = []
@@ -191,8 +200,8 @@ def render_text(plan: Plan) -> str:
     lines.append(f"Units     {count}")
     lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
     lines += plan.commands
-    lines += _pace_lines(spec, plan.units)
-    lines += _api_lines(spec, plan.missing_keys)
+    lines += apis.pace_lines(spec, plan.units)
+    lines += apis.api_lines(spec, plan.missing_keys)
     ladder = " -> ".join(f"{r.name} x{r.attempts}" + _rung_overrides(r) for r in spec.retry.ladder)
     lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")
     if spec.task.budget_usd is not None:
@@ -233,150 +242,6 @@ def _rung_overrides(rung: Rung) -> str:
     own = [duration_text(rung.timeout)] if rung.timeout else []
     own += [size_text(rung.memory)] if rung.memory is not None else []
     return f" ({', '.join(own)})" if own else ""
-
-
-def _pace_lines(spec: Spec, units: int) -> list[str]:
-    paces = limits.paces(spec)
-    if not paces and spec.apis:
-        return [
-            "Pace      no [[limits]]: units start as concurrency allows, requests wait in [[apis]]"
-        ]
-    if not paces:
-        return ["Pace      no rate limits declared: dispatch is bounded by concurrency only"]
-    lines = []
-    for n, pace in enumerate(paces):
-        limit = pace.limit
-        per_minute = pace.tasks_per_second * 60
-        mark = "  <- tightest" if n == 0 else ""
-        lines.append(
-            f"{'Pace' if n == 0 else '':<10}{limit.name}: {per_minute:,.4g} task(s)/min "
-            f"({limit.requests} requests per {duration_text(limit.per)}, "
-            f"{limit.requests_per_task} per task){mark}"
-        )
-    wall = limits.minimum_wall_time(spec, units)
-    assert wall is not None
-    lines.append(
-        f"          {units:,} unit(s) x {paces[0].limit.requests_per_task} request(s) at "
-        f"{paces[0].limit.requests}/{duration_text(paces[0].limit.per)}: at least "
-        f"{format_duration(wall)}, {paces[0].limit.name} is the bottleneck"
-        + (
-            f" ({paces[0].tasks_per_window} task(s) fit a window)"
-            if paces[0].limit.requests_per_task > 1
-            else ""
-        )
-    )
-    return lines
-
-
-_TOKEN_WORDS = {"inputTokens": "input tokens", "outputTokens": "output tokens"}
-_WINDOW_KEYS = (
-    ("requests", "requests"),
-    ("input_tokens", "inputTokens"),
-    ("output_tokens", "outputTokens"),
-)
-
-
-def _per_minute(window: Window) -> float:
-    return window.limit * 60 / window.per
-
-
-def _amount(value: float) -> str:
-    """30000.0 -> '30,000', 0.8333 -> '0.833': whole where it is, three figures else."""
-    if value == int(value) or value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
-
-
-def _api_lines(spec: Spec, missing_keys: tuple[str, ...]) -> list[str]:
-    """Each API: where it goes, its windows as rates, its bottleneck and its budget.
-
-    The job does not say how many tokens a request holds, so a token window is shown
-    as the request size above which it, not the requests window, is the bottleneck:
-    the plan states what it knows and the reader supplies their prompt size."""
-    lines = []
-    for n, api in enumerate(spec.apis):
-        if api.key_secret is None:
-            key = "no key sent"
-        elif api.key_secret in missing_keys:
-            key = f"key ${api.key_secret} NOT SET (`fanout run` refuses)"
-        else:
-            key = f"key ${api.key_secret}"
-        lines.append(
-            f"{'APIs' if n == 0 else '':<10}{api.name}: {api.upstream} (style {api.style}; "
-            f"workers get {api.base_url_env}, {api.token_env}; {key})"
-        )
-        lines += [f"            {line}" for line in _window_lines(api)]
-        lines.append(f"            {'budget':<13}{_budget_text(api)}")
-    return lines
-
-
-def _window_lines(api: Api) -> list[str]:
-    lines = []
-    requests = api.requests
-    for field_name, key in _WINDOW_KEYS:
-        window: Window | None = getattr(api, field_name)
-        if window is None:
-            continue
-        rate = _per_minute(window)
-        text = f"{window.limit:,} per {duration_text(window.per)} ({_amount(rate)}/min)"
-        if requests is not None and window is not requests:
-            size = _amount(rate / _per_minute(requests))
-            text += f": the bottleneck above {size} {_TOKEN_WORDS[key]} per request"
-        lines.append(f"{key:<13}{text}")
-    if api.max_in_flight is not None:
-        lines.append(f"{'maxInFlight':<13}{api.max_in_flight} request(s) at once")
-    lines.append(f"{'bottleneck':<13}{_bottleneck_text(api)}")
-    return lines
-
-
-def _bottleneck_text(api: Api) -> str:
-    """The tightest window by requests per minute.  A token window allows a request rate
-    that depends on the size of the requests, which the job does not say: each one is
-    given as the size up to which the requests window stays the tightest (input and
-    output tokens are not comparable, so neither token window is ranked above the
-    other)."""
-    tokens = [
-        (key, window)
-        for field_name, key in _WINDOW_KEYS[1:]
-        if (window := getattr(api, field_name)) is not None
-    ]
-    if api.requests is not None:
-        rate = _per_minute(api.requests)
-        text = f"requests, {_amount(rate)} request(s)/min"
-        sizes = [
-            f"{_amount(_per_minute(window) / rate)} {_TOKEN_WORDS[key]}" for key, window in tokens
-        ]
-        if sizes:
-            text += f", while requests average at most {' and '.join(sizes)}"
-        return text
-    if tokens:
-        quotients = " or ".join(
-            f"{_amount(_per_minute(window))} / {_TOKEN_WORDS[key]} per request"
-            for key, window in tokens
-        )
-        which = ", whichever is less" if len(tokens) > 1 else ""
-        return f"tokens: requests/min = {quotients}{which} (no requests window)"
-    if api.max_in_flight is not None:
-        return f"maxInFlight only: no windows, at most {api.max_in_flight} request(s) at once"
-    return "none: no windows and no maxInFlight, requests are only counted"
-
-
-def _price_text(glob: str, price: Price) -> str:
-    text = f"{glob} ${price.input:g} in, ${price.output:g} out"
-    cached = [
-        f"${value:g} {what}"
-        for value, what in ((price.cache_read, "cache read"), (price.cache_write, "cache write"))
-        if value is not None
-    ]
-    return text + (f", {', '.join(cached)}" if cached else "")
-
-
-def _budget_text(api: Api) -> str:
-    budget = f"${api.budget_usd:,.2f} per run" if api.budget_usd is not None else "none"
-    if not api.prices:
-        return f"{budget}; no prices: cost is not counted"
-    prices = "; ".join(_price_text(glob, price) for glob, price in api.prices)
-    return f"{budget}; prices per million tokens: {prices}"
 
 
 def _task_lines(task: Invocation, spec: Spec) -> list[str]:
@@ -434,89 +299,3 @@ def render_fires(fires: tuple[TriggerFires, ...]) -> str:
         for moment in fire.times:
             lines.append(f"  {iso(moment)}  {iso(moment.astimezone(UTC))}")
     return "\n".join(lines) + "\n"
-
-
-_SIZES = frozenset({"log_limit", "output_tail", "memory"})
-# ``from_agent`` is the plan's note, and ``args`` are already in the resolved command.
-_HIDDEN = frozenset({"file", "templates", "positions", "hosts_file", "from_agent", "args"})
-
-
-def to_document(value: Any, name: str = "") -> Any:
-    """The job file ``value`` stands for, with every default filled in."""
-    if isinstance(value, Template | Expression):
-        return value.source
-    if isinstance(value, cron.CronExpr):
-        return value.text
-    if isinstance(value, re.Pattern):
-        return value.pattern
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, Api):
-        return _api_document(value)
-    if is_dataclass(value):
-        document = {}
-        skip = _HIDDEN | (_inapplicable_inputs(value) if isinstance(value, Inputs) else set())
-        for item in fields(value):
-            inner = getattr(value, item.name)
-            if item.name in skip or inner is None or inner == () or inner == {}:
-                continue
-            if item.name == "budget_usd":  # task.budget: dollars as written, no duration
-                document["budget"] = {"usd": inner}
-                continue
-            document[camel_case(item.name)] = to_document(inner, item.name)
-        return document
-    if isinstance(value, Mapping):
-        return {k: to_document(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [to_document(v) for v in value]
-    # A float field of a dataclass is a duration (but jitter); a float in vars or items
-    # is the user's number (0.7 stays 0.7, not "700ms").
-    if isinstance(value, float) and name and name != "jitter":
-        return duration_text(value)
-    if isinstance(value, int) and not isinstance(value, bool) and name in _SIZES:
-        return size_text(value)
-    return value
-
-
-def _inapplicable_inputs(inputs: Inputs) -> set[str]:
-    """Input keys whose defaults mean nothing for this source (hidden by ``plan``)."""
-    skip = set()
-    if inputs.source != "files":
-        skip |= {"gitignore", "exclude"}
-    if inputs.source != "command":
-        skip |= {"format", "ok_exit_codes", "timeout"}
-    if not inputs.pointer:
-        skip.add("pointer")
-    return skip
-
-
-def _api_document(api: Api) -> dict[str, Any]:
-    """An ``[[apis]]`` table as written: its floats are dollars, not durations, its
-    budget a table and its prices a table by glob (``to_document`` reads fields)."""
-    document: dict[str, Any] = {
-        "name": api.name,
-        "upstream": api.upstream,
-        "style": str(api.style),
-        "baseUrlEnv": api.base_url_env,
-        "tokenEnv": api.token_env,
-    }
-    if api.key_secret is not None:
-        document["keySecret"] = api.key_secret
-    for field_name, key in _WINDOW_KEYS:
-        window: Window | None = getattr(api, field_name)
-        if window is not None:
-            document[key] = {"limit": window.limit, "per": duration_text(window.per)}
-    if api.max_in_flight is not None:
-        document["maxInFlight"] = api.max_in_flight
-    if api.prices:
-        document["prices"] = {
-            glob: {
-                camel_case(item.name): getattr(price, item.name)
-                for item in fields(price)
-                if getattr(price, item.name) is not None
-            }
-            for glob, price in api.prices
-        }
-    if api.budget_usd is not None:
-        document["budget"] = {"usd": api.budget_usd}
-    return document
