@@ -134,7 +134,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("round", ("round",)),
     ("backlog", ("backlog",)),
-    ("dispatch", ("dispatch",)),
+    ("dispatch", ("spending", "dispatch")),
     ("report", ("fleet", "accounting", "compute", "status", "report", "aggregate")),
     ("run", ("applying", "run")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 
-from . import invocation, ladder, presets, staging
+from . import invocation, ladder, presets, spending, staging
 from .agents.taxonomy import Kind
-from .attempt import ApiAccess, Attempt
+from .attempt import Attempt
 from .collecting import Collect, PathRefused
 from .errors import FanoutError, Parked, SpendStopped, storage_error, storage_problem
 from .ladder import Progress
-from .outcome import ApiUsage, AttemptResult, Outcome, Status, UnitState, unit_budget_spent
+from .outcome import AttemptResult, Outcome, Status, UnitState
 from .round import Round
 from .slots import Lane, Slots
 from .templates import RenderError
@@ -174,7 +174,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
     lane = Lane.FRESH
     while True:
         failed = _exhausted(ctx, unit, progress)
-        if failed is None and (spent := _budget_spent(ctx, unit)) is not None:
+        if failed is None and (spent := spending.budget_spent(ctx, unit)) is not None:
             # Resumed (or selected again in a later round) with its budget gone.
             failed = _outcome(ctx, unit, progress, UnitState.FAILED, spent)
         if failed is not None:  # resumed with nothing left (killed before it settled)
@@ -229,7 +229,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         # attempt came to, the unit fails at once, with no further attempt or rung,
         # since each would only spend more.  A success stays one: its work is done and
         # verified, and failing it would throw away what the money bought.
-        spent = _budget_spent(ctx, unit) if result.status is not Status.SUCCEEDED else None
+        spent = spending.budget_spent(ctx, unit) if result.status is not Status.SUCCEEDED else None
         if spent is not None:
             result = replace(result, status=Status.FAILED, reason=spent)
         progress = ladder.advance(progress, rungs, result, loop.time())
@@ -313,79 +313,11 @@ async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> Att
                 attempt=attempt.number,
                 rung=attempt.invocation.rung,
             )
-            if ctx.gateway is None:
-                result = await _in_worker(ctx, ctx.transport.run(attempt))
-                # What the agent said it used: no gateway counted it.
-                ctx.journal.record_usage(
-                    ctx.run_id, ctx.number, attempt.unit_id, attempt.number, result.usage
-                )
-                return result
-            return await _through_gateway(ctx, attempt)
+            return await spending.run(ctx, attempt)
         finally:
             ctx.gate.release()
     finally:
         slot.give()
-
-
-async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
-    """Run ``attempt`` with a token of its own for the gateway, revoked when it ends
-    (however it ends), and its usage recorded then: an interrupted attempt's spending
-    counts toward the run's budget when the run resumes."""
-    gateway = ctx.gateway
-    assert gateway is not None
-    ends = asyncio.get_running_loop().time() + attempt.deadline
-    # The unit's budget goes with its token, less what its earlier attempts spent
-    # (any API, resumed runs included): the gateway refuses its requests once the rest
-    # is gone, and the dispatcher then fails the unit (see ``_climb``).
-    budget = ctx.spec.task.budget_usd
-    token = gateway.grant(
-        unit=attempt.unit_id,
-        attempt=attempt.number,
-        deadline=ends,
-        budget_usd=budget,
-        spent_usd=0.0
-        if budget is None
-        else ctx.journal.unit_spent(ctx.run_id, attempt.unit_id, ctx.number),
-    )
-    access = tuple(
-        ApiAccess(api.name, api.base_url_env, api.token_env, token) for api in ctx.spec.apis
-    )
-    usage: tuple[ApiUsage, ...] = ()
-    try:
-        result = await _in_worker(ctx, ctx.transport.run(replace(attempt, apis=access)))
-    finally:
-        usage = gateway.revoke(token)
-        ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
-    if not usage and result.usage:  # its agent called its API past the gateway
-        usage = result.usage
-        ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
-    if gateway.stopped is not None and result.status is not Status.SUCCEEDED:
-        # Money ran out under it (its requests got the gateway's refusal): not the
-        # unit's failure, so no rung is used and the resumed run runs it again.
-        reason = f"stopped for money: {gateway.stopped}"
-        return replace(result, status=Status.INTERRUPTED, reason=reason, usage=usage)
-    return replace(result, usage=usage)
-
-
-def _budget_spent(ctx: Round, unit: Unit) -> str | None:
-    """Why the unit may spend no more (``task.budget``, counted from the journal's
-    usage of the unit in this run: the gateway's count, else what its agent reported),
-    None while it may, or without a budget."""
-    budget = ctx.spec.task.budget_usd
-    if budget is None:
-        return None
-    return unit_budget_spent(budget, ctx.journal.unit_spent(ctx.run_id, unit.id, ctx.number))
-
-
-async def _in_worker(ctx: Round, running: Awaitable[AttemptResult]) -> AttemptResult:
-    """Await an attempt's worker; a stop of the round lets it finish (see ``Round.stop``)."""
-    task = asyncio.current_task()
-    assert task is not None
-    ctx.in_worker.add(task)
-    try:
-        return await running
-    finally:
-        ctx.in_worker.discard(task)
 
 
 def _outcome(
