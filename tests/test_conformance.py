@@ -39,7 +39,7 @@ from procs import marker, pids_with
 # One event loop for the module: the SSH transports are started once (see ``remotes``).
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake"]
+TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray"]
 # Small enough to keep the suite fast, large enough that starting a step under load
 # (bwrap, an SSH channel) never eats the part of it a test gives its steps.
 TIMEOUT = 3.0
@@ -58,9 +58,9 @@ class Harness:
 
 @dataclass(frozen=True)
 class Remote:
-    """A started SSH transport over the module's sshd, and what its workers get."""
+    """A started SSH (or Ray) transport for the module, and what its workers get."""
 
-    transport: SshTransport
+    transport: Sandboxes
     root: Path
     path: str
     containment: Containment
@@ -143,9 +143,48 @@ def _login_path(pool: Any, server: Any) -> str:
     return ran.stdout
 
 
+class Rays:
+    """The module's one Ray transport over the session's two-node cluster
+    (``raycluster``), started when the "ray" harness first asks for it (so the other
+    transports never start a cluster), its sandboxes under a directory of its own on
+    the nodes (which are this machine)."""
+
+    def __init__(self) -> None:
+        self.remote: Remote | None = None
+
+    async def get(self, request: pytest.FixtureRequest) -> Remote:
+        if self.remote is not None:
+            return self.remote
+        import ray
+
+        from fanout import sandbox
+        from fanout.cluster import RayTransport
+        from fanout.spec import Ray
+
+        cluster = request.getfixturevalue("ray_cluster")  # skips without ray, but in CI
+        root = cluster.root / "conformance"
+        root.mkdir()
+        transport = RayTransport(Ray(address=cluster.address, sandbox_root=str(root)), slots=4)
+        await transport.start()
+        # The PATH Ray gives its workers, which the nodes keep for steps.
+        path = await ray.remote(lambda: os.environ["PATH"]).remote()
+        self.remote = Remote(transport, root, path, sandbox.choose("auto").containment)
+        return self.remote
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rays() -> AsyncIterator[Rays]:
+    holder = Rays()
+    try:
+        yield holder
+    finally:
+        if holder.remote is not None:
+            await holder.remote.transport.close()
+
+
 @pytest_asyncio.fixture(params=TRANSPORTS, loop_scope="module")
 async def harness(
-    request: pytest.FixtureRequest, tmp_path: Path, remotes: dict[str, Remote]
+    request: pytest.FixtureRequest, tmp_path: Path, remotes: dict[str, Remote], rays: Rays
 ) -> AsyncIterator[Harness]:
     name: str = request.param
     path = os.environ["PATH"]
@@ -163,6 +202,10 @@ async def harness(
         await local.start()
         yield Harness(name, local, root, path, local.containment)
         await local.close()
+        return
+    if name == "ray":
+        ray = await rays.get(request)
+        yield Harness(name, ray.transport, ray.root, ray.path, ray.containment)
         return
     remote = remotes[name]
     yield Harness(name, remote.transport, remote.root, remote.path, remote.containment)
