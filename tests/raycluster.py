@@ -74,6 +74,7 @@ class Node:
 @dataclass
 class Cluster:
     address: str
+    base: Path  # everything of the cluster's on disk
     root: Path  # a directory for the tests' sandboxes
     nodes: list[Node] = field(default_factory=list)
 
@@ -120,9 +121,7 @@ class Cluster:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        for node in self.nodes:
-            shutil.rmtree(node.temp, ignore_errors=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 def start() -> Cluster:
@@ -130,7 +129,7 @@ def start() -> Cluster:
     and the label ``zone=b``."""
     port = _free_port()
     base = Path(tempfile.mkdtemp(prefix="fray-", dir="/tmp"))
-    cluster = Cluster(address=f"127.0.0.1:{port}", root=base / "boxes")
+    cluster = Cluster(address=f"127.0.0.1:{port}", base=base, root=base / "boxes")
     cluster.root.mkdir()
     common = ["--num-cpus=4", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1"]
     try:

@@ -39,6 +39,7 @@ _GONE: tuple[type[BaseException], ...] = (
     ray.exceptions.ObjectLostError,  # OwnerDiedError among them
     ray.exceptions.RaySystemError,
     ray.exceptions.ActorUnschedulableError,
+    ray.exceptions.TaskUnschedulableError,  # a task pinned to a node that died
     ray.exceptions.RuntimeEnvSetupError,
     ray.exceptions.OutOfMemoryError,
 )
