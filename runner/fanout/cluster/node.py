@@ -65,42 +65,49 @@ class _Relay(OutputCapture):
 
 
 class NodeSandbox:
-    """The sandbox an actor holds for its one attempt."""
+    """The sandboxes an actor holds, one attempt's at a time: an actor serves attempt
+    after attempt (a Ray worker process costs about a second to start), and its local
+    transport (the sandbox tool chosen, the PID namespace probed) is set up once."""
 
     def __init__(self, node_id: str, address: str) -> None:
         self._node_id = node_id
         self._address = address
         self._stack = contextlib.AsyncExitStack()
+        self._local: LocalTransport | None = None
+        self._warnings: list[str] = []
         self._box: Sandbox | None = None
         self._base: Path | None = None
 
     async def open(self, opening: Opening) -> Opened:
-        """The sandbox, if this node runs the coordinator's fanout (else only the
+        """A fresh sandbox, if this node runs the coordinator's fanout (else only the
         version, which the coordinator refuses)."""
         name = node_name(self._address, self._node_id)
         opened = Opened(version=__version__, node=name, node_id=self._node_id, pid=os.getpid())
         if opening.version != __version__:
             return opened
-        root = Path(opening.root)
-        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
-        warnings: list[str] = []
-        hidden = [Path(path) for path in opening.hidden] + [Path.home() / ".ssh"]
-        local = LocalTransport(
-            slots=1,
-            sandbox_kind=opening.sandbox,
-            root=root,
-            path=os.environ.get("PATH", os.defpath),
-            hidden=hidden,
-            warn=warnings.append,
-            network=opening.network,
-        )
-        await local.start()
+        if self._box is not None:  # the last attempt's, left uncleanly: never reused
+            await self.close()
+        if self._local is None:
+            root = Path(opening.root)
+            await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+            hidden = [Path(path) for path in opening.hidden] + [Path.home() / ".ssh"]
+            local = LocalTransport(
+                slots=1,
+                sandbox_kind=opening.sandbox,
+                root=root,
+                path=os.environ.get("PATH", os.defpath),
+                hidden=hidden,
+                warn=self._warnings.append,
+                network=opening.network,
+            )
+            await local.start()
+            self._local = local
         # The local sandbox reads nothing of the attempt (every step comes with its
         # command), and the attempt, with its secrets, never leaves the coordinator.
-        box = await self._stack.enter_async_context(local.sandbox(cast("Attempt", None)))
+        box = await self._stack.enter_async_context(self._local.sandbox(cast("Attempt", None)))
         self._box = box
         self._base = Path(box.place.base)
-        return replace(opened, place=replace(box.place, host=name), warnings=tuple(warnings))
+        return replace(opened, place=replace(box.place, host=name), warnings=tuple(self._warnings))
 
     def _sandbox(self) -> Sandbox:
         if self._box is None:
@@ -171,9 +178,12 @@ class NodeSandbox:
             yield index, b""
 
     async def close(self) -> None:
-        """Remove the sandbox (its steps are over: ``run`` waits for each)."""
+        """Remove the sandbox (its steps are over: ``run`` waits for each); the actor
+        then serves the next attempt."""
         self._box = None
-        await self._stack.aclose()
+        self._base = None
+        stack, self._stack = self._stack, contextlib.AsyncExitStack()
+        await stack.aclose()
 
 
 def _write(work: Path, files: Sequence[tuple[str, int, bytes]]) -> None:

@@ -48,6 +48,10 @@ EXTRA = "pip install 'fanout[ray]'"
 # How long leaving a sandbox may take (the node's clean-up included) before fanout
 # stops waiting: a node that stopped answering must not hold the run.
 LEAVE_TIMEOUT = 20.0
+# How long an actor left idle by a finished attempt waits for the next one before it
+# is killed: long enough to bridge the dispatcher's next start, short enough that the
+# tail of a run frees its nodes for an autoscaler to remove.
+IDLE_KEEP = 5.0
 # Staged files go to the node in batches of about this many bytes (one call each).
 STAGE_BATCH = 8 << 20
 
@@ -94,6 +98,8 @@ class RayTransport:
         self._emit = emit
         self._api: ModuleType | None = None
         self._warned: set[str] = set()
+        # Actors a clean attempt left, waiting for the next one (the last one first).
+        self._idle: list[tuple[Actor, asyncio.TimerHandle]] = []
 
     @property
     def capacity(self) -> int:
@@ -168,6 +174,10 @@ class RayTransport:
             )
 
     async def close(self) -> None:
+        for actor, timer in self._idle:
+            timer.cancel()
+            actor.kill()
+        self._idle = []
         if self._api is not None:
             await asyncio.to_thread(self._api.disconnect)
 
@@ -199,54 +209,86 @@ class RayTransport:
 
     @contextlib.asynccontextmanager
     async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
-        api = self._rayapi()
-        actor = api.Actor(
-            api.Placement(
-                cpus=self._ray.cpus,
-                resources=self._ray.resources,
-                labels=self._ray.labels,
-                memory=self._memory,
-            )
+        """A sandbox in an idle actor (the last one left), or in a new one that Ray
+        places.  Left cleanly, the actor waits (``IDLE_KEEP``) for the next attempt;
+        otherwise it is killed and its node cleaned."""
+        opening = Opening(
+            version=__version__,
+            sandbox=self._requested,
+            root=self._ray.sandbox_root,
+            hidden=self._hidden,
+            network=self._network,
         )
-        box: RaySandbox | None = None
+        actor, opened = await self._open(opening)
+        if opened.place is None:
+            actor.kill()
+            raise HostsUnavailable(_mismatch(opened.node, opened.version))
+        for warning in opened.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                self._notice(f"node {opened.node}: {warning}")
+        if self._emit is not None:
+            self._emit(
+                "attempt.placed",
+                round=attempt.round,
+                unit=attempt.unit_id,
+                attempt=attempt.number,
+                host=opened.node,
+            )
+        box = RaySandbox(actor, opened, replace(opened.place, gateway=self._gateway))
         clean = False
         try:
-            opening = Opening(
-                version=__version__,
-                sandbox=self._requested,
-                root=self._ray.sandbox_root,
-                hidden=self._hidden,
-                network=self._network,
-            )
-            try:
-                opened: Opened = await actor.open(opening)
-            except Gone as exc:
-                lost = f"lost the unit's Ray actor before it started: {exc}"
-                raise Lost(lost, host="ray") from None
-            if opened.place is None:
-                raise HostsUnavailable(_mismatch(opened.node, opened.version))
-            for warning in opened.warnings:
-                if warning not in self._warned:
-                    self._warned.add(warning)
-                    self._notice(f"node {opened.node}: {warning}")
-            if self._emit is not None:
-                self._emit(
-                    "attempt.placed",
-                    round=attempt.round,
-                    unit=attempt.unit_id,
-                    attempt=attempt.number,
-                    host=opened.node,
-                )
-            box = RaySandbox(actor, opened, replace(opened.place, gateway=self._gateway))
             yield box
             clean = True
         finally:
-            if box is None:
-                actor.kill()
+            reusable = False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LEAVE_TIMEOUT):
+                    reusable = await asyncio.shield(box.leave(clean))
+            if reusable:
+                self._keep(actor)
             else:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(LEAVE_TIMEOUT):
-                        await asyncio.shield(box.leave(clean))
+                actor.kill()
+
+    async def _open(self, opening: Opening) -> tuple[Actor, Opened]:
+        """An actor with a fresh sandbox.  An idle actor that turns out gone (its node
+        died while it waited) is dropped for another: the attempt had not started."""
+        api = self._rayapi()
+        while True:
+            reused = bool(self._idle)
+            if reused:
+                actor, timer = self._idle.pop()
+                timer.cancel()
+            else:
+                actor = api.Actor(
+                    api.Placement(
+                        cpus=self._ray.cpus,
+                        resources=self._ray.resources,
+                        labels=self._ray.labels,
+                        memory=self._memory,
+                    )
+                )
+            try:
+                return actor, await actor.open(opening)
+            except Gone as exc:
+                actor.kill()
+                if not reused:
+                    lost = f"lost the unit's Ray actor before it started: {exc}"
+                    raise Lost(lost, host="ray") from None
+            except BaseException:  # a cancellation while Ray places it
+                actor.kill()
+                raise
+
+    def _keep(self, actor: Actor) -> None:
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(IDLE_KEEP, self._retire, actor)
+        self._idle.append((actor, timer))
+
+    def _retire(self, actor: Actor) -> None:
+        """An actor idle for ``IDLE_KEEP``: killed, so its node's resources are free
+        (and an autoscaler can remove the node)."""
+        self._idle = [(a, t) for a, t in self._idle if a is not actor]
+        actor.kill()
 
 
 class RaySandbox:
@@ -358,10 +400,10 @@ class RaySandbox:
             if stream is not None:
                 stream.close()
 
-    async def leave(self, clean: bool) -> None:
-        """Cleanly: the actor removes the sandbox, then it is killed.  Otherwise (or
-        if that fails) it is killed at once and a task pinned to its node removes
-        what is left, once the actor's process is gone.  Never raises."""
+    async def leave(self, clean: bool) -> bool:
+        """Cleanly: the actor removes the sandbox and may serve the next attempt (True).
+        Otherwise (or if that fails) it is killed at once and a task pinned to its node
+        removes what is left, once the actor's process is gone.  Never raises."""
         opened = self._opened
         if clean and not self._killed:
             try:
@@ -369,13 +411,13 @@ class RaySandbox:
             except Gone:
                 pass
             else:
-                self._kill()
-                return
+                return True
         self._kill()
-        # Leaving never raises.  A node that is gone, or cannot run the clean-up, keeps
-        # the directory: the next attempt opened there removes it (its actor is dead).
+        # A node that is gone, or cannot run the clean-up, keeps the directory: the
+        # next attempt opened there removes it (its actor's process is gone: ``local``).
         with contextlib.suppress(Exception):
             await load().remove(opened.node_id, self.place.base, opened.pid)
+        return False
 
 
 def _read(path: Path) -> tuple[bytes, int]:
