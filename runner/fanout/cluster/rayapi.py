@@ -79,7 +79,9 @@ class SandboxActor:
     async def stage(self, files: Sequence[tuple[str, int, bytes]]) -> None:
         await self._box.stage(files)
 
-    async def run(self, command: Command, backstop: float) -> AsyncIterator[bytes | int]:
+    async def run(
+        self, command: Command, backstop: float
+    ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
         async for item in self._box.run(command, backstop):
             yield item
 
@@ -215,7 +217,9 @@ class Actor:
         with _mapped():
             await self._handle.stage.remote(list(files))
 
-    async def run(self, command: Command, backstop: float) -> AsyncIterator[bytes | int]:
+    async def run(
+        self, command: Command, backstop: float
+    ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
         with _mapped():
             async for ref in self._handle.run.remote(command, backstop):
                 yield await ref

@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
 from .. import __version__, collecting
-from ..attempt import Attempt, execute
+from ..attempt import LAYOUT, Attempt, execute
 from ..capture import OutputCapture
 from ..collecting import Entry
 from ..errors import EnvironmentProblem, HostsUnavailable
@@ -301,6 +301,8 @@ class RaySandbox:
         # A command's answer did not arrive whole (a cancellation, a deadline, a lost
         # actor): the actor is killed, and the node's clean-up removes the directory.
         self._killed = False
+        # The control file as the last step left it, which came with its answer.
+        self._control: tuple[bytes | None] | None = None
 
     def _lost(self, exc: Gone) -> Lost:
         self._kill()
@@ -344,7 +346,8 @@ class RaySandbox:
                 if isinstance(item, bytes):
                     capture.feed(item)
                 else:
-                    code = int(item)
+                    code, control = item
+                    self._control = (control,)
         except Gone as exc:
             raise self._lost(exc) from None
         except asyncio.CancelledError:
@@ -355,6 +358,8 @@ class RaySandbox:
     async def read(self, name: str) -> bytes | None:
         if self._killed:
             return None  # after a deadline: the sandbox is being removed
+        if name == LAYOUT.control and self._control is not None:
+            return self._control[0]
         try:
             data: bytes | None = await self._actor.read(name)
         except Gone as exc:
