@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_gateway_run import KEY, WORKER
 
 import fanout.cluster
 from fanout.cluster import RayTransport
 from fanout.errors import EnvironmentProblem
 from fanout.spec import Ray
 
+from helpers import cli
+from mockapi import MockApi, Usage
 from procs import marker, pids_with
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -261,3 +264,50 @@ def _sleeping(token: str) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def test_workers_on_the_nodes_reach_the_api_gateway(
+    ray_cluster: Any,
+    root: Path,
+    tmp_path: Path,
+    mock_api: MockApi,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job with [[apis]] on Ray: each worker reaches the coordinator's gateway at
+    runtime.ray.gatewayHost (loopback: the nodes are this machine) with its attempt's
+    token, and the upstream sees the real key only."""
+    monkeypatch.setenv("FANOUT_TEST_ANTHROPIC_KEY", KEY)
+    mock_api.configure(limit=100, window=1.0, require_key=KEY, usage=Usage(input_tokens=30))
+    job = _job(
+        tmp_path,
+        ray_cluster.address,
+        root,
+        units=4,
+        script="true",
+        extra="network = true",
+    )
+    text = job.read_text().replace(
+        'command = ["sh", "-c", "true"]', f"command = {json.dumps(['python3', '-c', WORKER, '2'])}"
+    )
+    text = text.replace('collect = ["out.txt"]', 'collect = ["seen.txt"]')
+    text += f"""
+[[apis]]
+name = "anthropic"
+upstream = "{mock_api.url}"
+style = "anthropic"
+keySecret = "FANOUT_TEST_ANTHROPIC_KEY"
+requests = {{ limit = 100, per = "1s" }}
+"""
+    job.write_text(text)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    posts = mock_api.posts()
+    assert [p.status for p in posts] == [200] * 8
+    assert {p.key for p in posts} == {KEY}
+    seen = [
+        json.loads(p.read_text().splitlines()[0])
+        for p in (tmp_path / ".fanout" / "runs").glob("*/units/*/seen.txt")
+    ]
+    assert len(seen) == 4
+    assert all(s["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:") for s in seen)
+    assert all(s["ANTHROPIC_API_KEY"] != KEY for s in seen)
