@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
@@ -80,9 +80,9 @@ class SandboxActor:
         await self._box.stage(files)
 
     async def run(
-        self, command: Command, backstop: float
+        self, command: Command, stdin: bytes, backstop: float
     ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
-        async for item in self._box.run(command, backstop):
+        async for item in self._box.run(replace(command, stdin=stdin), backstop):
             yield item
 
     async def read(self, name: str) -> bytes | None:
@@ -220,8 +220,13 @@ class Actor:
     async def run(
         self, command: Command, backstop: float
     ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
+        # The step's stdin (the prompt) as an argument of its own: an argument over
+        # Ray's 100 KiB goes through the object store (shared memory, spilled to disk
+        # under pressure), and the command, which carries the secrets, must never.
         with _mapped():
-            async for ref in self._handle.run.remote(command, backstop):
+            async for ref in self._handle.run.remote(
+                replace(command, stdin=b""), command.stdin, backstop
+            ):
                 yield await ref
 
     async def read(self, name: str) -> bytes | None:
