@@ -127,6 +127,18 @@ class RayTransport:
         wrong = [r for r in alive if r.version and r.version != __version__]
         if wrong:
             raise EnvironmentProblem(_mismatch(wrong[0].node, wrong[0].version))
+        if self._requested == "bwrap":
+            plain = [r.node for r in alive if r.version and not r.bwrap]
+            if plain and len(plain) == len(alive):
+                raise EnvironmentProblem(
+                    f"runtime.sandbox is 'bwrap' but no node of the Ray cluster has a"
+                    f" working bwrap ({', '.join(plain)})"
+                )
+            for name in plain:
+                self._notice(
+                    f"node {name} has no working bwrap: units Ray places there are lost"
+                    " and run again"
+                )
         unprobed = [r for r in alive if r.problem]
         for report in unprobed:
             self._notice(f"node {report.node}: {report.problem}")
