@@ -39,7 +39,7 @@ from procs import marker, pids_with
 # One event loop for the module: the SSH transports are started once (see ``remotes``).
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray"]
+TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray-none", "ray-bwrap"]
 # Small enough to keep the suite fast, large enough that starting a step under load
 # (bwrap, an SSH channel) never eats the part of it a test gives its steps.
 TIMEOUT = 3.0
@@ -144,17 +144,17 @@ def _login_path(pool: Any, server: Any) -> str:
 
 
 class Rays:
-    """The module's one Ray transport over the session's two-node cluster
-    (``raycluster``), started when the "ray" harness first asks for it (so the other
-    transports never start a cluster), its sandboxes under a directory of its own on
-    the nodes (which are this machine)."""
+    """The module's Ray transports (one per sandbox kind) over the session's two-node
+    cluster (``raycluster``), each started when a "ray-*" harness first asks for it (so
+    the other transports never start a cluster), its sandboxes under a directory of its
+    own on the nodes (which are this machine)."""
 
     def __init__(self) -> None:
-        self.remote: Remote | None = None
+        self.remotes: dict[str, Remote] = {}
 
-    async def get(self, request: pytest.FixtureRequest) -> Remote:
-        if self.remote is not None:
-            return self.remote
+    async def get(self, request: pytest.FixtureRequest, kind: str) -> Remote:
+        if kind in self.remotes:
+            return self.remotes[kind]
         import ray
 
         from fanout import sandbox
@@ -162,14 +162,16 @@ class Rays:
         from fanout.spec import Ray
 
         cluster = request.getfixturevalue("ray_cluster")  # skips without ray, but in CI
-        root = cluster.root / "conformance"
+        root = cluster.root / f"conformance-{kind}"
         root.mkdir()
-        transport = RayTransport(Ray(address=cluster.address, sandbox_root=str(root)), slots=4)
+        transport = RayTransport(
+            Ray(address=cluster.address, sandbox_root=str(root)), slots=4, sandbox_kind=kind
+        )
         await transport.start()
         # The PATH Ray gives its workers, which the nodes keep for steps.
         path = await ray.remote(lambda: os.environ["PATH"]).remote()
-        self.remote = Remote(transport, root, path, sandbox.choose("auto").containment)
-        return self.remote
+        self.remotes[kind] = Remote(transport, root, path, sandbox.choose(kind).containment)
+        return self.remotes[kind]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -178,8 +180,8 @@ async def rays() -> AsyncIterator[Rays]:
     try:
         yield holder
     finally:
-        if holder.remote is not None:
-            await holder.remote.transport.close()
+        for remote in holder.remotes.values():
+            await remote.transport.close()
 
 
 @pytest_asyncio.fixture(params=TRANSPORTS, loop_scope="module")
@@ -203,8 +205,8 @@ async def harness(
         yield Harness(name, local, root, path, local.containment)
         await local.close()
         return
-    if name == "ray":
-        ray = await rays.get(request)
+    if name.startswith("ray-"):
+        ray = await rays.get(request, name.removeprefix("ray-"))
         yield Harness(name, ray.transport, ray.root, ray.path, ray.containment)
         return
     remote = remotes[name]

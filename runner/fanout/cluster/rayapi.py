@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -119,10 +120,23 @@ class Placement:
     memory: int | None = None  # bytes (Ray's ``memory`` resource)
 
 
+# Transports joined to the cluster in this process: one driver connection serves them
+# all (the scheduler may run several jobs' runs at once), left when the last leaves.
+_joined = 0
+_joining = threading.Lock()
+
+
 def connect(address: str) -> None:
-    """Join the cluster at ``address`` as a driver (blocking; once per process)."""
-    if ray.is_initialized():
-        return
+    """Join the cluster at ``address`` as a driver (blocking; one connection per
+    process, counted: each ``connect`` is matched by a ``disconnect``)."""
+    global _joined
+    with _joining:
+        if not ray.is_initialized():
+            _init(address)
+        _joined += 1
+
+
+def _init(address: str) -> None:
     # Joined from a thread (the coordinator's loop goes on), which also keeps Ray from
     # replacing fanout's SIGTERM handler (which drains the run) with its own exit: Ray
     # says so with a warning, which says nothing to a fanout user.
@@ -139,9 +153,13 @@ def connect(address: str) -> None:
 
 
 def disconnect() -> None:
-    """Leave the cluster: Ray kills every actor this driver still owns."""
-    if ray.is_initialized():
-        ray.shutdown()
+    """Leave the cluster once no transport of this process uses it: Ray kills every
+    actor this driver still owns."""
+    global _joined
+    with _joining:
+        _joined = max(0, _joined - 1)
+        if _joined == 0 and ray.is_initialized():
+            ray.shutdown()
 
 
 def driver_address() -> str:

@@ -101,6 +101,7 @@ class RayTransport:
         self._notice = notice
         self._emit = emit
         self._api: ModuleType | None = None
+        self._joined = False  # this transport holds one of the process's connections
         self._warned: set[str] = set()
         # Actors a clean attempt left, waiting for the next one (the last one first).
         self._idle: list[tuple[Actor, asyncio.TimerHandle]] = []
@@ -151,12 +152,15 @@ class RayTransport:
             await self._check_gateway(api, alive)
 
     async def _connect(self, api: ModuleType) -> None:
+        if self._joined:
+            return
         try:
             await asyncio.to_thread(api.connect, self._ray.address)
         except Exception as exc:  # ray.init raises ConnectionError, RuntimeError, ValueError
             raise EnvironmentProblem(
                 f"cannot join the Ray cluster at {self._ray.address}: {_line(exc)}"
             ) from None
+        self._joined = True
 
     def _fits(self, report: NodeReport) -> bool:
         asks = {"CPU": self._ray.cpus, **self._ray.resources}
@@ -194,7 +198,8 @@ class RayTransport:
             timer.cancel()
             actor.kill()
         self._idle = []
-        if self._api is not None:
+        if self._api is not None and self._joined:
+            self._joined = False
             await asyncio.to_thread(self._api.disconnect)
 
     async def probe_all(self) -> list[NodeReport]:
