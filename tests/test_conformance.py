@@ -1,6 +1,6 @@
 """One attempt, any transport: the same behaviour tests over every transport (local with
-sandbox none and bwrap, SSH with none and bwrap over a real sshd, and the fake
-sandboxes of ``fakes``), each building the same attempt and asserting the same outcome.
+sandbox none and bwrap, SSH with none and bwrap over a real sshd, Ray with none and
+bwrap over a real two-node cluster on loopback, and the fake sandboxes of ``fakes``), each building the same attempt and asserting the same outcome.
 A new transport passes this file before it is merged.
 
 Each test states exact values.  Where they differ between transports, the transport is
