@@ -117,3 +117,17 @@ def ssh_pool() -> Iterator[Any]:
         yield pool
     finally:
         pool.close()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """A real two-node Ray cluster on loopback for the whole session (tests/raycluster.py),
+    stopped at the end with nothing left running; skips without ray, but under CI."""
+    from raycluster import require_ray, start
+
+    require_ray()
+    cluster = start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

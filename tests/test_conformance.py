@@ -1,6 +1,6 @@
 """One attempt, any transport: the same behaviour tests over every transport (local with
-sandbox none and bwrap, SSH with none and bwrap over a real sshd, and the fake
-sandboxes of ``fakes``), each building the same attempt and asserting the same outcome.
+sandbox none and bwrap, SSH with none and bwrap over a real sshd, Ray with none and
+bwrap over a real two-node cluster on loopback, and the fake sandboxes of ``fakes``), each building the same attempt and asserting the same outcome.
 A new transport passes this file before it is merged.
 
 Each test states exact values.  Where they differ between transports, the transport is
@@ -39,7 +39,7 @@ from procs import marker, pids_with
 # One event loop for the module: the SSH transports are started once (see ``remotes``).
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake"]
+TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray-none", "ray-bwrap"]
 # Small enough to keep the suite fast, large enough that starting a step under load
 # (bwrap, an SSH channel) never eats the part of it a test gives its steps.
 TIMEOUT = 3.0
@@ -58,9 +58,9 @@ class Harness:
 
 @dataclass(frozen=True)
 class Remote:
-    """A started SSH transport over the module's sshd, and what its workers get."""
+    """A started SSH (or Ray) transport for the module, and what its workers get."""
 
-    transport: SshTransport
+    transport: Sandboxes
     root: Path
     path: str
     containment: Containment
@@ -143,9 +143,50 @@ def _login_path(pool: Any, server: Any) -> str:
     return ran.stdout
 
 
+class Rays:
+    """The module's Ray transports (one per sandbox kind) over the session's two-node
+    cluster (``raycluster``), each started when a "ray-*" harness first asks for it (so
+    the other transports never start a cluster), its sandboxes under a directory of its
+    own on the nodes (which are this machine)."""
+
+    def __init__(self) -> None:
+        self.remotes: dict[str, Remote] = {}
+
+    async def get(self, request: pytest.FixtureRequest, kind: str) -> Remote:
+        if kind in self.remotes:
+            return self.remotes[kind]
+        import ray
+
+        from fanout import sandbox
+        from fanout.cluster import RayTransport
+        from fanout.spec import Ray
+
+        cluster = request.getfixturevalue("ray_cluster")  # skips without ray, but in CI
+        root = cluster.root / f"conformance-{kind}"
+        root.mkdir()
+        transport = RayTransport(
+            Ray(address=cluster.address, sandbox_root=str(root)), slots=4, sandbox_kind=kind
+        )
+        await transport.start()
+        # The PATH Ray gives its workers, which the nodes keep for steps.
+        path = await ray.remote(lambda: os.environ["PATH"]).remote()
+        self.remotes[kind] = Remote(transport, root, path, sandbox.choose(kind).containment)
+        return self.remotes[kind]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rays() -> AsyncIterator[Rays]:
+    holder = Rays()
+    try:
+        yield holder
+    finally:
+        for remote in holder.remotes.values():
+            await remote.transport.close()
+
+
 @pytest_asyncio.fixture(params=TRANSPORTS, loop_scope="module")
 async def harness(
-    request: pytest.FixtureRequest, tmp_path: Path, remotes: dict[str, Remote]
+    request: pytest.FixtureRequest, tmp_path: Path, remotes: dict[str, Remote], rays: Rays
 ) -> AsyncIterator[Harness]:
     name: str = request.param
     path = os.environ["PATH"]
@@ -163,6 +204,10 @@ async def harness(
         await local.start()
         yield Harness(name, local, root, path, local.containment)
         await local.close()
+        return
+    if name.startswith("ray-"):
+        ray = await rays.get(request, name.removeprefix("ray-"))
+        yield Harness(name, ray.transport, ray.root, ray.path, ray.containment)
         return
     remote = remotes[name]
     yield Harness(name, remote.transport, remote.root, remote.path, remote.containment)

@@ -99,6 +99,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ssh.sandbox",
             "ssh.transport",
             "ssh",
+            # The Ray transport: rayapi alone imports ray.
+            "cluster.facts",
+            "cluster.node",
+            "cluster.rayapi",
+            "cluster.transport",
+            "cluster",
         ),
     ),
     # The API gateway in the coordinator: pacing per request, keys swapped, usage read.

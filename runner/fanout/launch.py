@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import commands, limits
-from .errors import Interrupted
+from .errors import EnvironmentProblem, Interrupted
 from .events import Events, Sink
 from .journal import Journal
 from .lock import JobLock, Overlap
@@ -36,7 +36,8 @@ def transport_for(
     gateway_port: int | None = None,
     gateway_socket: Path | None = None,
 ) -> Transport:
-    """SSH hosts when the job has any, else sandboxes on this machine.  Either way the
+    """A Ray cluster (runtime.ray), SSH hosts when the job has any, else sandboxes on
+    this machine.  Either way the
     run's state directory joins the registry that every local sandbox hides.
     ``gateway_port``: the run's API gateway on this machine, which workers reach."""
     from . import hidden
@@ -47,6 +48,28 @@ def transport_for(
         notice(
             f"cannot record the state directory in {hidden.registry(environ)} "
             f"({exc.strerror or exc}): sandboxes of other jobs will not hide it"
+        )
+    if job.runtime.ray is not None:
+        from .cluster import RayTransport
+
+        if job.runtime.hosts:
+            raise EnvironmentProblem(
+                "runtime.ray and SSH hosts (--hosts) are exclusive: units run on a Ray"
+                " cluster or on SSH hosts, not both"
+            )
+        return RayTransport(
+            job.runtime.ray,
+            slots=job.runtime.max_concurrent_tasks,
+            sandbox_kind=job.runtime.sandbox,
+            # On a node that is this machine (a cluster on a laptop) the same paths as
+            # locally; elsewhere those that exist there.
+            hidden=hidden.paths(environ, job.runtime.state_dir),
+            network=job.runtime.network,
+            gateway_port=gateway_port,
+            # task.memory (GiB), where the job language has it: Ray's memory resource.
+            memory=getattr(job.task, "memory", None),
+            notice=notice,
+            emit=emit,
         )
     if job.runtime.hosts:
         from . import knownhosts as hosts
@@ -117,6 +140,8 @@ def runner_for(
                 if job.runtime.network == "apis" and not job.runtime.hosts
                 else None
             ),
+            # Workers on Ray nodes connect to it at runtime.ray.gatewayHost.
+            host=job.runtime.ray.gateway_host if job.runtime.ray is not None else "127.0.0.1",
         )
     runner = Runner(
         spec=job,

@@ -352,6 +352,47 @@ def _check_runtime(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                         )
                     )
                 seen.setdefault(name, index)
+    problems += _check_ray(runtime, ctx)
+    return problems
+
+
+def _check_ray(runtime: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    """``runtime.ray``: one place units run (not SSH hosts as well), a sandbox a node
+    can give (podman is this machine's), and a network the nodes can give (``"apis"``
+    binds the coordinator's unix socket into each sandbox: the nodes have none)."""
+    ray = runtime.get("ray")
+    if not isinstance(ray, dict):
+        return []
+    problems = []
+    if "hosts" in runtime:
+        problems.append(
+            ctx.at_key(
+                ("runtime", "ray"),
+                "runtime.ray and runtime.hosts are exclusive: units run on a Ray cluster"
+                " or on SSH hosts, not both",
+            )
+        )
+    if runtime.get("sandbox") == "podman":
+        problems.append(
+            ctx.at_value(
+                ("runtime", "sandbox"),
+                "podman sandboxes run on this machine only; use bwrap or none with runtime.ray",
+            )
+        )
+    if runtime.get("network") == "apis":
+        problems.append(
+            ctx.at_value(
+                ("runtime", "network"),
+                'network "apis" binds the gateway\'s unix socket into local and SSH sandboxes'
+                " only; with runtime.ray set network = true (workers reach the gateway at"
+                " runtime.ray.gatewayHost)",
+            )
+        )
+    root = ray.get("sandboxRoot")
+    if isinstance(root, str) and not root.startswith("/"):
+        problems.append(
+            ctx.at_value(("runtime", "ray", "sandboxRoot"), "must be an absolute path on the nodes")
+        )
     return problems
 
 

@@ -44,7 +44,9 @@ def hosts_check(
     Reachable, authenticated, remote shell, bwrap, what keeps the job's units from
     outliving them there (containment), free disk in the sandbox root and round-trip
     time; for a job with [[apis]], whether sshd forwards a port to the API gateway and
-    binds it to loopback only.  Exit 4 if any is not usable.
+    binds it to loopback only.  For a job with runtime.ray, every node of the cluster:
+    alive, its resources and labels, fanout's version, bwrap and containment there (a
+    probe pinned to each node).  Exit 4 if any is not usable.
     """
     import asyncio
 
@@ -52,9 +54,14 @@ def hosts_check(
     from rich.table import Table
 
     from .. import knownhosts as inventory
+    from .. import spec
     from ..errors import EnvironmentProblem
     from ..ssh import SshTransport
     from ..ssh.probe import GATEWAY_FINE
+
+    job = call(lambda: spec.load(file, hosts_file=hosts))
+    if job.runtime.ray is not None and not job.runtime.hosts:
+        _ray_check(job)
 
     def probe() -> tuple[Any, bool]:
         pool, sandbox, apis, network = _runtime(file, hosts)
@@ -92,6 +99,48 @@ def hosts_check(
     Console(width=240).print(table)
     usable = all(p.auth and not p.error and p.gateway in ("", *GATEWAY_FINE) for p in probes)
     raise typer.Exit(0 if usable else 4)
+
+
+def _ray_check(job: Any) -> None:
+    """``hosts check`` for runtime.ray: one row per node of the cluster."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..cluster import RayTransport
+
+    transport = RayTransport(job.runtime.ray, slots=1, sandbox_kind=job.runtime.sandbox)
+
+    async def probe() -> Any:
+        try:
+            return await transport.probe_all()
+        finally:
+            await transport.close()
+
+    reports = call(lambda: asyncio.run(probe()))
+    table = Table("node", "alive", "resources", "labels", "fanout", "bwrap", "containment")
+    table.add_column("problem")
+    for r in reports:
+        table.add_row(
+            r.node,
+            "yes" if r.alive else "NO",
+            ", ".join(_amount(name, value) for name, value in sorted(r.resources.items())),
+            ", ".join(f"{k}={v}" for k, v in sorted(r.labels.items())),
+            r.version,
+            "yes" if r.bwrap else "no",
+            r.containment,
+            r.problem,
+        )
+    Console(width=240).print(table)
+    alive = [r for r in reports if r.alive]
+    raise typer.Exit(0 if alive and not any(r.problem for r in alive) else 4)
+
+
+def _amount(name: str, value: float) -> str:
+    if name in ("memory", "object_store_memory"):
+        return f"{name} {value / (1 << 30):.1f} GiB"
+    return f"{name} {value:g}"
 
 
 @hosts_app.command("trust")

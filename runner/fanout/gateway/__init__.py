@@ -37,12 +37,17 @@ class Gateway:
         stop: Callable[[FanoutError], None],
         rng: random.Random | None = None,
         socket_dir: Path | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         # Bound now, so the port is known before any transport (an SSH forward, a
-        # worker's environment) is built; nothing is served until ``start``.
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # worker's environment) is built; nothing is served until ``start``.  ``host``:
+        # loopback, but for Ray nodes on other machines (runtime.ray.gatewayHost), where
+        # the per-attempt tokens are what protects it.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._host = host
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
-            self._socket.bind(("127.0.0.1", 0))
+            self._socket.bind((host, 0))
             self._socket.listen(128)
             self._socket.setblocking(False)
             self._port: int = self._socket.getsockname()[1]
@@ -81,7 +86,8 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}"
 
     @property
     def stopped(self) -> SpendStopped | None:

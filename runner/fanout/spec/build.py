@@ -29,6 +29,7 @@ from .model import (
     Inputs,
     Limit,
     Price,
+    Ray,
     Retry,
     Rounds,
     Rung,
@@ -132,6 +133,7 @@ def build(
         image=raw_runtime.get("image"),
         network=raw_runtime["network"],
         hosts=hosts,
+        ray=_ray(raw_runtime["ray"]) if "ray" in raw_runtime else None,
         workspace=workspace,
         state_dir=(workspace / raw_runtime["stateDir"]).resolve(),
         log_limit=parse_size(raw_runtime["logLimit"]),
@@ -310,6 +312,17 @@ def snake_case(name: str) -> str:
 def camel_case(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+def _ray(raw: Mapping[str, Any]) -> Ray:
+    return Ray(
+        address=raw["address"],
+        cpus=raw["cpus"],
+        resources=MappingProxyType({k: float(v) for k, v in raw.get("resources", {}).items()}),
+        labels=MappingProxyType(dict(raw.get("labels", {}))),
+        gateway_host=raw["gatewayHost"],
+        sandbox_root=raw["sandboxRoot"],
+    )
 
 
 def freeze(value: Any) -> Any:

@@ -41,6 +41,7 @@ def _default(table: str, key: str) -> Any:
 _INPUTS = "/definitions/inputs"
 _TASK = "/definitions/task"
 _HOST = "/definitions/host"
+_RAY = "/definitions/ray"
 _RUNTIME = "/definitions/runtime"
 _LIMIT = "/definitions/limit"
 _BACKOFF = "/definitions/backoff"
@@ -128,6 +129,18 @@ class Host:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Ray:
+    """``runtime.ray``: the cluster, and what each running unit holds on its node."""
+
+    address: str = _default(_RAY, "address")
+    cpus: float = _default(_RAY, "cpus")
+    resources: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    gateway_host: str = _default(_RAY, "gatewayHost")
+    sandbox_root: str = _default(_RAY, "sandboxRoot")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Runtime:
     max_concurrent_tasks: int = _default(_RUNTIME, "maxConcurrentTasks")
     sandbox: Literal["auto", "bwrap", "podman", "none"] = _default(_RUNTIME, "sandbox")
@@ -136,6 +149,7 @@ class Runtime:
     # API gateway is reachable (``sandbox``); False: no network at all.
     network: bool | Literal["apis"] = _default(_RUNTIME, "network")
     hosts: tuple[Host, ...] = ()
+    ray: Ray | None = None
     # Resolved against the job file and the workspace (``build``), so no default here.
     workspace: Path
     state_dir: Path

@@ -1,0 +1,15 @@
+"""Running attempts on a Ray cluster (``runtime.ray``; the optional extra
+``fanout[ray]``): the only package that imports ray, and within it only ``rayapi``.
+
+``transport`` is the transport on the coordinator (one Ray actor per running unit,
+placed by Ray with the job's resources, serving attempt after attempt), ``node`` the
+actor's side on a node (a local sandbox there, made by ``local``), ``rayapi`` Ray itself
+(the actor class, the tasks pinned to a node, the error mapping), ``facts`` the values
+the two sides exchange.  Importing this package does not import ray: a job without
+runtime.ray never needs it, and one with it but without ray installed gets an error
+naming the extra (``transport.load``).
+"""
+
+from .transport import EXTRA, RayTransport
+
+__all__ = ["EXTRA", "RayTransport"]

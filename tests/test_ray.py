@@ -1,0 +1,313 @@
+"""The Ray transport end to end, over real Ray clusters on loopback (``raycluster``):
+a whole ``fanout run``, ``fanout hosts check``, Ctrl-C, a node killed mid-run, a node
+running another fanout, and a coordinator without ray.  (The conformance suite runs
+over the same session cluster as transport "ray".)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_gateway_run import KEY, WORKER
+
+import fanout.cluster
+from fanout.cluster import RayTransport
+from fanout.errors import EnvironmentProblem
+from fanout.spec import Ray
+
+from helpers import cli
+from mockapi import MockApi, Usage
+from procs import marker, pids_with
+
+FANOUT = [sys.executable, "-m", "fanout"]
+
+pytestmark = pytest.mark.slow
+
+
+def _job(
+    tmp_path: Path, address: str, root: Path, *, units: int, script: str, extra: str = ""
+) -> Path:
+    items = ", ".join(f'{{ n = "{n:02d}" }}' for n in range(units))
+    job = tmp_path / "job.toml"
+    job.write_text(
+        f"""
+version = 1
+name = "rayjob"
+[inputs]
+items = [{items}]
+[units]
+id = "u{{{{ unit.record.n }}}}"
+collect = ["out.txt"]
+[task]
+command = ["sh", "-c", {json.dumps(script)}]
+timeout = "120s"
+[runtime]
+maxConcurrentTasks = 8
+{extra}
+[runtime.ray]
+address = "{address}"
+sandboxRoot = "{root}"
+"""
+    )
+    return job
+
+
+def _report(job: Path) -> dict[str, Any]:
+    (run,) = sorted((job.parent / ".fanout" / "runs").iterdir())
+    units: dict[str, Any] = {}
+    for line in (run / "report.json").read_text().splitlines():
+        record = json.loads(line)
+        if "unit" in record or "id" in record:
+            units[record.get("unit") or record["id"]] = record
+    return units
+
+
+@pytest.fixture
+def root(ray_cluster: Any, tmp_path: Path) -> Path:
+    """A sandbox root of the test's own on the nodes (which are this machine)."""
+    path: Path = ray_cluster.root / tmp_path.name
+    path.mkdir()
+    return path
+
+
+def test_a_job_runs_over_both_nodes_and_collects_its_files(
+    ray_cluster: Any, root: Path, tmp_path: Path
+) -> None:
+    job = _job(
+        tmp_path,
+        ray_cluster.address,
+        root,
+        units=8,
+        script='echo "$FANOUT_UNIT_ID" > out.txt; sleep 1; echo done',
+    )
+    ran = _fanout("run", str(job))
+    assert ran.returncode == 0, ran.stdout
+    assert "8 succeeded" in ran.stdout
+    collected = sorted((tmp_path / ".fanout" / "runs").glob("*/units/*/out.txt"))
+    assert len(collected) == 8
+    assert sorted(p.read_text() for p in collected) == [f"u{n:02d}\n" for n in range(8)]
+    events = [
+        json.loads(line)
+        for line in next((tmp_path / ".fanout" / "runs").glob("*/events.jsonl"))
+        .read_text()
+        .splitlines()
+    ]
+    hosts = {e["host"] for e in events if e["event"] == "attempt.placed"}
+    assert len(hosts) == 2  # 8 units of 1 CPU at once on two nodes of 4 CPUs
+    assert list(root.iterdir()) == []
+
+
+def test_hosts_check_reports_every_node(ray_cluster: Any, root: Path, tmp_path: Path) -> None:
+    job = _job(tmp_path, ray_cluster.address, root, units=1, script="true")
+    ran = _fanout("hosts", "check", str(job))
+    assert ran.returncode == 0, ran.stdout
+    rows = [line for line in ran.stdout.splitlines() if "/" in line and "yes" in line]
+    assert len(rows) == 2, ran.stdout
+    second = next(row for row in rows if "zone=b" in row)
+    assert "second 100" in second
+    for row in rows:
+        assert "CPU 4" in row
+        assert "0.1.0" in row
+        assert "pid-namespace (bwrap)" in row
+
+
+def test_ctrl_c_leaves_no_process_and_no_sandbox(
+    ray_cluster: Any, root: Path, tmp_path: Path
+) -> None:
+    token = marker()
+    job = _job(tmp_path, ray_cluster.address, root, units=6, script=f"sleep {token}")
+    running = subprocess.Popen(
+        [*FANOUT, "run", str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "240"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_sleeping(token)) < 6:
+            assert time.monotonic() < deadline, "the units never started"
+            assert running.poll() is None, running.communicate()[0]
+            time.sleep(0.1)
+        assert len(list(root.iterdir())) == 6
+        running.send_signal(signal.SIGINT)
+        output, _ = running.communicate(timeout=120)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 130, output
+    assert "interrupted: running units were stopped and their sandboxes removed" in output
+    assert (pids_with(token), list(root.iterdir())) == ([], [])
+
+
+def test_a_node_killed_mid_run_loses_its_attempts_and_every_unit_settles_once(
+    tmp_path: Path,
+) -> None:
+    from raycluster import require_ray, start
+
+    require_ray()
+    cluster = start()  # its own: this test kills a node of it
+    try:
+        root = cluster.root
+        side = tmp_path / "side"
+        side.mkdir()
+        token = marker()
+        # The side effect comes after the sleep: an attempt killed with its node never
+        # does it, and a unit run to its end twice would do it twice.
+        script = f'sleep {token} & wait; echo done >> "{side}/$FANOUT_UNIT_ID"; echo ok > out.txt'
+        # Sandbox none: the side effects go outside the sandbox (bwrap's /tmp is its own).
+        job = _job(
+            tmp_path, cluster.address, root, units=12, script=script, extra='sandbox = "none"'
+        )
+        running = subprocess.Popen(
+            [*FANOUT, "run", str(job)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "COLUMNS": "240"},
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while len(_sleeping(token)) < 8:  # four on each node
+                assert time.monotonic() < deadline, "the units never started"
+                assert running.poll() is None, running.communicate()[0]
+                time.sleep(0.1)
+            cluster.kill_node(cluster.nodes[1])
+            # The head's four finish: stop their sleeps, so the rest of the run is quick.
+            time.sleep(1)
+            for pid in _sleeping(token):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 240
+            while running.poll() is None:
+                for pid in _sleeping(token):
+                    os.kill(pid, signal.SIGTERM)
+                assert time.monotonic() < deadline, "the run did not end"
+                time.sleep(0.2)
+            output = running.communicate()[0]
+        finally:
+            if running.poll() is None:
+                running.kill()
+        assert running.returncode == 0, output
+        assert "12 succeeded" in output
+        assert {p.name: p.read_text() for p in side.iterdir()} == {
+            f"u{n:02d}": "done\n" for n in range(12)
+        }
+        events = [
+            json.loads(line)
+            for line in next((tmp_path / ".fanout" / "runs").glob("*/events.jsonl"))
+            .read_text()
+            .splitlines()
+        ]
+        lost = [e for e in events if e["event"] == "attempt.finished" and e.get("status") == "lost"]
+        assert len(lost) >= 4, output
+        assert pids_with(token) == []
+    finally:
+        cluster.stop()
+
+
+def test_a_node_with_another_fanout_is_refused(
+    ray_cluster: Any, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fanout.cluster.transport, "__version__", "9.9.9")
+    transport = RayTransport(Ray(address=ray_cluster.address, sandbox_root=str(root)), slots=1)
+
+    async def started() -> None:
+        try:
+            await transport.start()
+        finally:
+            await transport.close()
+
+    with pytest.raises(EnvironmentProblem) as caught:
+        asyncio.run(started())
+    assert str(caught.value).endswith(
+        "runs fanout 0.1.0 and this coordinator 9.9.9: install fanout==9.9.9 in the nodes' image"
+    )
+
+
+def test_without_ray_a_ray_job_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as if not installed
+    monkeypatch.delitem(sys.modules, "fanout.cluster.rayapi", raising=False)
+    monkeypatch.delattr(fanout.cluster, "rayapi", raising=False)
+    transport = RayTransport(Ray(address="127.0.0.1:1"), slots=1)
+    with pytest.raises(EnvironmentProblem) as caught:
+        asyncio.run(transport.start())
+    assert str(caught.value) == (
+        "runtime.ray needs Ray, which is not installed here: pip install 'fanout[ray]'"
+    )
+
+
+def _fanout(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*FANOUT, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "240"},
+    )
+
+
+def _sleeping(token: str) -> list[int]:
+    found = []
+    for pid in pids_with(token):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == f"sleep\0{token}\0".encode():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_workers_on_the_nodes_reach_the_api_gateway(
+    ray_cluster: Any,
+    root: Path,
+    tmp_path: Path,
+    mock_api: MockApi,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job with [[apis]] on Ray: each worker reaches the coordinator's gateway at
+    runtime.ray.gatewayHost (loopback: the nodes are this machine) with its attempt's
+    token, and the upstream sees the real key only."""
+    monkeypatch.setenv("FANOUT_TEST_ANTHROPIC_KEY", KEY)
+    mock_api.configure(limit=100, window=1.0, require_key=KEY, usage=Usage(input_tokens=30))
+    job = _job(
+        tmp_path,
+        ray_cluster.address,
+        root,
+        units=4,
+        script="true",
+        extra="network = true",
+    )
+    text = job.read_text().replace(
+        'command = ["sh", "-c", "true"]', f"command = {json.dumps(['python3', '-c', WORKER, '2'])}"
+    )
+    text = text.replace('collect = ["out.txt"]', 'collect = ["seen.txt"]')
+    text += f"""
+[[apis]]
+name = "anthropic"
+upstream = "{mock_api.url}"
+style = "anthropic"
+keySecret = "FANOUT_TEST_ANTHROPIC_KEY"
+requests = {{ limit = 100, per = "1s" }}
+"""
+    job.write_text(text)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    posts = mock_api.posts()
+    assert [p.status for p in posts] == [200] * 8
+    assert {p.key for p in posts} == {KEY}
+    seen = [
+        json.loads(p.read_text().splitlines()[0])
+        for p in (tmp_path / ".fanout" / "runs").glob("*/units/*/seen.txt")
+    ]
+    assert len(seen) == 4
+    assert all(s["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:") for s in seen)
+    assert all(s["ANTHROPIC_API_KEY"] != KEY for s in seen)
