@@ -12,16 +12,21 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from test_gateway_run import KEY, WORKER
 
+import fanout
 import fanout.cluster
+from fanout import launch, spec
 from fanout.cluster import RayTransport
+from fanout.cluster.facts import Opened, Opening
 from fanout.errors import EnvironmentProblem
 from fanout.spec import Ray
+from fanout.transport import Place
 
 from helpers import cli
 from mockapi import MockApi, Usage
@@ -311,3 +316,49 @@ requests = {{ limit = 100, per = "1s" }}
     assert len(seen) == 4
     assert all(s["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:") for s in seen)
     assert all(s["ANTHROPIC_API_KEY"] != KEY for s in seen)
+
+
+class _Actor:
+    """A stand-in for ``rayapi.Actor`` that records the memory each was placed with."""
+
+    placed: ClassVar[list[int | None]] = []
+
+    def __init__(self, placement: Any) -> None:
+        self.placed.append(placement.memory)
+
+    async def open(self, opening: Any) -> Opened:
+        place = Place(host="node", kind="none", base="/tmp/x", path="/usr/bin:/bin")
+        return Opened(version=fanout.__version__, node="node", node_id="n1", pid=1, place=place)
+
+    def kill(self) -> None:
+        pass
+
+
+async def test_each_attempt_asks_ray_for_its_own_memory() -> None:
+    # A logic test (Ray's own placement is the real clusters' business): an attempt's
+    # actor asks Ray for the attempt's memory (task.memory, or its rung's), and an idle
+    # actor is only reused by an attempt allocated the same.
+    _Actor.placed = []
+    transport = RayTransport(Ray(), slots=2)
+    transport._api = types.SimpleNamespace(  # type: ignore[assignment]
+        Actor=_Actor, Placement=types.SimpleNamespace
+    )
+    opening = Opening(version=fanout.__version__, sandbox="none", root="/tmp")
+    small, _ = await transport._open(opening, 1 << 30)
+    transport._keep(small, 1 << 30)
+    await transport._open(opening, 4 << 30)  # the next rung's: a new actor
+    again, _ = await transport._open(opening, 1 << 30)  # the small one, idle
+    assert again is small
+    assert _Actor.placed == [1 << 30, 4 << 30]
+    await transport.close()
+
+
+def test_a_node_must_offer_the_most_memory_any_rung_asks(tmp_path: Path) -> None:
+    job = _job(tmp_path, "auto", tmp_path / "root", units=1, script="true")
+    job.write_text(
+        job.read_text().replace('timeout = "120s"\n', 'timeout = "120s"\nmemory = "1GiB"\n')
+        + '[[retry.ladder]]\nname = "small"\n[[retry.ladder]]\nname = "big"\nmemory = "3GiB"\n'
+    )
+    transport = launch.transport_for(spec.load(job), {}, notice=lambda message: None)
+    assert isinstance(transport, RayTransport)
+    assert transport._memory == 3 << 30

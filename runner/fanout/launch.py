@@ -66,8 +66,12 @@ def transport_for(
             hidden=hidden.paths(environ, job.runtime.state_dir),
             network=job.runtime.network,
             gateway_port=gateway_port,
-            # task.memory (GiB), where the job language has it: Ray's memory resource.
-            memory=getattr(job.task, "memory", None),
+            # The most an attempt is allocated (task.memory or a rung's): a node must offer
+            # it; each attempt's actor asks Ray for its own as Ray's memory resource.
+            memory=max(
+                (m for m in (job.task.memory, *(r.memory for r in job.retry.ladder)) if m),
+                default=None,
+            ),
             notice=notice,
             emit=emit,
         )

@@ -85,7 +85,10 @@ class RayTransport:
         hidden: Sequence[Path] = (),
         network: bool | Literal["apis"] = False,
         gateway_port: int | None = None,
-        memory: float | None = None,  # GiB each unit is allocated (task.memory)
+        # Bytes: the most memory an attempt is allocated (task.memory or a rung's), which
+        # a node must offer for ``start`` to find the cluster fit; each actor asks Ray
+        # for its own attempt's (``Invocation.memory``).
+        memory: int | None = None,
         notice: Callable[[str], None] = lambda message: None,
         emit: Callable[..., None] | None = None,
     ) -> None:
@@ -97,14 +100,15 @@ class RayTransport:
         self._gateway = (
             None if gateway_port is None else f"http://{_url_host(ray.gateway_host)}:{gateway_port}"
         )
-        self._memory = None if memory is None else int(memory * (1 << 30))
+        self._memory = memory
         self._notice = notice
         self._emit = emit
         self._api: ModuleType | None = None
         self._joined = False  # this transport holds one of the process's connections
         self._warned: set[str] = set()
-        # Actors a clean attempt left, waiting for the next one (the last one first).
-        self._idle: list[tuple[Actor, asyncio.TimerHandle]] = []
+        # Actors a clean attempt left, waiting for the next one (the last one first),
+        # with the memory Ray gave each (an attempt takes one that has its own).
+        self._idle: list[tuple[Actor, int | None, asyncio.TimerHandle]] = []
 
     @property
     def capacity(self) -> int:
@@ -194,7 +198,7 @@ class RayTransport:
             )
 
     async def close(self) -> None:
-        for actor, timer in self._idle:
+        for actor, _, timer in self._idle:
             timer.cancel()
             actor.kill()
         self._idle = []
@@ -240,7 +244,8 @@ class RayTransport:
             hidden=self._hidden,
             network=self._network,
         )
-        actor, opened = await self._open(opening)
+        memory = attempt.invocation.memory
+        actor, opened = await self._open(opening, memory)
         if opened.place is None:
             actor.kill()
             raise HostsUnavailable(_mismatch(opened.node, opened.version))
@@ -267,18 +272,20 @@ class RayTransport:
                 async with asyncio.timeout(LEAVE_TIMEOUT):
                     reusable = await asyncio.shield(box.leave(clean))
             if reusable:
-                self._keep(actor)
+                self._keep(actor, memory)
             else:
                 actor.kill()
 
-    async def _open(self, opening: Opening) -> tuple[Actor, Opened]:
-        """An actor with a fresh sandbox.  An idle actor that turns out gone (its node
-        died while it waited) is dropped for another: the attempt had not started."""
+    async def _open(self, opening: Opening, memory: int | None) -> tuple[Actor, Opened]:
+        """An actor with a fresh sandbox and ``memory`` (bytes) from Ray.  An idle actor
+        that turns out gone (its node died while it waited) is dropped for another: the
+        attempt had not started."""
         api = self._rayapi()
         while True:
-            reused = bool(self._idle)
+            match = [n for n, (_, held, _) in enumerate(self._idle) if held == memory]
+            reused = bool(match)
             if reused:
-                actor, timer = self._idle.pop()
+                actor, _, timer = self._idle.pop(match[-1])
                 timer.cancel()
             else:
                 actor = api.Actor(
@@ -286,7 +293,7 @@ class RayTransport:
                         cpus=self._ray.cpus,
                         resources=self._ray.resources,
                         labels=self._ray.labels,
-                        memory=self._memory,
+                        memory=memory,
                     )
                 )
             try:
@@ -300,15 +307,15 @@ class RayTransport:
                 actor.kill()
                 raise
 
-    def _keep(self, actor: Actor) -> None:
+    def _keep(self, actor: Actor, memory: int | None) -> None:
         loop = asyncio.get_running_loop()
         timer = loop.call_later(IDLE_KEEP, self._retire, actor)
-        self._idle.append((actor, timer))
+        self._idle.append((actor, memory, timer))
 
     def _retire(self, actor: Actor) -> None:
         """An actor idle for ``IDLE_KEEP``: killed, so its node's resources are free
         (and an autoscaler can remove the node)."""
-        self._idle = [(a, t) for a, t in self._idle if a is not actor]
+        self._idle = [entry for entry in self._idle if entry[0] is not actor]
         actor.kill()
 
 
