@@ -1,6 +1,4 @@
 """1,000 no-op units through Ray, beside the local and SSH paths, on this machine.
-(Named cluster.py, not ray.py: a script named ray.py shadows the ray package, for
-itself and for mypy.)
 
 A real two-node Ray cluster on loopback (``tests/raycluster.py``: 4 CPUs a node, so 8
 units at once), a loopback sshd host with 8 slots (``tests/sshd.py``) and local
@@ -9,7 +7,7 @@ journal, events, report), sandbox none.  "slot ms/unit" is wall time x slots / u
 what one no-op unit costs a slot, which is the transport's overhead per unit (a real
 unit adds its own run time to it).
 
-Usage: .venv/bin/python bench/cluster.py [UNITS]
+Usage: .venv/bin/python bench/ray.py [UNITS]
 """
 
 from __future__ import annotations
@@ -125,4 +123,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # As a script, this file's folder leads sys.path, and this file would be the `ray`
+    # that fanout's Ray transport imports: the folder goes first.  (mypy sees it as
+    # bench.ray, bench being a package.)
+    sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent]
     main()
