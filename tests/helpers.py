@@ -186,6 +186,24 @@ def run_report(directory: Path) -> dict[str, Any]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
+def own_key(
+    program: Path,
+    mock: Any,
+    monkeypatch: Any,
+    variable: str,
+    key: str,
+    **configure: Any,
+) -> None:
+    """Ready a real agent CLI (``program``) to call the mock API ``mock`` with its own
+    key, as a job without a gateway does: bwrap present (it runs in bwrap), the CLI on
+    PATH, ``key`` in ``variable``, the mock configured (``configure``) to require it."""
+    if shutil.which("bwrap") is None:
+        raise AssertionError("bubblewrap is required (scripts/system-deps installs it)")
+    monkeypatch.setenv("PATH", f"{program.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(variable, key)
+    mock.configure(require_key=key, **configure)
+
+
 def agent_job(
     directory: Path,
     agent: str,

@@ -8,13 +8,11 @@ class is in the journal, the events and the report."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from helpers import cli, finished_attempts, run_report, write_job
+from helpers import cli, finished_attempts, own_key, run_report, write_job
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -26,11 +24,7 @@ KEY = "sk-ant-own-key-outcomes-5b2e9c1d7a"
 def claude_job(
     claude_cli: Path, mock_api: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
-    monkeypatch.setenv("PATH", f"{claude_cli.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    mock_api.configure(require_key=KEY)
+    own_key(claude_cli, mock_api, monkeypatch, "ANTHROPIC_API_KEY", KEY)
     return write_job(
         tmp_path,
         f"""

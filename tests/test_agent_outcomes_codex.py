@@ -22,8 +22,6 @@ has no such answer), nor a captured output of either.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -34,6 +32,7 @@ from helpers import (
     assert_throttled_then_succeeded,
     cli,
     finished_attempts,
+    own_key,
     replay_job,
     run_report,
 )
@@ -70,11 +69,7 @@ def _job(directory: Path, mock: MockApi, attempts: int | None = None) -> Path:
 
 @pytest.fixture
 def codex_mock(codex_cli: Path, mock_api: MockApi, monkeypatch: pytest.MonkeyPatch) -> MockApi:
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
-    monkeypatch.setenv("PATH", f"{codex_cli.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    mock_api.configure(tool=True, require_key=KEY)
+    own_key(codex_cli, mock_api, monkeypatch, "OPENAI_API_KEY", KEY, tool=True)
     return mock_api
 
 

@@ -26,8 +26,6 @@ gemini meets is the gateway's.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,7 @@ from helpers import (
     assert_throttled_then_succeeded,
     cli,
     finished_attempts,
+    own_key,
     run_report,
     write_job,
 )
@@ -68,11 +67,7 @@ def _job(directory: Path, mock: MockApi, attempts: int | None = None, **settings
 
 @pytest.fixture
 def gemini_mock(gemini_cli: Path, mock_api: MockApi, monkeypatch: pytest.MonkeyPatch) -> MockApi:
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
-    monkeypatch.setenv("PATH", f"{gemini_cli.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("GEMINI_API_KEY", KEY)
-    mock_api.configure(tool=True, require_key=KEY)
+    own_key(gemini_cli, mock_api, monkeypatch, "GEMINI_API_KEY", KEY, tool=True)
     return mock_api
 
 

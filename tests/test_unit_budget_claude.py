@@ -5,8 +5,6 @@ with its own key, as tests/test_agent_outcomes.py drives it."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import pytest
 
 from fanout.quantities import usd_text
 
-from helpers import cli, write_job
+from helpers import cli, own_key, write_job
 from mockapi import MockApi
 
 pytestmark = pytest.mark.slow
@@ -61,13 +59,9 @@ def _finished(directory: Path) -> list[dict[str, Any]]:
 def test_the_real_claude_clis_reported_cost_stops_a_unit_at_its_budget(
     claude_cli: Path, mock_api: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
-    monkeypatch.setenv("PATH", f"{claude_cli.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     # The mock asks for a Bash call the job allows no tool for: claude reports success
     # anyway, a false success, so every attempt fails and costs what claude says.
-    mock_api.configure(require_key=KEY, tool=True)
+    own_key(claude_cli, mock_api, monkeypatch, "ANTHROPIC_API_KEY", KEY, tool=True)
     # More than one attempt costs at the CLI's own prices for the mock's usage (claude
     # 2.1.197 says $0.00037), less than two.
     budget = 0.0005
