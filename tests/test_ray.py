@@ -362,3 +362,19 @@ def test_a_node_must_offer_the_most_memory_any_rung_asks(tmp_path: Path) -> None
     transport = launch.transport_for(spec.load(job), {}, notice=lambda message: None)
     assert isinstance(transport, RayTransport)
     assert transport._memory == 3 << 30
+
+
+def test_plan_says_the_units_run_on_the_cluster_and_what_each_holds(tmp_path: Path) -> None:
+    job = _job(tmp_path, "head:6379", tmp_path / "root", units=2, script="true")
+    job.write_text(
+        job.read_text()
+        .replace('timeout = "120s"\n', 'timeout = "120s"\nmemory = "2GiB"\n')
+        .replace('address = "head:6379"', 'address = "head:6379"\nresources = { agent = 1 }')
+    )
+    ran = cli("plan", str(job))
+    assert ran.code == 0, ran.err
+    (workers,) = [line for line in ran.out.splitlines() if line.startswith("Workers")]
+    assert workers == (
+        "Workers   8 at once on head:6379's Ray cluster (1 CPU, agent = 1, 2GiB a unit),"
+        " sandbox auto (bwrap where a node has it), no network"
+    )

@@ -160,13 +160,18 @@ def next_fires(spec: Spec, now: datetime, count: int) -> tuple[TriggerFires, ...
 
 def describe_sandbox(spec: Spec) -> str:
     runtime = spec.runtime
-    where = (
-        f"{len(runtime.hosts)} SSH host(s), {sum(h.slots for h in runtime.hosts)} slots"
-        if runtime.hosts
-        else "this machine"
-    )
+    if runtime.ray is not None:
+        address = runtime.ray.address
+        cluster = "this machine's" if address == "auto" else f"{address}'s"
+        where = f"{cluster} Ray cluster ({_ray_asks(spec)} a unit)"
+    elif runtime.hosts:
+        where = f"{len(runtime.hosts)} SSH host(s), {sum(h.slots for h in runtime.hosts)} slots"
+    else:
+        where = "this machine"
     kind: str = runtime.sandbox
-    if kind == "auto" and not runtime.hosts:
+    if kind == "auto" and runtime.ray is not None:
+        kind = "auto (bwrap where a node has it)"
+    elif kind == "auto" and not runtime.hosts:
         kind = "bwrap" if shutil.which("bwrap") else "none (bwrap not found: plain directories)"
     network = (
         "network: the API gateway only"
@@ -176,6 +181,18 @@ def describe_sandbox(spec: Spec) -> str:
         else "no network"
     )
     return f"{where}, sandbox {kind}, {network}"
+
+
+def _ray_asks(spec: Spec) -> str:
+    """What each running unit holds on its node: "1 CPU, agent = 1, 2GiB"."""
+    ray = spec.runtime.ray
+    assert ray is not None
+    asks = [f"{ray.cpus:g} CPU"]
+    asks += [f"{name} = {amount:g}" for name, amount in ray.resources.items()]
+    if spec.task.memory is not None:
+        asks.append(size_text(spec.task.memory))
+    asks += [f"label {key} = {value}" for key, value in ray.labels.items()]
+    return ", ".join(asks)
 
 
 def iso(moment: datetime) -> str:
