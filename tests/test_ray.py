@@ -378,3 +378,20 @@ def test_plan_says_the_units_run_on_the_cluster_and_what_each_holds(tmp_path: Pa
         "Workers   8 at once on head:6379's Ray cluster (1 CPU, agent = 1, 2GiB a unit),"
         " sandbox auto (bwrap where a node has it), no network"
     )
+
+
+async def test_no_cluster_to_join_says_how_to_start_one() -> None:
+    def connect(address: str) -> None:  # what ray.init raises with no cluster to join
+        raise ConnectionError(
+            "Could not find any running Ray instance. Please specify the one to connect to"
+            " by setting `--address` flag or `RAY_ADDRESS` environment variable."
+        )
+
+    transport = RayTransport(Ray(), slots=1)
+    transport._api = types.SimpleNamespace(connect=connect)  # type: ignore[assignment]
+    with pytest.raises(EnvironmentProblem) as caught:
+        await transport.start()
+    assert str(caught.value) == (
+        "cannot join the Ray cluster at auto: no Ray cluster runs on this machine: start one"
+        " (`ray start --head`) or set runtime.ray.address to its head's HOST:PORT"
+    )

@@ -161,8 +161,15 @@ class RayTransport:
         try:
             await asyncio.to_thread(api.connect, self._ray.address)
         except Exception as exc:  # ray.init raises ConnectionError, RuntimeError, ValueError
+            said = _line(exc)
+            if "Could not find any running Ray instance" in said:
+                # Ray's words name its own CLI's --address flag, which fanout has not.
+                said = (
+                    "no Ray cluster runs on this machine: start one (`ray start --head`) or"
+                    " set runtime.ray.address to its head's HOST:PORT"
+                )
             raise EnvironmentProblem(
-                f"cannot join the Ray cluster at {self._ray.address}: {_line(exc)}"
+                f"cannot join the Ray cluster at {self._ray.address}: {said}"
             ) from None
         self._joined = True
 
