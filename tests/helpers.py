@@ -204,6 +204,35 @@ def own_key(
     mock.configure(require_key=key, **configure)
 
 
+def claude_own_key_job(
+    directory: Path, base_url: str, name: str, *, task: str = "", rest: str = ""
+) -> Path:
+    """A one-unit job of the real claude CLI calling the API at ``base_url`` with its own
+    key (``ANTHROPIC_API_KEY``; no gateway), its own retries off so that each refusal
+    ends one attempt, in bwrap with network; ``task`` adds lines to ``[task]``, ``rest``
+    tables after ``[runtime]``."""
+    return write_job(
+        directory,
+        f"""\
+version = 1
+name = "{name}"
+[inputs]
+items = ["one"]
+[task]
+agent = "claude"
+prompt = "Write done into out.txt."
+timeout = "60s"
+secrets = ["ANTHROPIC_API_KEY"]
+env = {{ ANTHROPIC_BASE_URL = "{base_url}", CLAUDE_CODE_MAX_RETRIES = "0" }}
+{textwrap.dedent(task).strip()}
+[runtime]
+network = true
+sandbox = "bwrap"
+{textwrap.dedent(rest).strip()}
+""",
+    )
+
+
 def agent_job(
     directory: Path,
     agent: str,

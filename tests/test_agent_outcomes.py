@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli, finished_attempts, own_key, run_report, write_job
+from helpers import claude_own_key_job, cli, finished_attempts, own_key, run_report
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -25,26 +25,14 @@ def claude_job(
     claude_cli: Path, mock_api: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
     own_key(claude_cli, mock_api, monkeypatch, "ANTHROPIC_API_KEY", KEY)
-    return write_job(
+    return claude_own_key_job(
         tmp_path,
-        f"""
-        version = 1
-        name = "claude-outcomes"
-        [inputs]
-        items = ["one"]
-        [task]
-        agent = "claude"
-        prompt = "Write done into out.txt."
-        timeout = "60s"
-        secrets = ["ANTHROPIC_API_KEY"]
-        # No gateway: the CLI's own retries off, so each refusal is one attempt's end.
-        env = {{ ANTHROPIC_BASE_URL = "{mock_api.url}", CLAUDE_CODE_MAX_RETRIES = "0" }}
-        [runtime]
-        network = true
-        sandbox = "bwrap"
+        mock_api.url,
+        "claude-outcomes",
+        rest="""
         [retry]
-        backoff = {{ initial = "250ms", max = "1s", jitter = "none" }}
-        throttle = {{ initial = "250ms", max = "10m" }}
+        backoff = { initial = "250ms", max = "1s", jitter = "none" }
+        throttle = { initial = "250ms", max = "10m" }
         """,
     )
 

@@ -23,7 +23,7 @@ from fanout import spec
 from fanout.journal import Journal
 from fanout.schedule import FireLog, trigger_key
 
-from helpers import write_job
+from helpers import claude_own_key_job
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -41,24 +41,13 @@ def test_a_parked_run_is_continued_by_the_scheduler_at_the_reset(
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is required (scripts/system-deps installs it)")
     mock_api.configure(require_key=KEY)
-    job_file = write_job(
+    job_file = claude_own_key_job(
         tmp_path,
-        f"""
-        version = 1
-        name = "parked-nightly"
-        [inputs]
-        items = ["one"]
-        [task]
-        agent = "claude"
-        prompt = "Write done into out.txt."
-        timeout = "60s"
-        secrets = ["ANTHROPIC_API_KEY"]
-        env = {{ ANTHROPIC_BASE_URL = "{mock_api.url}", CLAUDE_CODE_MAX_RETRIES = "0" }}
-        [runtime]
-        network = true
-        sandbox = "bwrap"
+        mock_api.url,
+        "parked-nightly",
+        rest="""
         [retry]
-        throttle = {{ initial = "250ms", max = "1s" }}
+        throttle = { initial = "250ms", max = "1s" }
         [[triggers]]
         type = "cron"
         schedule = "0 3 * * *"

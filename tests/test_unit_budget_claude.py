@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fanout.quantities import usd_text
 
-from helpers import cli, own_key, write_job
+from helpers import claude_own_key_job, cli, finished_attempts, own_key
 from mockapi import MockApi
 
 pytestmark = pytest.mark.slow
@@ -21,23 +20,12 @@ KEY = "sk-ant-own-key-budget-3e8a1c6b9d"
 
 
 def _job(directory: Path, mock_api: MockApi, budget: float) -> Path:
-    return write_job(
+    return claude_own_key_job(
         directory,
-        f"""
-        version = 1
-        name = "claude-unit-budget"
-        [inputs]
-        items = ["one"]
-        [task]
-        agent = "claude"
-        prompt = "Write done into out.txt."
-        timeout = "60s"
-        secrets = ["ANTHROPIC_API_KEY"]
-        env = {{ ANTHROPIC_BASE_URL = "{mock_api.url}", CLAUDE_CODE_MAX_RETRIES = "0" }}
-        budget = {{ usd = {budget} }}
-        [runtime]
-        network = true
-        sandbox = "bwrap"
+        mock_api.url,
+        "claude-unit-budget",
+        task=f"budget = {{ usd = {budget} }}",
+        rest="""
         [[retry.ladder]]
         name = "first"
         attempts = 2
@@ -45,15 +33,9 @@ def _job(directory: Path, mock_api: MockApi, budget: float) -> Path:
         name = "second"
         attempts = 2
         [retry]
-        backoff = {{ initial = "10ms", max = "10ms", jitter = "none" }}
+        backoff = { initial = "10ms", max = "10ms", jitter = "none" }
         """,
     )
-
-
-def _finished(directory: Path) -> list[dict[str, Any]]:
-    (events,) = (directory / ".fanout" / "runs").glob("*/events.jsonl")
-    found = [json.loads(line) for line in events.read_text().splitlines()]
-    return [e for e in found if e["event"] == "attempt.finished"]
 
 
 def test_the_real_claude_clis_reported_cost_stops_a_unit_at_its_budget(
@@ -67,7 +49,7 @@ def test_the_real_claude_clis_reported_cost_stops_a_unit_at_its_budget(
     budget = 0.0005
     ran = cli("run", str(_job(tmp_path, mock_api, budget)))
     assert ran.code == 1, ran.out + ran.err
-    attempts = _finished(tmp_path)
+    attempts = finished_attempts(tmp_path)
     costs = [a["usage"][0]["costUsd"] for a in attempts]
     assert [a["usage"][0]["api"] for a in attempts] == ["claude"] * len(attempts)
     # Stopped by the second attempt, whose reported cost brought the total to the
