@@ -6,6 +6,7 @@ over the same session cluster as transport "ray".)"""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -395,3 +396,42 @@ async def test_no_cluster_to_join_says_how_to_start_one() -> None:
         "cannot join the Ray cluster at auto: no Ray cluster runs on this machine: start one"
         " (`ray start --head`) or set runtime.ray.address to its head's HOST:PORT"
     )
+
+
+def test_staged_files_go_to_the_node_in_pieces_whole_and_with_their_bits(
+    ray_cluster: Any, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pieces of 1,000 bytes: a file of 2,500 is three, a read-only one of 1,500 two (the
+    # second appended to a file whose bits forbid it), an empty one still one.
+    monkeypatch.setattr(fanout.cluster.transport, "STAGE_BATCH", 1000)
+    files = {"big.bin": os.urandom(2500), "ro.txt": b"r" * 1500, "empty.txt": b""}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "ro.txt").chmod(0o444)
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (tmp_path / "run.sh").chmod(0o755)
+    script = "sha256sum big.bin ro.txt empty.txt > out.txt; stat -c %a ro.txt >> out.txt; ./run.sh >> out.txt"
+    job = _job(tmp_path, ray_cluster.address, root, units=1, script=script)
+    job.write_text(
+        job.read_text().replace(
+            'collect = ["out.txt"]',
+            'collect = ["out.txt"]\nstage = ["big.bin", "ro.txt", "empty.txt", "run.sh"]',
+        )
+    )
+    from fanout.cluster import rayapi
+
+    sent: list[int] = []  # the bytes of each call's pieces, as the coordinator sends them
+    stage = rayapi.Actor.stage
+
+    async def counted(self: Any, pieces: Any) -> None:
+        sent.append(sum(len(piece[-1]) for piece in pieces))
+        await stage(self, pieces)
+
+    monkeypatch.setattr(rayapi.Actor, "stage", counted)
+    monkeypatch.chdir(tmp_path)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    assert sent == [1000, 1000, 1000, 1000, 19]  # 2,500 + 1,500 + 0 + 19 bytes, by 1,000
+    (out,) = (tmp_path / ".fanout" / "runs").glob("*/units/*/out.txt")
+    sums = [f"{hashlib.sha256(data).hexdigest()}  {name}" for name, data in files.items()]
+    assert out.read_text().splitlines() == [*sums, "444", "ran"]

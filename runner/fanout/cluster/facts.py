@@ -14,6 +14,11 @@ class Gone(Exception):
     attempt is lost.  Raised by ``rayapi`` only, with a one-line reason."""
 
 
+# A piece of a staged file: its path in work/, its permission bits, whether it is the
+# file's first piece (which creates it), and its bytes (b"" for an empty file).
+Piece = tuple[str, int, bool, bytes]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Opening:
     """What a node needs to open one attempt's sandbox (no secret: those travel with

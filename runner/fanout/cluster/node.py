@@ -28,7 +28,7 @@ from ..capture import OutputCapture
 from ..collecting import Entry
 from ..local import LocalTransport
 from ..transport import Command, Sandbox
-from .facts import Opened, Opening, node_name
+from .facts import Opened, Opening, Piece, node_name
 
 if TYPE_CHECKING:
     from ..attempt import Attempt
@@ -114,8 +114,8 @@ class NodeSandbox:
             raise RuntimeError("the sandbox is not open")
         return self._box
 
-    async def stage(self, files: Sequence[tuple[str, int, bytes]]) -> None:
-        """Workspace files sent whole, each with its permission bits."""
+    async def stage(self, files: Sequence[Piece]) -> None:
+        """Pieces of workspace files, in order, each file with its permission bits."""
         work = self._base_dir() / LAYOUT.work
         await asyncio.to_thread(_write, work, files)
 
@@ -191,11 +191,15 @@ class NodeSandbox:
         await stack.aclose()
 
 
-def _write(work: Path, files: Sequence[tuple[str, int, bytes]]) -> None:
-    for path, mode, data in files:
+def _write(work: Path, pieces: Sequence[Piece]) -> None:
+    for path, mode, first, data in pieces:
         target = work / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        if first:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            target.chmod(0o600)  # its own bits may not let it be appended to
+        with target.open("wb" if first else "ab") as stream:
+            stream.write(data)
         target.chmod(stat.S_IMODE(mode))
 
 

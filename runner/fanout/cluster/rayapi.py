@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..collecting import Entry, PathRefused
 from ..transport import Command
 from . import node
-from .facts import Gone, NodeReport, Opened, Opening, node_name
+from .facts import Gone, NodeReport, Opened, Opening, Piece, node_name
 
 # Ray's API through an untyped name: some of its functions have no annotations, and
 # mypy must pass the same with ray installed or not (no ignores that go stale).
@@ -77,7 +77,7 @@ class SandboxActor:
     async def open(self, opening: Opening) -> Opened:
         return await self._box.open(opening)
 
-    async def stage(self, files: Sequence[tuple[str, int, bytes]]) -> None:
+    async def stage(self, files: Sequence[Piece]) -> None:
         await self._box.stage(files)
 
     async def run(
@@ -231,7 +231,7 @@ class Actor:
             opened: Opened = await self._handle.open.remote(opening)
         return opened
 
-    async def stage(self, files: Sequence[tuple[str, int, bytes]]) -> None:
+    async def stage(self, files: Sequence[Piece]) -> None:
         with _mapped():
             await self._handle.stage.remote(list(files))
 

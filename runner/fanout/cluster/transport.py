@@ -28,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import stat
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from .. import __version__, collecting
 from ..attempt import LAYOUT, Attempt, execute
@@ -42,7 +43,7 @@ from ..collecting import Entry
 from ..errors import EnvironmentProblem, HostsUnavailable
 from ..outcome import AttemptResult
 from ..transport import Command, Lost, Place, Sandbox, StagedFile
-from .facts import Gone, NodeReport, Opened, Opening
+from .facts import Gone, NodeReport, Opened, Opening, Piece
 
 if TYPE_CHECKING:
     from ..spec import Ray
@@ -56,7 +57,8 @@ LEAVE_TIMEOUT = 20.0
 # is killed: long enough to bridge the dispatcher's next start, short enough that the
 # tail of a run frees its nodes for an autoscaler to remove.
 IDLE_KEEP = 5.0
-# Staged files go to the node in batches of about this many bytes (one call each).
+# Staged files go to the node in pieces of at most this many bytes, sent in batches of
+# about this many (one call each).
 STAGE_BATCH = 8 << 20
 
 
@@ -349,20 +351,30 @@ class RaySandbox:
             self._actor.kill()
 
     async def stage(self, files: Sequence[StagedFile]) -> None:
-        batch: list[tuple[str, int, bytes]] = []
+        """Each file in pieces of at most ``STAGE_BATCH`` bytes, sent in batches of
+        about that size: the coordinator never holds more of a workspace in memory."""
+        batch: list[Piece] = []
         size = 0
         for item in files:
             # OSError: a workspace file gone or unreadable (the unit fails, as locally).
-            data, mode = await asyncio.to_thread(_read, item.source)
-            batch.append((item.path, mode, data))
-            size += len(data)
-            if size >= STAGE_BATCH:
-                await self._stage(batch)
-                batch, size = [], 0
+            stream, mode = await asyncio.to_thread(_open, item.source)
+            with stream:
+                first = True
+                while True:
+                    data = await asyncio.to_thread(stream.read, STAGE_BATCH - size)
+                    if data or first:
+                        batch.append((item.path, mode, first, data))
+                        size += len(data)
+                        first = False
+                    if size >= STAGE_BATCH:
+                        await self._stage(batch)
+                        batch, size = [], 0
+                    if not data:
+                        break
         if batch:
             await self._stage(batch)
 
-    async def _stage(self, batch: list[tuple[str, int, bytes]]) -> None:
+    async def _stage(self, batch: list[Piece]) -> None:
         try:
             await self._actor.stage(batch)
         except Gone as exc:
@@ -460,9 +472,9 @@ class RaySandbox:
         return False
 
 
-def _read(path: Path) -> tuple[bytes, int]:
-    with path.open("rb") as stream:
-        return stream.read(), stat.S_IMODE(Path(path).stat().st_mode)
+def _open(path: Path) -> tuple[BinaryIO, int]:
+    stream = path.open("rb")
+    return stream, stat.S_IMODE(os.fstat(stream.fileno()).st_mode)
 
 
 def _mismatch(node: str, version: str) -> str:
