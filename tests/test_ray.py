@@ -435,3 +435,46 @@ def test_staged_files_go_to_the_node_in_pieces_whole_and_with_their_bits(
     (out,) = (tmp_path / ".fanout" / "runs").glob("*/units/*/out.txt")
     sums = [f"{hashlib.sha256(data).hexdigest()}  {name}" for name, data in files.items()]
     assert out.read_text().splitlines() == [*sums, "444", "ran"]
+
+
+def test_a_nodes_relay_keeps_at_most_its_bound_and_says_what_it_dropped() -> None:
+    from fanout.cluster.node import Relay
+
+    relay = Relay(most=10)
+    relay.feed(b"0123456789")
+    relay.feed(b"abcdef")  # 6 over: the oldest 6 go
+    assert relay.take() == (
+        b"\n[fanout: the node dropped 6 bytes of output here: the coordinator had not"
+        b" taken them yet]\n6789abcdef"
+    )
+    relay.feed(b"xyz")
+    assert relay.take() == b"xyz"  # said once
+
+
+def test_a_step_that_prints_faster_than_the_coordinator_takes_it_is_bounded_on_the_node(
+    ray_cluster: Any, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 64 MiB printed at once; the coordinator takes a chunk (1 MiB) every 50 ms: the
+    # generator holds 8 in flight, the node's relay 16 MiB, and the rest is dropped
+    # there, said in the log; the step's last words still arrive.
+    from fanout.capture import OutputCapture
+
+    feed = OutputCapture.feed
+
+    def slow(self: OutputCapture, data: bytes) -> None:
+        time.sleep(0.05)
+        feed(self, data)
+
+    monkeypatch.setattr(OutputCapture, "feed", slow)
+    script = "head -c 67108864 /dev/zero | tr '\\0' x; echo; echo the end"
+    job = _job(tmp_path, ray_cluster.address, root, units=1, script=script)
+    text = job.read_text().replace('collect = ["out.txt"]', "collect = []")
+    job.write_text(text.replace("[runtime]\n", '[runtime]\nlogLimit = "100MiB"\n', 1))
+    monkeypatch.chdir(tmp_path)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    (log,) = (tmp_path / ".fanout" / "runs").glob("*/logs/*/r1-a1.log")
+    text = log.read_bytes()
+    assert b"[fanout: the node dropped " in text
+    assert text.rstrip().endswith(b"the end")
+    assert len(text) < 64 << 20

@@ -36,21 +36,31 @@ if TYPE_CHECKING:
 # Output goes back to the coordinator in chunks of at most this many bytes (each one a
 # Ray object: fewer, larger chunks cost less), as soon as there is some.
 CHUNK = 1 << 20
+# What may wait on a node for the coordinator to take it (see ``Relay``).
+MOST_PENDING = 16 << 20
 # Files go back in pieces of this size, one at a time (never a whole file in memory).
 PIECE = 4 << 20
 
 
-class _Relay(OutputCapture):
+class Relay(OutputCapture):
     """A capture that keeps what the step printed until the coordinator takes it (the
-    coordinator's capture redacts, caps the log and keeps the tail)."""
+    coordinator's capture redacts, caps the log and keeps the tail).  At most ``most``
+    bytes wait: a step that prints faster than a slow coordinator takes it loses the
+    oldest of what waits, said on the output, rather than grow the node's memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, most: int = MOST_PENDING) -> None:
         super().__init__(Path(os.devnull), log_limit=0, tail_limit=0)
         self.pending = bytearray()
         self.arrived = asyncio.Event()
+        self._most = most
+        self._dropped = 0  # bytes dropped since the coordinator last took some
 
     def feed(self, data: bytes) -> None:
         self.pending += data
+        excess = len(self.pending) - self._most
+        if excess > 0:
+            del self.pending[:excess]
+            self._dropped += excess
         self.arrived.set()
 
     def close(self) -> None:
@@ -61,6 +71,10 @@ class _Relay(OutputCapture):
         del self.pending[:CHUNK]
         if not self.pending:
             self.arrived.clear()
+        if self._dropped:
+            said = f"\n[fanout: the node dropped {self._dropped} bytes of output here: the"
+            said += " coordinator had not taken them yet]\n"
+            chunk, self._dropped = said.encode() + chunk, 0
         return chunk
 
 
@@ -133,7 +147,7 @@ class NodeSandbox:
         node kills the step by itself that long after it started, should the
         coordinator stop hearing from it (Ray kills the actor when the coordinator
         dies; this covers a coordinator that is only unreachable)."""
-        relay = _Relay()
+        relay = Relay()
         box = self._sandbox()
 
         async def step() -> int:

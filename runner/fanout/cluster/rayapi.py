@@ -66,6 +66,9 @@ def _mapped() -> Iterator[None]:
         raise Gone(_first_line(exc)) from None
 
 
+IN_FLIGHT = 8
+
+
 @ray.remote(max_restarts=0, max_task_retries=0)
 class SandboxActor:
     """One attempt's sandbox on the node Ray placed the actor on (``node``)."""
@@ -80,6 +83,10 @@ class SandboxActor:
     async def stage(self, files: Sequence[Piece]) -> None:
         await self._box.stage(files)
 
+    # At most this many chunks of output on their way to a coordinator that has not
+    # taken them: beyond, the generator waits, and the node's relay keeps (and, past its
+    # bound, drops) the rest, so a chatty step never grows a node's memory unbounded.
+    @ray.method(_generator_backpressure_num_objects=IN_FLIGHT)
     async def run(
         self, command: Command, stdin: bytes, backstop: float
     ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
