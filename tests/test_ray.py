@@ -474,7 +474,7 @@ def test_a_step_that_prints_faster_than_the_coordinator_takes_it_is_bounded_on_t
     ran = cli("run", str(job))
     assert ran.code == 0, ran.out + ran.err
     (log,) = (tmp_path / ".fanout" / "runs").glob("*/logs/*/r1-a1.log")
-    text = log.read_bytes()
-    assert b"[fanout: the node dropped " in text
-    assert text.rstrip().endswith(b"the end")
-    assert len(text) < 64 << 20
+    logged = log.read_bytes()
+    assert b"[fanout: the node dropped " in logged
+    assert logged.rstrip().endswith(b"the end")
+    assert len(logged) < 64 << 20
