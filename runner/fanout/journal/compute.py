@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from .store import Store
+from .store import Store, unit_pages
 
 # An attempt that ran (duration > 0) with no memory declared makes a sum of
 # byte-seconds unknown rather than smaller: NULL, never a bill that looks complete.
@@ -46,19 +46,13 @@ class Compute(Store):
     ) -> dict[tuple[int, str], sqlite3.Row]:
         """The sums of each (round, unit id) of ``units`` (a page of units, for a report
         that streams); a unit without attempts is absent."""
-        by_round: dict[int, list[str]] = {}
-        for number, unit_id in units:
-            by_round.setdefault(number, []).append(unit_id)
         found: dict[tuple[int, str], sqlite3.Row] = {}
         sums = self._sums
-        for number, ids in sorted(by_round.items()):
-            for start in range(0, len(ids), 500):  # under SQLite's limit on parameters
-                page = ids[start : start + 500]
-                marks = ", ".join("?" * len(page))  # placeholders only, never values
-                sql = (
-                    f"SELECT unit, {sums} FROM attempts WHERE run = ? AND round = ?"  # noqa: S608
-                    f" AND unit IN ({marks}) GROUP BY unit"
-                )
-                for row in self.db.execute(sql, (run_id, number, *page)):
-                    found[(number, row["unit"])] = row
+        for number, page, marks in unit_pages(units):
+            sql = (
+                f"SELECT unit, {sums} FROM attempts WHERE run = ? AND round = ?"  # noqa: S608
+                f" AND unit IN ({marks}) GROUP BY unit"
+            )
+            for row in self.db.execute(sql, (run_id, number, *page)):
+                found[(number, row["unit"])] = row
         return found

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator
 
-from .store import Store
+from .store import Store, unit_pages
 from .tables import UnitRow, unit_row
 
 
@@ -205,15 +205,9 @@ class Queries(Store):
                 )
             )
         found: list[sqlite3.Row] = []
-        by_round: dict[int, list[str]] = {}
-        for number, unit_id in units:
-            by_round.setdefault(number, []).append(unit_id)
-        for number, ids in sorted(by_round.items()):
-            for start in range(0, len(ids), 500):  # under SQLite's limit on parameters
-                page = ids[start : start + 500]
-                marks = ", ".join("?" * len(page))  # placeholders only, never values
-                sql = f"SELECT * FROM changes WHERE run = ? AND round = ? AND unit IN ({marks})"  # noqa: S608
-                found += self.db.execute(sql + " ORDER BY unit, path", (run_id, number, *page))
+        for number, page, marks in unit_pages(units):
+            sql = f"SELECT * FROM changes WHERE run = ? AND round = ? AND unit IN ({marks})"  # noqa: S608
+            found += self.db.execute(sql + " ORDER BY unit, path", (run_id, number, *page))
         return found
 
     def has_changes(self, run_id: str) -> bool:

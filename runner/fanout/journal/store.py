@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -115,6 +115,22 @@ class Store:
     def _run(self, sql: str, parameters: Iterable[Any] = ()) -> int:
         """One statement inside a transaction ``_atomic`` holds."""
         return self.db.execute(sql, tuple(parameters)).rowcount
+
+
+# Unit ids per query at most: under SQLite's limit on a statement's parameters.
+_PAGE = 500
+
+
+def unit_pages(units: Iterable[tuple[int, str]]) -> Iterator[tuple[int, list[str], str]]:
+    """The (round, unit id) pairs ``units`` as queries want them: per round, pages of
+    ids with the placeholders for them (``?, ?, ...``: placeholders, never values)."""
+    by_round: dict[int, list[str]] = {}
+    for number, unit_id in units:
+        by_round.setdefault(number, []).append(unit_id)
+    for number, ids in sorted(by_round.items()):
+        for start in range(0, len(ids), _PAGE):
+            page = ids[start : start + _PAGE]
+            yield number, page, ", ".join("?" * len(page))
 
 
 def no_state(state_dir: Path) -> StateError:

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Iterable
 
 from ..outcome import ApiUsage
-from .store import Store
+from .store import Store, unit_pages
 
 _SUMS = (
     "SUM(requests) AS requests, SUM(input_tokens) AS input_tokens,"
@@ -64,20 +64,14 @@ class Usage(Store):
     ) -> dict[tuple[int, str], list[ApiUsage]]:
         """The usage of each (round, unit id) of ``units`` (a page of units, for a
         report that streams) summed over its attempts, per API."""
-        by_round: dict[int, list[str]] = {}
-        for number, unit_id in units:
-            by_round.setdefault(number, []).append(unit_id)
         found: dict[tuple[int, str], list[ApiUsage]] = {}
-        for number, ids in sorted(by_round.items()):
-            for start in range(0, len(ids), 500):  # under SQLite's limit on parameters
-                page = ids[start : start + 500]
-                marks = ", ".join("?" * len(page))  # placeholders only, never values
-                sql = (
-                    f"SELECT unit, api, {_SUMS} FROM usage WHERE run = ? AND round = ?"  # noqa: S608
-                    f" AND unit IN ({marks}) GROUP BY unit, api ORDER BY unit, api"
-                )
-                for row in self.db.execute(sql, (run_id, number, *page)):
-                    found.setdefault((number, row["unit"]), []).append(_usage(row))
+        for number, page, marks in unit_pages(units):
+            sql = (
+                f"SELECT unit, api, {_SUMS} FROM usage WHERE run = ? AND round = ?"  # noqa: S608
+                f" AND unit IN ({marks}) GROUP BY unit, api ORDER BY unit, api"
+            )
+            for row in self.db.execute(sql, (run_id, number, *page)):
+                found.setdefault((number, row["unit"]), []).append(_usage(row))
         return found
 
     def unit_spent(self, run_id: str, unit_id: str, rounds: int) -> float:
