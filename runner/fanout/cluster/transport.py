@@ -30,7 +30,7 @@ import contextlib
 import ipaddress
 import os
 import stat
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -341,9 +341,19 @@ class RaySandbox:
         # The control file as the last step left it, which came with its answer.
         self._control: tuple[bytes | None] | None = None
 
-    def _lost(self, exc: Gone) -> Lost:
-        self._kill()
-        return Lost(f"lost node {self._opened.node}: {exc}", host=self._opened.node)
+    @contextlib.contextmanager
+    def _calling(self) -> Iterator[None]:
+        """Around each call to the actor: the node gone makes the attempt lost, and a
+        cancellation (a deadline, Ctrl-C) kills the actor with force at once (the
+        node's clean-up is awaited when the sandbox is left)."""
+        try:
+            yield
+        except Gone as exc:
+            self._kill()
+            raise Lost(f"lost node {self._opened.node}: {exc}", host=self._opened.node) from None
+        except asyncio.CancelledError:
+            self._kill()
+            raise
 
     def _kill(self) -> None:
         if not self._killed:
@@ -375,31 +385,19 @@ class RaySandbox:
             await self._stage(batch)
 
     async def _stage(self, batch: list[Piece]) -> None:
-        try:
+        with self._calling():
             await self._actor.stage(batch)
-        except Gone as exc:
-            raise self._lost(exc) from None
-        except asyncio.CancelledError:
-            self._kill()
-            raise
 
     async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
-        """The step on the node, its output fed to ``capture`` as it arrives.
-        Cancelled (the deadline, Ctrl-C), the actor is killed with force at once; the
-        node's clean-up is awaited when the sandbox is left."""
+        """The step on the node, its output fed to ``capture`` as it arrives."""
         code = 0
-        try:
+        with self._calling():
             async for item in self._actor.run(command, backstop):
                 if isinstance(item, bytes):
                     capture.feed(item)
                 else:
                     code, control = item
                     self._control = (control,)
-        except Gone as exc:
-            raise self._lost(exc) from None
-        except asyncio.CancelledError:
-            self._kill()
-            raise
         return code
 
     async def read(self, name: str) -> bytes | None:
@@ -407,23 +405,13 @@ class RaySandbox:
             return None  # after a deadline: the sandbox is being removed
         if name == LAYOUT.control and self._control is not None:
             return self._control[0]
-        try:
+        with self._calling():
             data: bytes | None = await self._actor.read(name)
-        except Gone as exc:
-            raise self._lost(exc) from None
-        except asyncio.CancelledError:
-            self._kill()
-            raise
         return data
 
     async def listing(self, roots: Sequence[str]) -> list[Entry]:
-        try:
+        with self._calling():
             found: list[Entry] = await self._actor.listing(roots)
-        except Gone as exc:
-            raise self._lost(exc) from None
-        except asyncio.CancelledError:
-            self._kill()
-            raise
         return found
 
     async def fetch(self, names: Sequence[str], destination: Path) -> None:
@@ -432,22 +420,18 @@ class RaySandbox:
         current: int | None = None
         stream = None
         try:
-            async for index, piece in self._actor.fetch(names):
-                if index != current:
-                    current = index
-                    target = collecting.target(destination, names[index])
-                    stream = target.open("wb")
-                assert stream is not None
-                if piece:
-                    stream.write(piece)
-                else:
-                    stream.close()
-                    stream = None
-        except Gone as exc:
-            raise self._lost(exc) from None
-        except asyncio.CancelledError:
-            self._kill()
-            raise
+            with self._calling():
+                async for index, piece in self._actor.fetch(names):
+                    if index != current:
+                        current = index
+                        target = collecting.target(destination, names[index])
+                        stream = target.open("wb")
+                    assert stream is not None
+                    if piece:
+                        stream.write(piece)
+                    else:
+                        stream.close()
+                        stream = None
         finally:
             if stream is not None:
                 stream.close()
