@@ -11,19 +11,23 @@ import signal
 from collections.abc import Sequence
 
 
-def kill(directories: Sequence[str], *, pipe: str | None) -> None:
+def kill(directories: Sequence[str], *, pipe: str | None) -> int:
     """SIGKILL every other process that holds ``pipe`` open, has its cwd in one of
-    ``directories`` (sandboxes) or inherited a ``FANOUT_CONTROL`` that points into one.
-    A daemon that closed its output and changed directory still has its environment."""
+    ``directories`` (sandboxes) or inherited a ``FANOUT_CONTROL`` that points into one;
+    how many it signalled (an exited one, a zombie, is no longer found).  A daemon that
+    closed its output and changed directory still has its environment."""
     me = os.getpid()
     inside = tuple(directory.rstrip("/") + "/" for directory in directories)
     controls = tuple(b"FANOUT_CONTROL=" + os.fsencode(prefix) for prefix in inside)
+    signalled = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         if _works_in(entry.path, inside, controls) or (pipe and _holds(entry.path, pipe)):
             with contextlib.suppress(OSError):
                 os.kill(int(entry.name), signal.SIGKILL)
+                signalled += 1
+    return signalled
 
 
 def _works_in(process_dir: str, inside: tuple[str, ...], controls: tuple[bytes, ...]) -> bool:

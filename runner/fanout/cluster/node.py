@@ -218,13 +218,16 @@ def _write(work: Path, pieces: Sequence[Piece]) -> None:
 
 
 def remove(directory: str, pid: int, patience: float = 10.0) -> None:
-    """What a killed actor left: once its process is gone (its steps died with it, by
-    the parent-death signal), kill whatever still works in ``directory`` (a step that
-    had only its process group) and remove the directory."""
+    """What a killed actor left: once its process is gone (its steps die with it, by
+    the parent-death signal, a moment later), kill whatever still works in
+    ``directory`` (a step that had only its process group, or one still on its way
+    out) and, once those are gone too, remove the directory."""
     ends = time.monotonic() + patience
     while escapees.alive(pid) and time.monotonic() < ends:
         time.sleep(0.01)
-    escapees.kill([directory], pipe=None)
+    # Until a search finds none: a killed process is found again until it has exited.
+    while escapees.kill([directory], pipe=None) and time.monotonic() < ends:
+        time.sleep(0.01)
     shutil.rmtree(directory, ignore_errors=True)
 
 
