@@ -1,7 +1,7 @@
 """``fanout schedule`` continues a parked run at the reset time its agent named, end to
 end: a real scheduler process fires a job whose real Claude Code CLI meets a usage
-window (the mock Messages API answers `Claude AI usage limit reached|<epoch>` a few
-seconds ahead), the run parks with no unit charged, and the scheduler continues the same
+window (the mock Messages API answers `Claude AI usage limit reached|<epoch>` 20 s
+ahead), the run parks with no unit charged, and the scheduler continues the same
 run once the window has reset, long before the trigger's next fire (tomorrow 03:00)."""
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ pytestmark = pytest.mark.slow
 
 KEY = "sk-ant-own-key-schedule-3f9a1c7e2b"
 # How far ahead the window resets: past throttle.max (1 s), so the run parks rather
-# than waiting it out in a throttle.
-WINDOW = 3
+# than waiting it out in a throttle, and far enough that the scheduler and the CLI have
+# started and met the window before it has passed, however loaded the machine (with 3 s,
+# a loaded CI machine once reached the mock after the reset, and the unit was throttled).
+WINDOW = 20
 
 
 @pytest.mark.timeout(300)  # two runs of a real agent, under load
