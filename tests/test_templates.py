@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import subprocess
 from pathlib import Path
@@ -197,6 +198,7 @@ def test_templates_nested_too_deeply_are_a_problem_not_a_crash(tmp_path: Path) -
     source = "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}"
     [problem] = Templates(tmp_path).check(source, {})
     assert problem.message == "the template is nested too deeply to check"
+    assert gc.isenabled()  # collection, off while Jinja compiled it, is back on
 
 
 def test_a_template_line_in_a_one_line_string_is_that_line(tmp_path: Path) -> None:

@@ -13,12 +13,14 @@ compiling (cached) and the filters that know the workspace.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,21 @@ __all__ = [
 ]
 
 _TOO_DEEP = "the template is nested too deeply to check"
+
+
+@contextlib.contextmanager
+def _uncollected() -> Iterator[None]:
+    """No garbage collection while Jinja compiles: a template nested too deeply is
+    found by Python's recursion limit (RecursionError, a problem, not a crash), and a
+    collection that ran at that depth would run other objects' finalizers there, which
+    then fail on the same limit (pytest saw them as unraisable exceptions)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Templates:
@@ -108,7 +125,8 @@ class Templates:
         if not is_template(source):
             return Template(source=source, compiled=None)
         try:
-            return Template(source=source, compiled=self.env.from_string(source))
+            with _uncollected():
+                return Template(source=source, compiled=self.env.from_string(source))
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateProblem(self._syntax_message(exc), exc.lineno or 1) from None
         except RecursionError:
@@ -140,7 +158,8 @@ class Templates:
                 'e.g. where = "record.errorCount > 0"'
             )
         try:
-            compiled = self.env.compile_expression(source, undefined_to_none=False)
+            with _uncollected():
+                compiled = self.env.compile_expression(source, undefined_to_none=False)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateProblem(
                 _expression_syntax(self._syntax_message(exc)), exc.lineno or 1
