@@ -179,6 +179,46 @@ def test_init_writes_the_schema_its_starter_names(chdir_tmp: Path) -> None:
     assert again.out.startswith("wrote jobs/docs.toml; next:")
 
 
+def test_a_job_init_writes_into_jobs_selects_the_projects_files(chdir_tmp: Path) -> None:
+    # The README's layout: jobs in jobs/, run from the project's root.  The starter's
+    # src/**/*.py is the project's src/, not jobs/src/ (0 units before the starter said
+    # workspace = "..").
+    for name in ("src/a.py", "src/pkg/b.py", "jobs/src/not-this.py"):
+        (chdir_tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (chdir_tmp / name).write_text("x = 1\n")
+    assert cli("init", "jobs/sweep.toml").code == 0
+    plan = cli("plan", "jobs/sweep.toml")
+    assert plan.code == 0, plan.err
+    assert "Units     2 unit(s) from 2 record(s)\n" in plan.out
+    assert cli("init", "jobs/nightly/docs.toml").code == 0
+    assert cli("init", "fanout.toml").code == 0
+    workspaces = {
+        job: spec.load(chdir_tmp / job).runtime.workspace
+        for job in ("jobs/sweep.toml", "jobs/nightly/docs.toml", "fanout.toml")
+    }
+    assert workspaces == dict.fromkeys(workspaces, chdir_tmp.resolve())
+    assert 'workspace = ".."\n' in (chdir_tmp / "jobs" / "sweep.toml").read_text()
+    assert 'workspace = "../.."\n' in (chdir_tmp / "jobs" / "nightly" / "docs.toml").read_text()
+    assert "workspace =" not in (chdir_tmp / "fanout.toml").read_text()
+    ran = cli("run", "jobs/sweep.toml")
+    assert ran.code == 0, ran.out + ran.err
+    (report,) = (chdir_tmp / ".fanout" / "runs").glob("*/report.json")
+    units = json.loads(report.read_text())["units"]
+    assert sorted((u["unit"], u["state"]) for u in units) == [
+        ("src/a.py", "succeeded"),
+        ("src/pkg/b.py", "succeeded"),
+    ]
+
+
+def test_a_job_init_writes_outside_the_folder_keeps_the_default_workspace(
+    chdir_tmp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "job.toml"
+    assert cli("init", str(elsewhere)).code == 0
+    assert "workspace =" not in elsewhere.read_text()
+    assert spec.load(elsewhere).runtime.workspace == elsewhere.parent.resolve()
+
+
 def test_init_keeps_a_schema_file_that_differs_and_says_so(chdir_tmp: Path) -> None:
     (chdir_tmp / "fanout.schema.json").write_text("{}\n")
     kept = cli("init")

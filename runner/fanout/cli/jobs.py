@@ -154,7 +154,8 @@ def init(
             file=sys.stderr,
         )
         raise typer.Exit(2)
-    written = starter.write(path, force=force)
+    # The folder init runs in is the project's: the starter's workspace (see starter).
+    written = starter.write(path, force=force, root=Path.cwd())
     if written.schema_copy is starter.SchemaCopy.STALE:
         print(
             f"kept {written.schema}, which differs from this fanout's schema; "
