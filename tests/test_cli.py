@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -91,7 +92,44 @@ def test_plan_of_nothing_exits_3(chdir_tmp: Path) -> None:
     write_job(chdir_tmp, MINIMAL.replace('items = ["a", "b"]', 'files = ["nothing/*.py"]'))
     result = cli("plan", "job.toml")
     assert result.code == 3
-    assert result.err == "nothing selected: the inputs of job.toml yield no units\n"
+    assert result.err == (
+        "nothing selected: the inputs of job.toml yield no units"
+        f" (inputs.files[0] 'nothing/*.py' matches no file in {chdir_tmp.resolve()})\n"
+    )
+    assert (
+        "Units     0 unit(s) from 0 record(s)\n"
+        f"          job.toml:4:10: inputs.files[0]: 'nothing/*.py' matches no file in"
+        f" {chdir_tmp.resolve()}\n"
+    ) in result.out
+
+
+def test_a_files_pattern_that_matches_nothing_is_named_by_run_and_plan(chdir_tmp: Path) -> None:
+    # src/a.py is matched, then excluded: that pattern matched; lib/ has no file at all.
+    (chdir_tmp / "src").mkdir()
+    (chdir_tmp / "src" / "a.py").write_text("x = 1\n")
+    files = 'files = ["src/**/*.py", "lib/**/*.py"]\nexclude = ["src/a.py"]'
+    text = MINIMAL.replace('items = ["a", "b"]', files) + '[runtime]\nsandbox = "none"\n'
+    write_job(chdir_tmp, text)
+    where = chdir_tmp.resolve()
+    located = f"job.toml:4:25: inputs.files[1]: 'lib/**/*.py' matches no file in {where}"
+    message = (
+        "nothing selected: the inputs of job.toml yield no units"
+        f" (inputs.files[1] 'lib/**/*.py' matches no file in {where})"
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 3
+    lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in ran.err.splitlines()]
+    assert located in lines
+    assert lines[-1] == message
+    plan = cli("plan", "job.toml")
+    assert plan.code == 3
+    assert plan.err == message + "\n"
+    assert f"\n          {located}\n" in plan.out
+    # With units selected the run goes on, and still says which pattern found nothing.
+    write_job(chdir_tmp, text.replace('exclude = ["src/a.py"]', ""))
+    ran = cli("run", "job.toml")
+    assert ran.code == 0, ran.err
+    assert located in [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in ran.err.splitlines()]
 
 
 def test_init_writes_a_valid_starter_and_refuses_to_overwrite(chdir_tmp: Path) -> None:

@@ -66,8 +66,13 @@ class Selection:
     selected: int = 0
     # With a limit: whether records remained beyond it (known once the stream ends).
     truncated: bool = False
-    # Located warnings about records skipped so far (a file name that cannot be a unit).
+    # Located warnings about records skipped so far (a file name that cannot be a unit),
+    # and about inputs.files patterns that matched no file.
     warnings: list[str] = field(default_factory=list)
+    # Each inputs.files pattern that matched no file, said unlocated ("inputs.files[1]
+    # 'lib/**/*.py' matches no file in /srv/repo"; known once the stream ends): why a
+    # selection of nothing is empty, for the message that says so.
+    unmatched: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Unit]:
         return self.units
@@ -116,8 +121,20 @@ def _select(
             f"{spec.file}:{line}:{col}: inputs.files: skipped {path!a}: {reason}"
         )
 
+    def unmatched(index: int) -> None:
+        path: KeyPath = ("inputs", "files", index)
+        line, col = spec.positions.value(path)
+        what = f"{spec.inputs.files[index]!r} matches no file in {spec.runtime.workspace}"
+        selection.unmatched.append(f"{key_name(path)} {what}")
+        selection.warnings.append(f"{spec.file}:{line}:{col}: {key_name(path)}: {what}")
+
     stream = sources.records(
-        spec, environ=environ, context=context, skipped=skipped, command=command
+        spec,
+        environ=environ,
+        context=context,
+        skipped=skipped,
+        unmatched=unmatched,
+        command=command,
     )
     seen: dict[str, str] = {}
     kept = _kept(spec, stream, selection, context)

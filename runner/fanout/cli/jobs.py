@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ..errors import JobError, Problem
-from .app import JobFile, OutputFormat, app, call, environ
+from .app import JobFile, OutputFormat, app, call, environ, nothing_selected
 
 
 @app.command(rich_help_panel="Job files")
@@ -108,7 +108,6 @@ def plan(
     """
     from .. import plan as planning
     from .. import spec
-    from ..errors import NothingSelected
 
     def make() -> str:
         job = spec.load(file, hosts_file=hosts)
@@ -116,7 +115,7 @@ def plan(
         text = planning.render_text(result)
         if result.units == 0:
             print(text)
-            raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+            raise nothing_selected(file, result.unmatched)
         if result.problems:
             # A template that fails for the first unit (or a stage path every attempt
             # refuses) will fail the others: plan is the check before a run, so it fails

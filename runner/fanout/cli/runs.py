@@ -10,7 +10,17 @@ from typing import IO, Annotated, Any, cast
 
 import typer
 
-from .app import HostsOption, JobFile, OutputFormat, OverlapPolicy, StateDir, app, call, environ
+from .app import (
+    HostsOption,
+    JobFile,
+    OutputFormat,
+    OverlapPolicy,
+    StateDir,
+    app,
+    call,
+    environ,
+    nothing_selected,
+)
 
 
 @app.command(rich_help_panel="Runs")
@@ -127,7 +137,6 @@ def _execute(
     from rich.console import Console
 
     from .. import launch, spec
-    from ..errors import NothingSelected
     from ..outcome import StopReason
     from ..progress import Display
     from ..quantities import format_duration
@@ -153,7 +162,7 @@ def _execute(
         )
     console.print(f"report: {summary.report_dir / 'report.md'}")
     if summary.reason is StopReason.NOTHING_SELECTED:
-        raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+        raise nothing_selected(file, summary.unmatched)
     return summary.exit_code
 
 
