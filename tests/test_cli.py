@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -170,6 +171,26 @@ def test_retry_has_no_failed_flag(chdir_tmp: Path) -> None:
     result = cli("retry", "20260301T120000-aaaa", "--failed")
     assert result.code == 2
     assert "No such option: --failed" in result.err
+
+
+def test_report_has_no_github_format(chdir_tmp: Path) -> None:
+    # It was offered and printed the markdown: dropped (see cli/runs.py), and a script
+    # still passing it is told what to use instead, before any journal is read.
+    shown = cli("report", "--help").out
+    assert "<text|json>" in shown
+    assert "github" not in shown
+    result = cli("report", "20260301T120000-aaaa", "--format", "github")
+    assert result.code == 2
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.err).split())
+    assert (
+        "Invalid value for '--format': 'github' is not a report format: the report is"
+        ' markdown, which GitHub shows as it is (fanout report RUN >> "$GITHUB_STEP_SUMMARY");'
+        " annotations on job files are fanout validate --format github"
+    ) in said
+    assert "Invalid value for '--format': 'yaml' is not one of 'text', 'json'." in " ".join(
+        cli("report", "r", "--format", "yaml").err.split()
+    )
+    assert os.listdir(chdir_tmp) == []
 
 
 def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
