@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -91,7 +93,44 @@ def test_plan_of_nothing_exits_3(chdir_tmp: Path) -> None:
     write_job(chdir_tmp, MINIMAL.replace('items = ["a", "b"]', 'files = ["nothing/*.py"]'))
     result = cli("plan", "job.toml")
     assert result.code == 3
-    assert result.err == "nothing selected: the inputs of job.toml yield no units\n"
+    assert result.err == (
+        "nothing selected: the inputs of job.toml yield no units"
+        f" (inputs.files[0] 'nothing/*.py' matches no file in {chdir_tmp.resolve()})\n"
+    )
+    assert (
+        "Units     0 unit(s) from 0 record(s)\n"
+        f"          job.toml:4:10: inputs.files[0]: 'nothing/*.py' matches no file in"
+        f" {chdir_tmp.resolve()}\n"
+    ) in result.out
+
+
+def test_a_files_pattern_that_matches_nothing_is_named_by_run_and_plan(chdir_tmp: Path) -> None:
+    # src/a.py is matched, then excluded: that pattern matched; lib/ has no file at all.
+    (chdir_tmp / "src").mkdir()
+    (chdir_tmp / "src" / "a.py").write_text("x = 1\n")
+    files = 'files = ["src/**/*.py", "lib/**/*.py"]\nexclude = ["src/a.py"]'
+    text = MINIMAL.replace('items = ["a", "b"]', files) + '[runtime]\nsandbox = "none"\n'
+    write_job(chdir_tmp, text)
+    where = chdir_tmp.resolve()
+    located = f"job.toml:4:25: inputs.files[1]: 'lib/**/*.py' matches no file in {where}"
+    message = (
+        "nothing selected: the inputs of job.toml yield no units"
+        f" (inputs.files[1] 'lib/**/*.py' matches no file in {where})"
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 3
+    lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in ran.err.splitlines()]
+    assert located in lines
+    assert lines[-1] == message
+    plan = cli("plan", "job.toml")
+    assert plan.code == 3
+    assert plan.err == message + "\n"
+    assert f"\n          {located}\n" in plan.out
+    # With units selected the run goes on, and still says which pattern found nothing.
+    write_job(chdir_tmp, text.replace('exclude = ["src/a.py"]', ""))
+    ran = cli("run", "job.toml")
+    assert ran.code == 0, ran.err
+    assert located in [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in ran.err.splitlines()]
 
 
 def test_init_writes_a_valid_starter_and_refuses_to_overwrite(chdir_tmp: Path) -> None:
@@ -132,6 +171,26 @@ def test_retry_has_no_failed_flag(chdir_tmp: Path) -> None:
     result = cli("retry", "20260301T120000-aaaa", "--failed")
     assert result.code == 2
     assert "No such option: --failed" in result.err
+
+
+def test_report_has_no_github_format(chdir_tmp: Path) -> None:
+    # It was offered and printed the markdown: dropped (see cli/runs.py), and a script
+    # still passing it is told what to use instead, before any journal is read.
+    shown = cli("report", "--help").out
+    assert "<text|json>" in shown
+    assert "github" not in shown
+    result = cli("report", "20260301T120000-aaaa", "--format", "github")
+    assert result.code == 2
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.err).split())
+    assert (
+        "Invalid value for '--format': 'github' is not a report format: the report is"
+        ' markdown, which GitHub shows as it is (fanout report RUN >> "$GITHUB_STEP_SUMMARY");'
+        " annotations on job files are fanout validate --format github"
+    ) in said
+    assert "Invalid value for '--format': 'yaml' is not one of 'text', 'json'." in " ".join(
+        cli("report", "r", "--format", "yaml").err.split()
+    )
+    assert os.listdir(chdir_tmp) == []
 
 
 def test_status_of_an_empty_state_directory(chdir_tmp: Path) -> None:
@@ -177,6 +236,46 @@ def test_init_writes_the_schema_its_starter_names(chdir_tmp: Path) -> None:
     again = cli("init", "jobs/docs.toml")
     assert (again.code, again.err) == (0, "")
     assert again.out.startswith("wrote jobs/docs.toml; next:")
+
+
+def test_a_job_init_writes_into_jobs_selects_the_projects_files(chdir_tmp: Path) -> None:
+    # The README's layout: jobs in jobs/, run from the project's root.  The starter's
+    # src/**/*.py is the project's src/, not jobs/src/ (0 units before the starter said
+    # workspace = "..").
+    for name in ("src/a.py", "src/pkg/b.py", "jobs/src/not-this.py"):
+        (chdir_tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (chdir_tmp / name).write_text("x = 1\n")
+    assert cli("init", "jobs/sweep.toml").code == 0
+    plan = cli("plan", "jobs/sweep.toml")
+    assert plan.code == 0, plan.err
+    assert "Units     2 unit(s) from 2 record(s)\n" in plan.out
+    assert cli("init", "jobs/nightly/docs.toml").code == 0
+    assert cli("init", "fanout.toml").code == 0
+    workspaces = {
+        job: spec.load(chdir_tmp / job).runtime.workspace
+        for job in ("jobs/sweep.toml", "jobs/nightly/docs.toml", "fanout.toml")
+    }
+    assert workspaces == dict.fromkeys(workspaces, chdir_tmp.resolve())
+    assert 'workspace = ".."\n' in (chdir_tmp / "jobs" / "sweep.toml").read_text()
+    assert 'workspace = "../.."\n' in (chdir_tmp / "jobs" / "nightly" / "docs.toml").read_text()
+    assert "workspace =" not in (chdir_tmp / "fanout.toml").read_text()
+    ran = cli("run", "jobs/sweep.toml")
+    assert ran.code == 0, ran.out + ran.err
+    (report,) = (chdir_tmp / ".fanout" / "runs").glob("*/report.json")
+    units = json.loads(report.read_text())["units"]
+    assert sorted((u["unit"], u["state"]) for u in units) == [
+        ("src/a.py", "succeeded"),
+        ("src/pkg/b.py", "succeeded"),
+    ]
+
+
+def test_a_job_init_writes_outside_the_folder_keeps_the_default_workspace(
+    chdir_tmp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "job.toml"
+    assert cli("init", str(elsewhere)).code == 0
+    assert "workspace =" not in elsewhere.read_text()
+    assert spec.load(elsewhere).runtime.workspace == elsewhere.parent.resolve()
 
 
 def test_init_keeps_a_schema_file_that_differs_and_says_so(chdir_tmp: Path) -> None:

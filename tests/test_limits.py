@@ -242,3 +242,94 @@ async def test_a_wait_on_one_limit_does_not_spend_another_limits_capacity_early(
         gate.release()
     assert _most_in_any_window(times, 10) == 1
     assert [round(t, 3) for t in times] == [9.99, 19.99, 29.99]
+
+
+def test_what_paces_a_run_is_the_least_of_the_limits_the_api_windows_and_the_slots(
+    tmp_path: Path,
+) -> None:
+    job = spec.load(
+        write_job(
+            tmp_path,
+            """
+            version = 1
+            name = "pace"
+            [inputs]
+            items = ["a"]
+            [task]
+            command = ["true"]
+            limits = ["crm"]
+            [runtime]
+            network = "apis"
+            [[limits]]
+            name = "crm"
+            requests = 30
+            per = "1m"
+            [[apis]]
+            name = "claude"
+            upstream = "https://api.anthropic.com"
+            style = "anthropic"
+            requests = { limit = 50, per = "1m" }
+            inputTokens = { limit = 40000, per = "1m" }
+            [[apis]]
+            name = "gpt"
+            upstream = "https://api.openai.com"
+            style = "openai"
+            outputTokens = { limit = 9000, per = "1m" }
+            inputTokens = { limit = 90000, per = "1m" }
+            """,
+        )
+    )
+    paces = limits.pace_fields(job)["paces"]
+    # Anthropic's input limit leaves cache reads out; OpenAI's counts the whole prompt.
+    assert paces == [
+        {"limit": "crm", "perMinute": 30.0},
+        {"api": "claude", "window": "requests", "perMinute": 50.0, "counts": ["requests"]},
+        {
+            "api": "claude",
+            "window": "inputTokens",
+            "perMinute": 40000.0,
+            "counts": ["inputTokens", "cacheWriteTokens"],
+        },
+        {
+            "api": "gpt",
+            "window": "inputTokens",
+            "perMinute": 90000.0,
+            "counts": ["inputTokens", "cacheWriteTokens", "cacheReadTokens"],
+        },
+        {"api": "gpt", "window": "outputTokens", "perMinute": 9000.0, "counts": ["outputTokens"]},
+    ]
+
+    def pacer(slots: int, attempts: int, own: float, **used: float) -> str:
+        amounts: dict[tuple[str, str], float] = {}
+        for key, value in used.items():
+            api, field = key.split("_")
+            amounts[(api, field)] = value
+        return limits.pacer(paces, slots=slots, attempts=attempts, own_seconds=own, used=amounts)
+
+    # Before any attempt has finished: the declared limit (0.5 units a second).
+    assert pacer(4, 0, 0.0) == "limit crm 30/min"
+    # 4 slots of 10 s attempts: 0.4 a second, fewer than the limit allows.
+    assert pacer(4, 10, 100.0) == "4 slot(s)"
+    # 1 s attempts, 2 requests each: 25 a minute of claude's 50 requests, under crm's 30.
+    assert pacer(4, 10, 10.0, claude_requests=20) == "api claude 50 requests/min"
+    # 2,000 input tokens an attempt (cache reads are not counted): 20 a minute.
+    assert (
+        pacer(
+            4,
+            10,
+            10.0,
+            claude_requests=20,
+            claude_inputTokens=15000,
+            claude_cacheWriteTokens=5000,
+            claude_cacheReadTokens=10**9,
+        )
+        == "api claude 40,000 input tokens/min"
+    )
+    # gpt's cache reads count: 10,000 an attempt is 9 a minute; its 1,000 output tokens 9
+    # a minute too, and the first of equal bounds is named.
+    assert (
+        pacer(4, 10, 10.0, gpt_inputTokens=10000, gpt_cacheReadTokens=90000, gpt_outputTokens=10000)
+        == "api gpt 90,000 input tokens/min"
+    )
+    # No slot up (every host lost): what bounds the pace, once one is up again.
+    assert pacer(0, 10, 10.0) == "limit crm 30/min"

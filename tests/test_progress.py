@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from rich.text import Text
+from test_gateway_run import KEY, WORKER
 
 from fanout import limits, spec
 from fanout.attempt import Attempt
@@ -25,7 +26,7 @@ from fanout.run import Options, Runner
 from fanout.ssh import SshTransport
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import cli, write_job
 
 ESC = "\x1b"
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07[bold red]x[/] :smile:\u202egnp.exe"
@@ -625,6 +626,65 @@ def test_the_live_display_moves_on_while_no_event_comes() -> None:
     shown = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
     assert "round 1  ━━━━━━━━━━━━━━━━━━━━  0/10 done  2m 5s" in shown
     assert "1 running  9 queued  0 failed  paced by 4 slot(s)  [api paused 1m 15s]" in shown
+
+
+def test_a_run_an_apis_window_paces_names_the_window_not_the_slots(
+    mock_api: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 units of 2 requests, 4 slots, 4 requests a second through the gateway: 2 units a
+    # second, where 4 slots of workers that take well under a second each would do more.
+    # The run's own events.jsonl, replayed into the live display.
+    monkeypatch.setenv("FANOUT_TEST_ANTHROPIC_KEY", KEY)
+    items = ", ".join(f'"u{n}"' for n in range(8))
+    job = write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "paced"
+        [inputs]
+        items = [{items}]
+        [task]
+        command = ["python3", "-c", {json.dumps(WORKER)}, "2"]
+        timeout = "60s"
+        [runtime]
+        maxConcurrentTasks = 4
+        network = true
+        [[apis]]
+        name = "anthropic"
+        upstream = "{mock_api.url}"
+        style = "anthropic"
+        keySecret = "FANOUT_TEST_ANTHROPIC_KEY"
+        requests = {{ limit = 4, per = "1s" }}
+        """,
+    )
+    monkeypatch.chdir(tmp_path)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    (log_path,) = (tmp_path / ".fanout" / "runs").glob("*/events.jsonl")
+    log = [json.loads(line) for line in log_path.read_text().splitlines()]
+    console = Console(file=StringIO(), record=True, width=120, force_terminal=True)
+    clock = _Clock()
+    display = Display(console, live=True, clock=clock)
+    paced: list[str] = []
+    finished = 0
+
+    for event in log:
+        finished += event["event"] == "attempt.finished"
+        clock.now = event["time"] - log[0]["time"]
+        display(event)
+        if event["event"] == "unit.settled" or (event["event"] == "attempt.started" and not paced):
+            paced.append(_shown(display, 118)[1])  # the line under the bar
+    # Before an attempt has finished nothing says what an attempt takes of the API (the
+    # slots are named); from the first one on, the window.
+    assert finished == 8
+    assert paced[0].endswith("  0 failed  paced by 4 slot(s)")
+    assert len(paced) == 9  # the first start, then each unit settled
+    assert all(line.endswith("paced by api anthropic 240 requests/min") for line in paced[1:])
+    assert paced[-1] == "0 running  0 queued  0 failed  paced by api anthropic 240 requests/min"
+    (started,) = [e for e in log if e["event"] == "round.started"]
+    assert started["paces"] == [
+        {"api": "anthropic", "window": "requests", "perMinute": 240.0, "counts": ["requests"]}
+    ]
 
 
 # A golden rendering of a recorded event log (tests/data/progress/events.jsonl, as a run

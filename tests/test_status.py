@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from fanout.journal.tables import SCHEMA
 from fanout.outcome import Outcome, RunState, UnitState
 from fanout.units import Unit
 
-from helpers import cli
+from helpers import cli, write_job
 
 NO_STATE = "no fanout state in .fanout (no runs yet here; --state-dir names another)\n"
 
@@ -216,3 +217,36 @@ def test_a_long_reason_is_cut_on_the_terminal(tmp_path: Path) -> None:
     )
     (line,) = [x for x in report.status_text(journal, run).splitlines() if x.startswith("    u")]
     assert line == "    u  rung -  0 attempt(s)  " + ("why " * 40)[:157] + "..."
+
+
+def test_status_shows_a_long_job_name_whole(chdir_tmp: Path) -> None:
+    # Two jobs whose names share their first 21 characters (a name may have 64): cut
+    # there, the two were one job in the listing.
+    names = ["nightly-dependency-upgrade-api", "nightly-dependency-upgrade-web-frontend"]
+    for name in names:
+        write_job(
+            chdir_tmp,
+            f"""
+            version = 1
+            name = "{name}"
+            [inputs]
+            items = ["a"]
+            [task]
+            command = ["true"]
+            [runtime]
+            sandbox = "none"
+            """,
+            name=f"{name}.toml",
+        )
+        ran = cli("run", f"{name}.toml")
+        assert ran.code == 0, ran.out + ran.err
+    listing = cli("status")
+    assert listing.code == 0
+    header, *rows = listing.out.splitlines()
+    assert header == (
+        "run                   job                                     state        round  units"
+    )
+    assert [re.sub(r"^\d{8}T\d{6}-[0-9a-f]{4}", "R", row) for row in rows] == [
+        "R  nightly-dependency-upgrade-web-frontend finished         1  1 succeeded",
+        "R  nightly-dependency-upgrade-api          finished         1  1 succeeded",
+    ]

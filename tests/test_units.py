@@ -91,11 +91,35 @@ def test_missing_group_field_names_the_record(tmp_path: Path) -> None:
 
 def test_records_without_an_id_need_an_id_template(tmp_path: Path) -> None:
     (tmp_path / "c.csv").write_text("email,name\nada@example.com,Ada\n")
-    with pytest.raises(JobError, match=r"record c.csv:2 has no 'id' field; set units.id"):
+    with pytest.raises(JobError) as caught:
         _ids(_job(tmp_path, 'csv = "c.csv"'))
+    assert str(caught.value) == (
+        "c.csv:2: the record has no 'id' field; set units.id, e.g. id = \"{{ unit.record.email }}\""
+    )
     assert _ids(_job(tmp_path, 'csv = "c.csv"', 'id = "{{ unit.record.email }}"')) == [
         "ada@example.com"
     ]
+
+
+def test_an_id_that_spans_lines_is_located_at_what_made_it(tmp_path: Path) -> None:
+    # The record's own id: its line in the input (the job file has no units.id to
+    # point at, and its first line is not where the problem is).
+    (tmp_path / "f.jsonl").write_text('{"id": "a"}\n{"id": "b\\nc"}\n')
+    job = spec.load(
+        write_job(
+            tmp_path,
+            'version = 1\nname = "t"\n[inputs]\njsonl = "f.jsonl"\n[task]\ncommand = ["true"]\n',
+        )
+    )
+    with pytest.raises(JobError) as caught:
+        _ids(job)
+    assert str(caught.value) == "f.jsonl:2: the unit id spans lines"
+    # A units.id template that renders a line break: the template.
+    with pytest.raises(JobError) as caught:
+        _ids(_job(tmp_path, 'jsonl = "f.jsonl"', 'id = "x{{ unit.record.id }}"'))
+    assert str(caught.value) == (
+        f"{tmp_path / 'job.toml'}:6:1: units.id: the unit id for f.jsonl:2 spans lines"
+    )
 
 
 def test_limit_stops_reading_unless_counting_all(tmp_path: Path) -> None:

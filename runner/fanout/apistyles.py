@@ -30,13 +30,23 @@ class StyleFacts:
     # The header the real key goes upstream in, and its prefix ("Bearer ").
     key_header: str
     key_prefix: str = ""
+    # Whether the API's input-tokens limit counts cached reads (Anthropic's leaves them
+    # out; OpenAI's and Gemini's count the whole prompt): what an attempt takes of an
+    # [[apis]] inputTokens window (``limits.pace_fields``; the gateway's own reading is
+    # ``gateway.answers``).
+    input_limit_counts_cache_reads: bool = True
 
 
 FACTS: dict[Style, StyleFacts] = {
     # Claude Code and the Anthropic SDKs: ANTHROPIC_API_KEY is sent as x-api-key.
     # (ANTHROPIC_AUTH_TOKEN would be sent as a Bearer token; Claude Code sends both
     # headers when both are set, so a worker is given exactly one.)
-    Style.ANTHROPIC: StyleFacts("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "x-api-key"),
+    Style.ANTHROPIC: StyleFacts(
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "x-api-key",
+        input_limit_counts_cache_reads=False,
+    ),
     # The OpenAI SDKs, codex, llm: OPENAI_BASE_URL includes the /v1 path.
     Style.OPENAI: StyleFacts("OPENAI_BASE_URL", "OPENAI_API_KEY", "authorization", "Bearer "),
     # gemini-cli reads GOOGLE_GEMINI_BASE_URL and GEMINI_API_KEY.

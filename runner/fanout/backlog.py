@@ -116,6 +116,7 @@ async def _select_into_journal(
                     )
                     ctx.journal.selection_done(ctx.run_id, ctx.number)
                     tally.done = True
+                    tally.unmatched = tuple(selection.unmatched)
                     _selected(ctx, selection.records, tally.count + len(batch), resumed=resumed)
                 for unit in batch:
                     tally.add(unit)
@@ -194,6 +195,8 @@ class Tally:
     def __init__(self) -> None:
         self.count = 0
         self.done = False
+        # The selection's inputs.files patterns that matched no file (once done).
+        self.unmatched: tuple[str, ...] = ()
         self._digest = hashlib.sha256()
 
     def add(self, unit: Unit) -> None:

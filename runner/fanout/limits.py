@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .apistyles import FACTS
 from .events import Events
 from .outcome import AttemptResult, Status
-from .spec import Limit, Spec, Throttle
+from .spec import Limit, Spec, Throttle, Window
 
 # Waits shorter than this are float dust (``until - now`` of 7e-15 after a sleep that
 # ended on time): waiting them out would spin forever on a coarse or virtual clock, which
@@ -74,14 +75,90 @@ def tightest(spec: Spec) -> Pace | None:
     return found[0] if found else None
 
 
+# An [[apis]] entry's windows: its field, and the key job files, events and an
+# attempt's usage (``outcome.ApiUsage.as_dict``) name it by.
+WINDOW_KEYS = (
+    ("requests", "requests"),
+    ("input_tokens", "inputTokens"),
+    ("output_tokens", "outputTokens"),
+)
+WINDOW_WORDS = {
+    "requests": "requests",
+    "inputTokens": "input tokens",
+    "outputTokens": "output tokens",
+}
+
+
 def pace_fields(spec: Spec) -> dict[str, Any]:
-    """The tightest limit as event fields (the display names what sets the pace): its
-    name and task starts per minute, both None without limits."""
-    pace = tightest(spec)
-    return {
-        "tightestLimit": None if pace is None else pace.limit.name,
-        "tightestPerMinute": None if pace is None else round(pace.tasks_per_second * 60, 3),
-    }
+    """What may set the pace, as the ``round.started`` event's ``paces`` (``pacer``
+    names the one that does): each limit the task uses, in task starts per minute,
+    tightest first; then each window of each API the gateway paces, in requests or
+    tokens per minute, with the fields of an attempt's usage that the window counts."""
+    found: list[dict[str, Any]] = [
+        {"limit": pace.limit.name, "perMinute": round(pace.tasks_per_second * 60, 3)}
+        for pace in paces(spec)
+    ]
+    for api in spec.apis:
+        for field_name, key in WINDOW_KEYS:
+            window: Window | None = getattr(api, field_name)
+            if window is None:
+                continue
+            counts = [key]
+            if key == "inputTokens":
+                counts.append("cacheWriteTokens")
+                if FACTS[api.style].input_limit_counts_cache_reads:
+                    counts.append("cacheReadTokens")
+            found.append(
+                {
+                    "api": api.name,
+                    "window": key,
+                    "perMinute": round(window.limit * 60 / window.per, 3),
+                    "counts": counts,
+                }
+            )
+    return {"paces": found}
+
+
+def pacer(
+    paces: Sequence[Mapping[str, Any]],
+    *,
+    slots: int,
+    attempts: int,
+    own_seconds: float,
+    used: Mapping[tuple[str, str], float],
+) -> str:
+    """What bounds the pace now (``limit api 120/min``, ``api anthropic 240
+    requests/min``, ``4 slot(s)``; "" when nothing is known), of ``pace_fields``'s
+    ``paces``, the ``slots`` free to run units, and the ``attempts`` finished so far:
+    their ``own_seconds`` (durations less the time their requests waited in the
+    gateway's queue, which is the APIs' pacing, not the slots') and what they ``used``
+    of each API, by (api, usage field).
+
+    Each bound is the units a second it allows on its own: a limit its task starts, an
+    API window its rate over the mean amount an attempt takes of it (known once an
+    attempt that used the API has finished), the slots their number over an attempt's
+    mean own time.  The least names the pace; the slots do unless a bound is below them
+    (before any attempt has finished, a declared limit is assumed to be)."""
+    bounds: list[tuple[float, str]] = []
+    for pace in paces:
+        per_minute = float(pace["perMinute"])
+        if "limit" in pace:
+            bounds.append((per_minute / 60, f"limit {pace['limit']} {per_minute:g}/min"))
+            continue
+        amount = sum(used.get((pace["api"], key), 0.0) for key in pace["counts"])
+        if attempts and amount > 0:
+            bounds.append(
+                (
+                    per_minute / 60 / (amount / attempts),
+                    f"api {pace['api']} {per_minute:,g} {WINDOW_WORDS[pace['window']]}/min",
+                )
+            )
+    mean = own_seconds / attempts if attempts else 0.0
+    slots_per_second = slots / mean if mean > 0 else float("inf")
+    tightest_bound = min(bounds, default=None, key=lambda bound: bound[0])
+    if slots and (tightest_bound is None or tightest_bound[0] >= slots_per_second):
+        return f"{slots} slot(s)"
+    return "" if tightest_bound is None else tightest_bound[1]
 
 
 def minimum_wall_time(spec: Spec, units: int) -> float | None:

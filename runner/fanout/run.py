@@ -69,6 +69,8 @@ class Summary:
     counts: dict[str, int]
     report_dir: Path
     note: str = ""
+    # Nothing selected: the inputs.files patterns that matched no file (see units).
+    unmatched: tuple[str, ...] = ()
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
 
@@ -211,6 +213,7 @@ class Runner:
         how to continue; the next ``fanout run`` picks it up where it stopped."""
         started = self.monotonic()
         error: BaseException | None = None
+        unmatched: tuple[str, ...] = ()
         try:
             if self.gateway is not None:
                 # What the run spent before (an earlier stretch, an interrupted attempt)
@@ -218,7 +221,9 @@ class Runner:
                 self.gateway.restore({u.api: u.cost_usd for u in self.journal.usage_totals(run_id)})
                 await self.gateway.start()
             await self.transport.start()
-            reason, number = await self._loop(run_id, first_round, apply, secrets, options)
+            reason, number, unmatched = await self._loop(
+                run_id, first_round, apply, secrets, options
+            )
             note = reason.note(number)
         except asyncio.CancelledError as exc:
             reason, error = StopReason.INTERRUPTED, exc
@@ -263,15 +268,17 @@ class Runner:
             counts=self.journal.unit_counts(run_id),
             report_dir=self.run_dir(run_id),
             note=note,
+            unmatched=unmatched,
             wall_seconds=self.journal.run(run_id).wall,
             worker_seconds=self.journal.worker_seconds(run_id),
         )
 
     async def _loop(
         self, run_id: str, first_round: int, apply: bool, secrets: dict[str, str], options: Options
-    ) -> tuple[StopReason, int]:
-        """The rounds, to the end: why they ended, and the round that was to start or
-        had just run (the note of a reason names it)."""
+    ) -> tuple[StopReason, int, tuple[str, ...]]:
+        """The rounds, to the end: why they ended, the round that was to start or had
+        just run (the note of a reason names it), and for a first round that selected
+        nothing, the ``inputs.files`` patterns that matched no file (see units)."""
         spec = self.spec
         last_selection: str | None = None
         number = first_round
@@ -283,13 +290,14 @@ class Runner:
                 ctx, tally, self.environ, resuming=resuming, stream=number == 1
             )
             if tally.done and tally.count == 0:
-                ended = StopReason.NOTHING_SELECTED if number == 1 else StopReason.NOTHING_REMAINS
-                return ended, number
+                if number == 1:
+                    return StopReason.NOTHING_SELECTED, number, tally.unmatched
+                return StopReason.NOTHING_REMAINS, number, ()
             if tally.done and tally.fingerprint() == last_selection:
-                return StopReason.SAME_SELECTION, number
+                return StopReason.SAME_SELECTION, number, ()
             await dispatch(ctx, units)
             if number == 1 and not resuming and tally.count == 0:
-                return StopReason.NOTHING_SELECTED, number
+                return StopReason.NOTHING_SELECTED, number, tally.unmatched
             last_selection = tally.fingerprint() if tally.done else None
             self.journal.complete_round(run_id, number)
             self.events.emit(
@@ -297,11 +305,11 @@ class Runner:
             )
             applied = applying.fan_in(ctx, apply=apply)
             if number >= spec.rounds.max:
-                return StopReason.LAST_ROUND, number
+                return StopReason.LAST_ROUND, number, ()
             if not apply:
-                return StopReason.NOT_APPLIED, number
+                return StopReason.NOT_APPLIED, number, ()
             if not applied:
-                return StopReason.NO_CHANGE, number
+                return StopReason.NO_CHANGE, number, ()
             number += 1
 
     async def _close_transport(self) -> None:

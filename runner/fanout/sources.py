@@ -34,17 +34,19 @@ def records(
     environ: Mapping[str, str],
     context: Mapping[str, Any],
     skipped: Callable[[str, str], None] = lambda path, reason: None,
+    unmatched: Callable[[int], None] = lambda index: None,
     command: inputcommand.Started | None = None,
 ) -> Iterator[Record]:
     """The records of ``spec``'s single input source, in source order.  ``skipped``
-    hears of each file the files source refuses (its path and why).  ``command`` is the
-    input command already started by a caller that owns it (a run, see inputcommand);
-    without it, this starts the command itself."""
+    hears of each file the files source refuses (its path and why), ``unmatched`` of
+    each ``inputs.files`` pattern that matched no file (its index, once the walk has
+    ended).  ``command`` is the input command already started by a caller that owns it
+    (a run, see inputcommand); without it, this starts the command itself."""
     inputs = spec.inputs
     workspace = spec.runtime.workspace
     kind = inputs.source
     if kind == "files":
-        yield from _files(spec, skipped)
+        yield from _files(spec, skipped, unmatched)
     elif kind == "items":
         for index, item in enumerate(inputs.items):
             yield Record(thaw(item), f"inputs.items[{index}]")
@@ -146,22 +148,31 @@ def _command_records(spec: Spec, command: inputcommand.Started) -> Iterator[Reco
         command.check_exit()
 
 
-def _files(spec: Spec, skipped: Callable[[str, str], None]) -> Iterator[Record]:
+def _files(
+    spec: Spec, skipped: Callable[[str, str], None], unmatched: Callable[[int], None]
+) -> Iterator[Record]:
     inputs = spec.inputs
     workspace = spec.runtime.workspace
     include = [globs.compile_glob(p) for p in inputs.files]
     # Leaving out '**/*.min.js' means all of them, in hidden folders too (see globs).
     exclude = [globs.compile_glob(p, hidden=True) for p in inputs.exclude]
     state = _relative(spec.runtime.state_dir, workspace)
+    # The patterns no file has matched yet (before exclude: a pattern whose files are
+    # all excluded did match); each is tried only until it first matches.
+    unseen = dict(enumerate(include))
     for path in sorted(_candidates(workspace, inputs.gitignore)):
         if state and (path == state or path.startswith(state + "/")):
             continue
+        for index in [i for i, p in unseen.items() if p.match(path)]:
+            del unseen[index]
         if any(p.match(path) for p in include) and not any(p.match(path) for p in exclude):
             refused = _unnameable(path)
             if refused:
                 skipped(path, refused)
                 continue
             yield Record(file_record(path), path)
+    for index in unseen:
+        unmatched(index)
 
 
 def _unnameable(path: str) -> str:

@@ -13,6 +13,7 @@ stays the authority, and ``fanout init`` says so when the copy it finds differs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -143,19 +144,47 @@ _SECTIONS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def text() -> str:
+_WORKSPACE = (
+    "# workspace: the folder `fanout init` ran in, relative to this file.  inputs, stage\n"
+    "# and collect are relative to it, and the state directory (.fanout) is in it."
+)
+
+
+def text(workspace: str | None = None) -> str:
+    """The starter; ``workspace`` is its ``runtime.workspace`` (None: the default, the
+    job file's folder)."""
     parts = []
     for comment, data in _SECTIONS:
+        if workspace is not None and "runtime" in data:
+            comment = f"{comment}\n{_WORKSPACE}"
+            data = {"runtime": {**data["runtime"], "workspace": workspace}}
         body = tomli_w.dumps(data, multiline_strings=True) if data else ""
         parts.append(f"{comment}\n{body}".rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 
 
-def write(path: Path, *, force: bool) -> Written:
-    """Write the starter to ``path`` and the schema beside it.  An existing schema file
+def workspace_for(path: Path, root: Path) -> str | None:
+    """The ``runtime.workspace`` that makes ``root`` (the folder ``fanout init`` ran
+    in) the workspace of a job file at ``path``, relative to the job's folder ("..");
+    None when the job's folder is ``root`` (the default says it) or is not inside it.
+
+    ``fanout init jobs/sweep.toml``, the layout the README shows (jobs in a folder of
+    their own, run from the repository), would otherwise look for ``src/**/*.py`` in
+    ``jobs/``.  The default stays the job's folder, so a job runs the same from any
+    directory (cron's ``cd`` need not match); the starter writes what it assumes."""
+    folder = path.resolve().parent
+    root = root.resolve()
+    if folder == root or not folder.is_relative_to(root):
+        return None
+    return os.path.relpath(root, folder)
+
+
+def write(path: Path, *, force: bool, root: Path) -> Written:
+    """Write the starter to ``path`` and the schema beside it; ``root`` is the folder
+    the starter takes as its workspace (see ``workspace_for``).  An existing schema file
     is replaced only with ``force``: it may be the copy a team reviewed and committed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text(), encoding="utf-8")
+    path.write_text(text(workspace_for(path, root)), encoding="utf-8")
     schema = path.parent / SCHEMA_FILE
     current = schema_text()
     if schema.is_file() and not force:

@@ -39,13 +39,17 @@ def status_text(
         runs = journal.runs(job=job)
         if not runs:
             return "no runs yet\n"
-        lines = ["run                   job                   state        round  units"]
-        for run in runs:
+        # The job column is as wide as the longest name shown (a name may have 64
+        # characters): a name cut short could be another job's.
+        jobs = [term(run.job) for run in runs]
+        width = max(21, *(len(name) for name in jobs))
+        lines = [f"{'run':<21} {'job':<{width}} {'state':<12} round  units"]
+        for run, name in zip(runs, jobs, strict=True):
             counts = journal.unit_counts(run.id)
             shown_counts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-"
             retry = f"  (retry of {term(run.parent)})" if run.parent else ""
             lines.append(
-                f"{run.id:<21} {term(run.job[:21]):<21} {run.state:<12} {run.round:>5}"
+                f"{run.id:<21} {name:<{width}} {run.state:<12} {run.round:>5}"
                 f"  {shown_counts}{retry}"
             )
         return "\n".join(lines) + "\n"

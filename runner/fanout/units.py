@@ -66,8 +66,13 @@ class Selection:
     selected: int = 0
     # With a limit: whether records remained beyond it (known once the stream ends).
     truncated: bool = False
-    # Located warnings about records skipped so far (a file name that cannot be a unit).
+    # Located warnings about records skipped so far (a file name that cannot be a unit),
+    # and about inputs.files patterns that matched no file.
     warnings: list[str] = field(default_factory=list)
+    # Each inputs.files pattern that matched no file, said unlocated ("inputs.files[1]
+    # 'lib/**/*.py' matches no file in /srv/repo"; known once the stream ends): why a
+    # selection of nothing is empty, for the message that says so.
+    unmatched: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Unit]:
         return self.units
@@ -116,8 +121,20 @@ def _select(
             f"{spec.file}:{line}:{col}: inputs.files: skipped {path!a}: {reason}"
         )
 
+    def unmatched(index: int) -> None:
+        path: KeyPath = ("inputs", "files", index)
+        line, col = spec.positions.value(path)
+        what = f"{spec.inputs.files[index]!r} matches no file in {spec.runtime.workspace}"
+        selection.unmatched.append(f"{key_name(path)} {what}")
+        selection.warnings.append(f"{spec.file}:{line}:{col}: {key_name(path)}: {what}")
+
     stream = sources.records(
-        spec, environ=environ, context=context, skipped=skipped, command=command
+        spec,
+        environ=environ,
+        context=context,
+        skipped=skipped,
+        unmatched=unmatched,
+        command=command,
     )
     seen: dict[str, str] = {}
     kept = _kept(spec, stream, selection, context)
@@ -249,15 +266,13 @@ def _finish(spec: Spec, draft: _Draft, index: int, context: dict[str, Any]) -> U
         unit_id = _default_id(spec, draft)
     unit_id = unit_id.strip()
     if not unit_id:
-        raise _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} is empty")
+        raise _id_error(spec, draft, "is empty")
     if any(ch in unit_id for ch in "\n\r\0"):
-        raise _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} spans lines")
+        raise _id_error(spec, draft, "spans lines")
     try:
         unit_id.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate, e.g. "\udcff" in a JSON string
-        raise _job_error(
-            spec, ("units", "id"), f"the unit id for {draft.origin} is not valid Unicode text"
-        ) from None
+        raise _id_error(spec, draft, "is not valid Unicode text") from None
     return Unit(
         id=unit_id, index=index, items=partial.items, origin=draft.origin, group=draft.group
     )
@@ -277,12 +292,20 @@ def _default_id(spec: Spec, draft: _Draft) -> str:
         and not isinstance(record.get("id"), bool)
     ):
         return str(record["id"])
-    raise _job_error(
+    raise _at_record(
         spec,
-        ("units",) if spec.units.id is None else ("units", "id"),
-        f"record {draft.origin} has no 'id' field; set units.id, e.g. "
-        'id = "{{ unit.record.email }}"',
+        draft.origin,
+        "the record has no 'id' field; set units.id, e.g. id = \"{{ unit.record.email }}\"",
     )
+
+
+def _id_error(spec: Spec, draft: _Draft, problem: str) -> JobError:
+    """A unit id that cannot be one: located at ``units.id`` when that template made
+    it, else at the record whose data it is (a job without a ``[units]`` table has no
+    ``units.id`` to point at, and the file's first line is not where the problem is)."""
+    if spec.units.id is not None:
+        return _job_error(spec, ("units", "id"), f"the unit id for {draft.origin} {problem}")
+    return _at_record(spec, draft.origin, f"the unit id {problem}")
 
 
 def _duplicate(spec: Spec, unit: Unit, first: str) -> JobError:
@@ -290,18 +313,26 @@ def _duplicate(spec: Spec, unit: Unit, first: str) -> JobError:
     file, else the record in its input (``data.jsonl:251``), since the data is what
     repeats itself even when a ``units.id`` template renders the ids."""
     message = f"duplicate unit id {unit.id!r}"
-    item = re.fullmatch(r"inputs\.items\[(\d+)\]", unit.origin)
-    if item:
-        path: KeyPath = ("inputs", "items", int(item.group(1)))
+    if _INLINE_ITEM.fullmatch(unit.origin):
+        message = f"{message} (from {first} and {unit.origin})"
         if spec.units.id is not None:
-            path = ("units", "id")
-        return _job_error(spec, path, f"{message} (from {first} and {unit.origin})")
-    where = re.fullmatch(r"(?P<source>.+):(?P<line>\d+)", unit.origin)
-    source, line = (where["source"], int(where["line"])) if where else (unit.origin, 0)
-    problem = Problem(
-        file=source, line=line, col=0, key="", message=f"{message} (first at {first})"
-    )
-    return JobError([problem])
+            return _job_error(spec, ("units", "id"), message)
+        return _at_record(spec, unit.origin, message)
+    return _at_record(spec, unit.origin, f"{message} (first at {first})")
+
+
+_INLINE_ITEM = re.compile(r"inputs\.items\[(\d+)\]")
+
+
+def _at_record(spec: Spec, origin: str, message: str) -> JobError:
+    """A problem located at a record: an inline item in the job file, else the record's
+    line in its input (``data.jsonl:251``; a JSON document's records have no line)."""
+    item = _INLINE_ITEM.fullmatch(origin)
+    if item:
+        return _job_error(spec, ("inputs", "items", int(item.group(1))), message)
+    where = re.fullmatch(r"(?P<source>.+):(?P<line>\d+)", origin)
+    source, line = (where["source"], int(where["line"])) if where else (origin, 0)
+    return JobError([Problem(file=source, line=line, col=0, key="", message=message)])
 
 
 def _job_error(spec: Spec, path: KeyPath, message: str) -> JobError:

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -19,7 +19,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
 from .. import __version__
-from ..errors import INTERNAL_ERROR_EXIT, FanoutError
+from ..errors import INTERNAL_ERROR_EXIT, FanoutError, NothingSelected
 from .console import closed_console
 
 # A command whose console closed under it (`fanout status | head`): 128 + SIGPIPE, what a
@@ -215,6 +215,13 @@ def call(action: Callable[[], T]) -> T:
         raise _exit_for(exc) from None
     except BaseExceptionGroup as group:
         raise _exit_for(group) from None
+
+
+def nothing_selected(file: Path, unmatched: Sequence[str]) -> NothingSelected:
+    """The error of a selection of nothing (plan's and run's): the job, and each
+    inputs.files pattern that matched no file, the likely reason."""
+    why = f" ({'; '.join(unmatched)})" if unmatched else ""
+    return NothingSelected(f"nothing selected: the inputs of {file} yield no units{why}")
 
 
 def environ() -> dict[str, str]:

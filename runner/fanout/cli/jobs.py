@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ..errors import JobError, Problem
-from .app import JobFile, OutputFormat, app, call, environ
+from .app import JobFile, OutputFormat, app, call, environ, nothing_selected
 
 
 @app.command(rich_help_panel="Job files")
@@ -108,7 +108,6 @@ def plan(
     """
     from .. import plan as planning
     from .. import spec
-    from ..errors import NothingSelected
 
     def make() -> str:
         job = spec.load(file, hosts_file=hosts)
@@ -116,7 +115,7 @@ def plan(
         text = planning.render_text(result)
         if result.units == 0:
             print(text)
-            raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+            raise nothing_selected(file, result.unmatched)
         if result.problems:
             # A template that fails for the first unit (or a stage path every attempt
             # refuses) will fail the others: plan is the check before a run, so it fails
@@ -154,7 +153,8 @@ def init(
             file=sys.stderr,
         )
         raise typer.Exit(2)
-    written = starter.write(path, force=force)
+    # The folder init runs in is the project's: the starter's workspace (see starter).
+    written = starter.write(path, force=force, root=Path.cwd())
     if written.schema_copy is starter.SchemaCopy.STALE:
         print(
             f"kept {written.schema}, which differs from this fanout's schema; "

@@ -5,12 +5,22 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, Annotated, Any, cast
 
 import typer
 
-from .app import HostsOption, JobFile, OutputFormat, OverlapPolicy, StateDir, app, call, environ
+from .app import (
+    HostsOption,
+    JobFile,
+    OverlapPolicy,
+    StateDir,
+    app,
+    call,
+    environ,
+    nothing_selected,
+)
 
 
 @app.command(rich_help_panel="Runs")
@@ -127,7 +137,6 @@ def _execute(
     from rich.console import Console
 
     from .. import launch, spec
-    from ..errors import NothingSelected
     from ..outcome import StopReason
     from ..progress import Display
     from ..quantities import format_duration
@@ -153,7 +162,7 @@ def _execute(
         )
     console.print(f"report: {summary.report_dir / 'report.md'}")
     if summary.reason is StopReason.NOTHING_SELECTED:
-        raise NothingSelected(f"nothing selected: the inputs of {file} yield no units")
+        raise nothing_selected(file, summary.unmatched)
     return summary.exit_code
 
 
@@ -192,12 +201,41 @@ def status(
     print(call(action), end="")
 
 
+class ReportFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def _report_format(value: str) -> ReportFormat:
+    """``--format`` of ``report``.  ``github`` was offered and printed the markdown: a
+    report has no job-file lines to annotate (a failed unit is not a problem in a file,
+    even when its id is a path), and GitHub already renders markdown where a report is
+    read (a step summary, a pull request comment), so it was dropped rather than made
+    into annotations.  A script that still passes it is told where to go instead."""
+    if value == "github":
+        raise typer.BadParameter(
+            "'github' is not a report format: the report is markdown, which GitHub shows"
+            ' as it is (fanout report RUN >> "$GITHUB_STEP_SUMMARY"); annotations on job'
+            " files are fanout validate --format github"
+        )
+    try:
+        return ReportFormat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not one of 'text', 'json'.") from None
+
+
 @app.command("report", rich_help_panel="Runs")
 def show_report(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
     output: Annotated[
-        OutputFormat, typer.Option("--format", help="text (markdown) or json.")
-    ] = OutputFormat.text,
+        ReportFormat,
+        typer.Option(
+            "--format",
+            parser=_report_format,
+            metavar="<text|json>",
+            help="text (markdown) or json.",
+        ),
+    ] = ReportFormat.text,
     state_dir: StateDir = Path(".fanout"),
 ) -> None:
     """Print the report of RUN (rebuilt from the journal) as markdown or JSON."""
@@ -207,7 +245,7 @@ def show_report(
     def action() -> str:
         journal = Journal(state_dir / "journal.sqlite", read_only=True)
         try:
-            if output is OutputFormat.json:
+            if output is ReportFormat.json:
                 # Streamed: a 100k-unit run is never one string in memory.
                 report.write_json(journal, run_id, sys.stdout)
                 return ""

@@ -73,6 +73,10 @@ class Plan:
     path_problems: tuple[Problem, ...] = ()
     # The [[apis]] keySecret variables the environment lacks (``fanout run`` refuses).
     missing_keys: tuple[str, ...] = ()
+    # The selection's located warnings (files skipped, inputs.files patterns that matched
+    # no file), and those patterns unlocated, for the message of a selection of nothing.
+    warnings: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
 
     @property
     def problems(self) -> tuple[Problem, ...]:
@@ -121,6 +125,8 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
             for api in spec.apis
             if api.key_secret is not None and api.key_secret not in environ
         ),
+        warnings=tuple(selection.warnings),
+        unmatched=tuple(selection.unmatched),
     )
 
 
@@ -215,6 +221,7 @@ def render_text(plan: Plan) -> str:
     if plan.truncated:
         count += f" (limit {spec.units.limit:,} per round)"
     lines.append(f"Units     {count}")
+    lines += [f"          {warning}" for warning in plan.warnings]
     lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
     lines += plan.commands
     lines += apis.pace_lines(spec, plan.units)

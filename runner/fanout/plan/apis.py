@@ -41,14 +41,6 @@ def pace_lines(spec: Spec, units: int) -> list[str]:
     return lines
 
 
-_TOKEN_WORDS = {"inputTokens": "input tokens", "outputTokens": "output tokens"}
-WINDOW_KEYS = (
-    ("requests", "requests"),
-    ("input_tokens", "inputTokens"),
-    ("output_tokens", "outputTokens"),
-)
-
-
 def _per_minute(window: Window) -> float:
     return window.limit * 60 / window.per
 
@@ -86,7 +78,7 @@ def api_lines(spec: Spec, missing_keys: tuple[str, ...]) -> list[str]:
 def _window_lines(api: Api) -> list[str]:
     lines = []
     requests = api.requests
-    for field_name, key in WINDOW_KEYS:
+    for field_name, key in limits.WINDOW_KEYS:
         window: Window | None = getattr(api, field_name)
         if window is None:
             continue
@@ -94,7 +86,7 @@ def _window_lines(api: Api) -> list[str]:
         text = f"{window.limit:,} per {duration_text(window.per)} ({_amount(rate)}/min)"
         if requests is not None and window is not requests:
             size = _amount(rate / _per_minute(requests))
-            text += f": the bottleneck above {size} {_TOKEN_WORDS[key]} per request"
+            text += f": the bottleneck above {size} {limits.WINDOW_WORDS[key]} per request"
         lines.append(f"{key:<13}{text}")
     if api.max_in_flight is not None:
         lines.append(f"{'maxInFlight':<13}{api.max_in_flight} request(s) at once")
@@ -110,21 +102,22 @@ def _bottleneck_text(api: Api) -> str:
     other)."""
     tokens = [
         (key, window)
-        for field_name, key in WINDOW_KEYS[1:]
+        for field_name, key in limits.WINDOW_KEYS[1:]
         if (window := getattr(api, field_name)) is not None
     ]
     if api.requests is not None:
         rate = _per_minute(api.requests)
         text = f"requests, {_amount(rate)} request(s)/min"
         sizes = [
-            f"{_amount(_per_minute(window) / rate)} {_TOKEN_WORDS[key]}" for key, window in tokens
+            f"{_amount(_per_minute(window) / rate)} {limits.WINDOW_WORDS[key]}"
+            for key, window in tokens
         ]
         if sizes:
             text += f", while requests average at most {' and '.join(sizes)}"
         return text
     if tokens:
         quotients = " or ".join(
-            f"{_amount(_per_minute(window))} / {_TOKEN_WORDS[key]} per request"
+            f"{_amount(_per_minute(window))} / {limits.WINDOW_WORDS[key]} per request"
             for key, window in tokens
         )
         which = ", whichever is less" if len(tokens) > 1 else ""

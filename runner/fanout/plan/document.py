@@ -9,11 +9,10 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import cron
+from .. import cron, limits
 from ..quantities import duration_text, size_text
 from ..spec import Api, Inputs, Window, camel_case
 from ..templates import Expression, Template
-from .apis import WINDOW_KEYS
 
 _SIZES = frozenset({"log_limit", "output_tail", "memory"})
 # ``from_agent`` is the plan's note, and ``args`` are already in the resolved command.
@@ -81,7 +80,7 @@ def _api_document(api: Api) -> dict[str, Any]:
     }
     if api.key_secret is not None:
         document["keySecret"] = api.key_secret
-    for field_name, key in WINDOW_KEYS:
+    for field_name, key in limits.WINDOW_KEYS:
         window: Window | None = getattr(api, field_name)
         if window is not None:
             document[key] = {"limit": window.limit, "per": duration_text(window.per)}

@@ -5,12 +5,12 @@ while the total is unknown), the units done (of the total once the selection has
 of those selected so far while it streams), the rate, the round's elapsed time and the
 time remaining (``at least`` while the selection streams: only the units known so far
 are counted).  Below it, the units running, queued, failed and interrupted, what sets
-the pace (the tightest rate limit or the worker slots) and each paused limit's
-countdown; with SSH hosts a line of hosts (busy/slots, up, lost or quarantined).  It
-prints a line above itself for every failure, notice and host change.  Without a
-terminal (cron, CI, a pipe) each finished attempt, settled unit and host change is one
-plain, greppable line, and the live display's text is printed as a ``progress:`` line
-once a minute.
+the pace (a task limit, an API's window or the worker slots: ``limits.pacer``) and
+each paused limit's countdown; with SSH hosts a line of hosts (busy/slots, up, lost or
+quarantined).  It prints a line above itself for every failure, notice and host
+change.  Without a terminal (cron, CI, a pipe) each finished attempt, settled unit and
+host change is one plain, greppable line, and the live display's text is printed as a
+``progress:`` line once a minute.
 
 What the display knows is ``counts.Counts``, folded from the events here; the live
 display is drawn by ``live``.
@@ -142,8 +142,7 @@ class Display:
         self.round = event["round"]
         self._new_round()
         self.counts.concurrency = event.get("concurrency", self.counts.concurrency)
-        if event.get("tightestLimit"):
-            self.counts.pace = (event["tightestLimit"], event["tightestPerMinute"])
+        self.counts.paces = event.get("paces", self.counts.paces)
         if event["round"] > 1 or not self.live_mode:
             doing = "resuming" if event.get("resumed") else "selecting units"
             self._line(f"round {event['round']}: {doing}{self._pace_note()}")
@@ -152,8 +151,9 @@ class Display:
         parts = []
         if self.counts.concurrency:
             parts.append(f"up to {self.counts.concurrency} at once")
-        if self.counts.pace:
-            parts.append(f"tightest limit {self.counts.pace[0]} {self.counts.pace[1]:g}/min")
+        tightest = next((pace for pace in self.counts.paces if "limit" in pace), None)
+        if tightest:
+            parts.append(f"tightest limit {tightest['limit']} {tightest['perMinute']:g}/min")
         return f" ({', '.join(parts)})" if parts else ""
 
     def _on_round_selecting(self, event: dict[str, Any]) -> None:
@@ -195,8 +195,7 @@ class Display:
 
     def _on_attempt_finished(self, event: dict[str, Any]) -> None:
         self.counts.free(event["unit"])
-        self.counts.durations += event.get("duration", 0.0)
-        self.counts.finished += 1
+        self.counts.finish(event)
         if event["status"] == "succeeded" and not self.verbose and self.live_mode:
             return
         style = "" if event["status"] == "succeeded" else "yellow"

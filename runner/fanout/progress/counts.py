@@ -2,9 +2,11 @@
 units per state, the hosts, the paused limits and what sets the pace.
 
 The counts come from events only (see ``backlog``, ``dispatch`` and the SSH transport
-for who emits what): ``round.selecting`` (units selected so far), ``round.selected``
-(the total, and for a resumed round the units an earlier stretch settled),
-``attempt.started``/``attempt.placed``/``attempt.finished`` (running, per host),
+for who emits what): ``round.started`` (the slots, and what may pace the run),
+``round.selecting`` (units selected so far), ``round.selected`` (the total, and for a
+resumed round the units an earlier stretch settled), ``attempt.started``/
+``attempt.placed``/``attempt.finished`` (running, per host; a finished attempt's
+duration and API usage, for the pace),
 ``unit.settled``/``unit.interrupted`` and ``host.up``/``host.lost``/``host.quarantined``.
 """
 
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .. import limits
 
 
 @dataclass(slots=True)
@@ -28,10 +32,14 @@ class Counts:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.concurrency: int | None = None
-        self.pace: tuple[str, float] | None = None  # the tightest limit, starts a minute
+        # What may set the pace (``limits.pace_fields``): the task's limits, the APIs'
+        # windows.  And what the finished attempts took: their own time (less the time
+        # their requests queued in the gateway), and of each API, by (api, usage field).
+        self.paces: list[dict[str, Any]] = []
         self.hosts: dict[str, Host] = {}
         self.paused: dict[str, float] = {}
-        self.durations = 0.0
+        self.own_seconds = 0.0
+        self.used: dict[tuple[str, str], float] = {}
         self.finished = 0
         self.new_round()
 
@@ -80,17 +88,28 @@ class Counts:
             "remain": self.queued() + self.running_now(),
         }
 
+    def finish(self, event: dict[str, Any]) -> None:
+        """Count a finished attempt's own time and what it used of each API."""
+        queued = 0.0
+        for usage in event.get("usage", ()):
+            queued += usage.get("queuedSeconds", 0.0)
+            for key, value in usage.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self.used[(usage["api"], key)] = self.used.get((usage["api"], key), 0.0) + value
+        self.own_seconds += max(0.0, event.get("duration", 0.0) - queued)
+        self.finished += 1
+
     def pacer(self) -> str:
-        """What bounds the pace now: the tightest rate limit, when its starts per second
-        are fewer than the slots can take at the attempts' mean duration so far (before
-        any attempt has finished, a declared limit is assumed to), else the slots."""
+        """What bounds the pace now (see ``limits.pacer``), of the slots that are up."""
         slots = self.concurrency or 0
         if self.hosts:
             up = sum(h.slots for h in list(self.hosts.values()) if h.state == "up")
             slots = min(slots, up) if slots else up
-        if self.pace:
-            name, per_minute = self.pace
-            mean = self.durations / self.finished if self.finished else 0.0
-            if mean <= 0 or per_minute / 60 < slots / mean:
-                return f"paced by limit {name} {per_minute:g}/min"
-        return f"paced by {slots} slot(s)" if slots else ""
+        what = limits.pacer(
+            self.paces,
+            slots=slots,
+            attempts=self.finished,
+            own_seconds=self.own_seconds,
+            used=self.used,
+        )
+        return f"paced by {what}" if what else ""
