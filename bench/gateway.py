@@ -31,7 +31,7 @@
    direct to the mock and through an in-process ``fanout.gateway.Gateway`` (a request
    limit far above the load, so the limiter runs but never waits), JSON and streamed
    (SSE); p50 and p99 of each, and each percentile's difference (gateway minus
-   direct).  Client, gateway and mock share one event loop, so everything the gateway
+   direct).  Also through a gateway keeping its books in a journal, as in a run.  Client, gateway and mock share one event loop, so everything the gateway
    does per request is counted, none of it overlapped with the client's or the mock's.
 
 3. Requests per second the gateway sustains alone: the mock (``python
@@ -39,7 +39,10 @@
    processes of their own, the gateway (no limits) in this one.  The load generator's
    rate direct to the mock says whether the gateway or the load side was the
    bottleneck; the gateway process's CPU time per request gives what one core would
-   sustain.
+   sustain.  Once more with the gateway's books kept in a real journal (SQLite, WAL,
+   as ``fanout run`` keeps them: each request's reservation written before it is
+   sent, its usage after, batched (``books``)): the transactions it took, per
+   second and per request, and what they cost in throughput and CPU.
 
 Usage: .venv/bin/python bench/gateway.py [--limit N] [--per SECONDS] [--windows M]
        [--requests 1,2,3,4,8] [--concurrency C] [--latency-requests R]
@@ -70,7 +73,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fanout.apistyles import FACTS, Style
 from fanout.events import Events
-from fanout.gateway import Gateway
+from fanout.gateway import Gateway, books
+from fanout.journal import Journal
 from fanout.spec import Api, Window
 
 from mockapi import MockApi
@@ -336,32 +340,49 @@ def gateway_for(upstream: str, limit: int | None) -> Gateway:
     return Gateway([api_for(upstream, limit)], {"anthropic": KEY}, events=Events(), stop=stop)
 
 
-async def latency(args: argparse.Namespace) -> list[tuple[str, list[float], list[float]]]:
-    """(kind, direct ms, through the gateway ms) per kind of request, sequentially."""
+async def latency(
+    args: argparse.Namespace, scratch: Path
+) -> list[tuple[str, list[float], list[float], list[float]]]:
+    """(kind, direct ms, through the gateway ms, through a gateway keeping its books in
+    a journal ms) per kind of request, sequentially."""
     rows = []
     async with MockApi() as mock:
         gateway = gateway_for(mock.url, 10**9)
+        kept = gateway_for(mock.url, 10**9)
+        journal = Journal(scratch / "latency.sqlite")
+        booked = Booked(journal, journal.create_run(job="bench", job_file="", apply=False))
+        kept.keep_books(booked.write)
         await gateway.start()
+        await kept.start()
         try:
             loop = asyncio.get_running_loop()
             token = gateway.grant(unit="bench", attempt=1, deadline=loop.time() + 3600)
+            kept_token = kept.grant(unit="bench", attempt=1, deadline=loop.time() + 3600)
             async with aiohttp.ClientSession() as session:
                 for kind, stream in (("JSON", False), ("SSE stream", True)):
                     body = {**BODY, "stream": stream}
                     direct: list[float] = []
                     through: list[float] = []
+                    with_books: list[float] = []
                     for n in range(args.latency_requests + 50):
                         a = await _timed_post(session, f"{mock.url}/v1/messages", KEY, body)
                         b = await _timed_post(
                             session, f"{gateway.url}/anthropic/v1/messages", token, body
                         )
+                        c = await _timed_post(
+                            session, f"{kept.url}/anthropic/v1/messages", kept_token, body
+                        )
                         if n >= 50:  # the first connections and code paths warm up
                             direct.append(a)
                             through.append(b)
-                    rows.append((kind, direct, through))
+                            with_books.append(c)
+                    rows.append((kind, direct, through, with_books))
             gateway.revoke(token)
+            kept.revoke(kept_token)
         finally:
             await gateway.close()
+            await kept.close()
+            journal.close()
     return rows
 
 
@@ -377,23 +398,27 @@ async def _timed_post(
     return (time.perf_counter() - start) * 1000
 
 
-def latency_table(rows: Sequence[tuple[str, list[float], list[float]]]) -> None:
+def latency_table(rows: Sequence[tuple[str, list[float], list[float], list[float]]]) -> None:
     count = len(rows[0][1])
     print(f"Latency the gateway adds: {count} sequential requests each way, one client\n")
     print(
-        "| request | direct p50 ms | p99 | through the gateway p50 ms | p99 | added p50 ms | p99 |"
+        "| request | direct p50 ms | p99 | through the gateway p50 ms | p99 | added p50 ms | p99"
+        " | with books in a journal: added p50 ms | p99 |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for kind, direct, through in rows:
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for kind, direct, through, with_books in rows:
         d50, d99 = percentile(direct, 0.5), percentile(direct, 0.99)
         t50, t99 = percentile(through, 0.5), percentile(through, 0.99)
+        b50, b99 = percentile(with_books, 0.5), percentile(with_books, 0.99)
         print(
             f"| {kind} | {d50:.2f} | {d99:.2f} | {t50:.2f} | {t99:.2f} "
-            f"| {t50 - d50:.2f} | {t99 - d99:.2f} |"
+            f"| {t50 - d50:.2f} | {t99 - d99:.2f} | {b50 - d50:.2f} | {b99 - d99:.2f} |"
         )
     print(
         "\nAdded: the gateway's percentile minus the direct one (goal p50 < 2 ms); a "
-        "request limit far above the load, so the limiter runs but never waits.\n"
+        "request limit far above the load, so the limiter runs but never waits.  With "
+        "books: as ``fanout run`` keeps them, each request's reservation in the journal "
+        "before it is sent (one transaction each, one request at a time).\n"
     )
 
 
@@ -432,8 +457,24 @@ async def _load(url: str, key: str, clients: int, seconds: float) -> int:
         return done
 
 
-async def throughput(args: argparse.Namespace) -> list[tuple[str, float, float | None]]:
-    """(path, requests per second, gateway CPU ms per request or None)."""
+@dataclass
+class Booked:
+    """A gateway's books in a journal of its own, its transactions counted."""
+
+    journal: Journal
+    run_id: str
+    transactions: int = 0
+
+    def write(self, bookings: Sequence[tuple[int, str, int, tuple[Any, ...]]]) -> None:
+        self.transactions += 1
+        self.journal.record_usages(self.run_id, bookings)
+
+
+async def throughput(
+    args: argparse.Namespace, scratch: Path
+) -> list[tuple[str, float, float | None, float | None]]:
+    """(path, requests per second, gateway CPU ms per request or None, journal
+    transactions per request or None)."""
     # The mock in a process of its own, as tests/mockapi.py runs for benchmarks.
     mock = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -456,25 +497,48 @@ async def throughput(args: argparse.Namespace) -> list[tuple[str, float, float |
             return answered
 
         gateway = gateway_for(upstream, None)
+        kept = gateway_for(upstream, None)
+        journal = Journal(scratch / "journal.sqlite")
+        booked = Booked(journal, journal.create_run(job="bench", job_file="", apply=False))
+        kept.keep_books(booked.write)
         await gateway.start()
+        await kept.start()
         direct: list[float] = []
         through: list[float] = []
         cpu_ms: list[float] = []
+        through_kept: list[float] = []
+        cpu_ms_kept: list[float] = []
+        per_request: list[float] = []
         try:
             loop = asyncio.get_running_loop()
             token = gateway.grant(unit="bench", attempt=1, deadline=loop.time() + 3600)
+            kept_token = kept.grant(unit="bench", attempt=1, deadline=loop.time() + 3600)
             via = f"{gateway.url}/anthropic/v1/messages"
+            via_kept = f"{kept.url}/anthropic/v1/messages"
             await load(via, token)  # warm up: connections, code paths
-            # Alternated, so a neighbour's burst on this shared machine hits both alike.
-            for _ in range(args.load_rounds):
+            await load(via_kept, kept_token)
+            # Alternated, so a neighbour's burst on this shared machine hits all alike,
+            # the gateway's two ways in turn first (the one right after the direct
+            # load measured slower, whichever it was).
+            for number in range(args.load_rounds):
                 direct.append(await load(f"{upstream}/v1/messages", KEY) / args.load_seconds)
-                cpu = time.process_time()
-                answered = await load(via, token)
-                cpu_ms.append((time.process_time() - cpu) * 1000 / answered)
-                through.append(answered / args.load_seconds)
+                for books_kept in (False, True) if number % 2 else (True, False):
+                    cpu, transactions = time.process_time(), booked.transactions
+                    if books_kept:
+                        answered = await load(via_kept, kept_token)
+                        cpu_ms_kept.append((time.process_time() - cpu) * 1000 / answered)
+                        through_kept.append(answered / args.load_seconds)
+                        per_request.append((booked.transactions - transactions) / answered)
+                    else:
+                        answered = await load(via, token)
+                        cpu_ms.append((time.process_time() - cpu) * 1000 / answered)
+                        through.append(answered / args.load_seconds)
             gateway.revoke(token)
+            kept.revoke(kept_token)
         finally:
             await gateway.close()
+            await kept.close()
+            journal.close()
         parent.send(None)
     finally:
         process.join(10)
@@ -483,25 +547,36 @@ async def throughput(args: argparse.Namespace) -> list[tuple[str, float, float |
         mock.stdin.close()  # the mock serves until its stdin closes
         await mock.wait()
     return [
-        ("direct to the mock", statistics.median(direct), None),
-        ("through the gateway", statistics.median(through), statistics.median(cpu_ms)),
+        ("direct to the mock", statistics.median(direct), None, None),
+        ("through the gateway", statistics.median(through), statistics.median(cpu_ms), None),
+        (
+            f"through the gateway, books in a journal (reservations per turn, usage within {books.SETTLE_DELAY * 1000:g} ms)",
+            statistics.median(through_kept),
+            statistics.median(cpu_ms_kept),
+            statistics.median(per_request),
+        ),
     ]
 
 
 def throughput_table(
-    rows: Sequence[tuple[str, float, float | None]], args: argparse.Namespace
+    rows: Sequence[tuple[str, float, float | None, float | None]], args: argparse.Namespace
 ) -> None:
     print(
         f"Gateway alone: {args.load_clients} concurrent aiohttp clients, no limits, JSON "
         f"answers; median of {args.load_rounds} rounds of {args.load_seconds:g} s each way, "
         "alternating\n"
     )
-    print("| path | requests/s | gateway CPU ms/request | requests/s per gateway CPU core |")
-    print("| --- | ---: | ---: | ---: |")
-    for path, rate, cpu in rows:
+    print(
+        "| path | requests/s | gateway CPU ms/request | requests/s per gateway CPU core"
+        " | journal transactions/request | transactions/s |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for path, rate, cpu, per_request in rows:
         cost = "" if cpu is None else f"{cpu:.3f}"
         ceiling = "" if cpu is None else f"{1000 / cpu:.0f}"
-        print(f"| {path} | {rate:.0f} | {cost} | {ceiling} |")
+        tx = "" if per_request is None else f"{per_request:.3f}"
+        tx_s = "" if per_request is None else f"{per_request * rate:.0f}"
+        print(f"| {path} | {rate:.0f} | {cost} | {ceiling} | {tx} | {tx_s} |")
     print(
         "\nThe mock and the load generator run in processes of their own, sharing this "
         "machine's cores with the gateway: the direct rate bounds what the load side can "
@@ -524,7 +599,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--latency-requests", type=int, default=1000)
     parser.add_argument("--load-clients", type=int, default=64)
     parser.add_argument("--load-seconds", type=float, default=5.0)
-    parser.add_argument("--load-rounds", type=int, default=3)
+    parser.add_argument("--load-rounds", type=int, default=4)
     parser.add_argument("--only", choices=["pacing", "example", "latency", "throughput"])
     return parser.parse_args()
 
@@ -540,10 +615,12 @@ async def bench(args: argparse.Namespace) -> None:
                 example = [await pacing_case(case, Path(scratch)) for case in example_cases(args)]
                 printers.append(lambda: example_table(example))
     if args.only in (None, "latency"):
-        latencies = await latency(args)
+        with tempfile.TemporaryDirectory(prefix="fanout-bench-") as scratch:
+            latencies = await latency(args, Path(scratch))
         printers.append(lambda: latency_table(latencies))
     if args.only in (None, "throughput"):
-        rates = await throughput(args)
+        with tempfile.TemporaryDirectory(prefix="fanout-bench-") as scratch:
+            rates = await throughput(args, Path(scratch))
         printers.append(lambda: throughput_table(rates, args))
     for printer in printers:
         printer()

@@ -12,7 +12,7 @@ import pytest
 from fanout.errors import StateError
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
-from fanout.outcome import AttemptResult, Outcome, RunState, Status, UnitState
+from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.units import Unit
 
 from helpers import write_job
@@ -182,3 +182,26 @@ def test_a_journal_from_before_stretches_is_migrated(tmp_path: Path) -> None:
     journal = Journal(path)
     journal.reopen_run("r")
     assert journal.run("r").state == "running"
+
+
+def test_a_journal_from_before_reservations_reads_as_reserving_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path)
+    run_id = journal.create_run(job="old", job_file="old.toml", apply=False)
+    journal.record_usage(run_id, 1, "u1", 1, [ApiUsage(api="a", requests=2, cost_usd=0.5)])
+    journal.close()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE usage DROP COLUMN reserved_usd")
+    old = Journal(path, read_only=True)
+    assert old.usage_totals(run_id) == [ApiUsage(api="a", requests=2, cost_usd=0.5)]
+    assert old.usage_of(run_id, [(1, "u1")]) == {
+        (1, "u1"): [ApiUsage(api="a", requests=2, cost_usd=0.5)]
+    }
+    old.close()
+    # The next run migrates it: a reservation is kept.
+    journal = Journal(path)
+    reserved = ApiUsage(api="a", requests=1, cost_usd=0.25, reserved_usd=0.25)
+    journal.record_usage(run_id, 1, "u1", 2, [reserved])
+    assert journal.usage_totals(run_id) == [
+        ApiUsage(api="a", requests=3, cost_usd=0.75, reserved_usd=0.25)
+    ]

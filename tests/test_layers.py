@@ -115,6 +115,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.styles",
             "gateway.answers",
             "gateway.ratelimits",
+            "gateway.books",
             "gateway.usage",
             "gateway.tokens",
             "gateway.forwarding",

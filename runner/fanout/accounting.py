@@ -1,6 +1,7 @@
 """What a run's units used of the APIs through the gateway, as the report shows it:
 the table per API (requests, tokens, cost, time queued, throttles the gateway
-absorbed) and the usage columns of the units table.  The figures come from the
+absorbed, and how much of the cost is reservations) and the usage columns of the
+units table.  The figures come from the
 journal's ``usage`` rows; this module only lays them out."""
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def markdown(apis: Sequence[dict[str, Any]]) -> list[str]:
             f"| {sum(a['inputTokens'] for a in apis):,} | {sum(a['outputTokens'] for a in apis):,} "
             f"| | {usd(sum(a['costUsd'] for a in apis))} | | {sum(a['throttles'] for a in apis)} |"
         )
+    # A journal from before reservations has none (its report.json neither).
+    reserved = sum(a.get("reservedUsd", 0.0) for a in apis)
+    if reserved > 0:
+        lines += [
+            "",
+            f"Of the cost, {usd(reserved)} is the reservation of requests whose answers"
+            " fanout never read (its coordinator was killed, or their worker went away, while"
+            " they ran): each one's prompt estimate and output cap at the model's price, likely"
+            " more than the upstream billed, counted so that a budget errs early.",
+        ]
     return [*lines, ""]
 
 

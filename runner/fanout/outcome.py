@@ -68,6 +68,11 @@ class ApiUsage:
     # gateway absorbed (retried upstream, never shown to the worker).
     queued_seconds: float = 0.0
     throttles: int = 0
+    # Of ``cost_usd``, what requests whose answers were never read had reserved (their
+    # prompt's estimate and output cap at the model's price): a coordinator killed while
+    # they ran, or a worker gone mid-request.  The upstream may have billed them, so
+    # they count; this says how much of the cost is that estimate, not a measure.
+    reserved_usd: float = 0.0
 
     def plus(self, other: ApiUsage) -> ApiUsage:
         return ApiUsage(
@@ -80,6 +85,7 @@ class ApiUsage:
             cost_usd=self.cost_usd + other.cost_usd,
             queued_seconds=self.queued_seconds + other.queued_seconds,
             throttles=self.throttles + other.throttles,
+            reserved_usd=self.reserved_usd + other.reserved_usd,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -93,6 +99,7 @@ class ApiUsage:
             "costUsd": round(self.cost_usd, 6),
             "queuedSeconds": round(self.queued_seconds, 3),
             "throttles": self.throttles,
+            "reservedUsd": round(self.reserved_usd, 6),
         }
 
 

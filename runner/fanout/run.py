@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import time
@@ -219,6 +220,7 @@ class Runner:
                 # What the run spent before (an earlier stretch, an interrupted attempt)
                 # counts toward its budget; a budget already spent stops it at once.
                 self.gateway.restore({u.api: u.cost_usd for u in self.journal.usage_totals(run_id)})
+                self.gateway.keep_books(functools.partial(self.journal.record_usages, run_id))
                 await self.gateway.start()
             await self.transport.start()
             reason, number, unmatched = await self._loop(

@@ -1,7 +1,8 @@
 """An attempt on its worker, and what it spends: awaited so that a stop of the round
 lets it finish (``Round.stop``), given a gateway token of its own that is revoked when
-it ends, however it ends, its usage recorded then (the gateway's count, else what its
-agent reported), and the unit held to ``task.budget``."""
+it ends, however it ends, its usage in the journal (the gateway's count, written as its
+requests start and end and when it ends; else what its agent reported), and the unit
+held to ``task.budget``."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ async def run(ctx: Round, attempt: Attempt) -> AttemptResult:
 
 async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
     """Run ``attempt`` with a token of its own for the gateway, revoked when it ends
-    (however it ends), and its usage recorded then: an interrupted attempt's spending
-    counts toward the run's budget when the run resumes."""
+    (however it ends).  The gateway writes its usage to the journal as its requests
+    start and end (see ``gateway.books``), and once more at the revoke: a killed
+    attempt's spending counts toward the budgets when the run resumes."""
     gateway = ctx.gateway
     assert gateway is not None
     ends = asyncio.get_running_loop().time() + attempt.deadline
@@ -41,6 +43,7 @@ async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
         attempt=attempt.number,
         deadline=ends,
         budget_usd=budget,
+        round=ctx.number,
         spent_usd=0.0
         if budget is None
         else ctx.journal.unit_spent(ctx.run_id, attempt.unit_id, ctx.number),
@@ -53,7 +56,6 @@ async def _through_gateway(ctx: Round, attempt: Attempt) -> AttemptResult:
         result = await _in_worker(ctx, ctx.transport.run(replace(attempt, apis=access)))
     finally:
         usage = gateway.revoke(token)
-        ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)
     if not usage and result.usage:  # its agent called its API past the gateway
         usage = result.usage
         ctx.journal.record_usage(ctx.run_id, ctx.number, attempt.unit_id, attempt.number, usage)

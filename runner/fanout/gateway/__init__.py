@@ -22,6 +22,7 @@ from ..errors import FanoutError, SpendStopped
 from ..events import Events
 from ..outcome import ApiUsage
 from ..spec.model import Api
+from .books import Write
 from .proxy import Proxy
 
 
@@ -117,15 +118,19 @@ class Gateway:
         self._runner = runner
 
     async def close(self) -> None:
-        """Stops serving (requests still running are cancelled) and closes the upstream
-        connections.  Safe to call twice, or without ``start``."""
+        """Stops serving (requests still running are cancelled, and counted) and closes
+        the upstream connections; what is left of the books is written.  Safe to call
+        twice, or without ``start``."""
         try:
             if self._runner is not None:
                 runner, self._runner = self._runner, None
                 await runner.cleanup()
         finally:
-            await self._proxy.close_session()
-            self._close_sockets()
+            try:
+                await self._proxy.close_session()
+                self._close_sockets()
+            finally:
+                self._proxy.accounts.books.close()
 
     def _close_sockets(self) -> None:
         self._socket.close()
@@ -150,22 +155,38 @@ class Gateway:
         deadline: float,
         budget_usd: float | None = None,
         spent_usd: float = 0.0,
+        round: int = 1,
     ) -> str:
-        """A fresh token for one attempt, valid for every API until ``revoke``;
-        ``deadline`` (loop time) is when the gateway stops retrying 429s for it.  With
-        ``budget_usd`` (the unit's ``task.budget``, ``spent_usd`` of it already gone)
-        its requests get a 400 once the unit's spending reaches the budget."""
+        """A fresh token for attempt ``attempt`` of ``unit`` in round ``round``, valid
+        for every API until ``revoke``; ``deadline`` (loop time) is when the gateway
+        stops retrying 429s for it.  With ``budget_usd`` (the unit's ``task.budget``,
+        ``spent_usd`` of it already gone) its requests get a 400 once the unit's
+        spending reaches the budget."""
         return self._proxy.grants.grant(
             unit=unit,
             attempt=attempt,
             deadline=deadline,
             budget_usd=budget_usd,
             spent_usd=spent_usd,
+            round=round,
         )
 
     def revoke(self, token: str) -> tuple[ApiUsage, ...]:
-        """From now the token gets 401; what it used, one entry per API it called."""
-        return self._proxy.grants.revoke(token)
+        """From now the token gets 401; what it used, one entry per API it called (its
+        requests still in flight at their reservation), in the journal's books when
+        this returns (see ``keep_books``; a failed write raises its StateError)."""
+        grant = self._proxy.grants.holder(token)
+        usage = self._proxy.grants.revoke(token)
+        if grant is not None:
+            self._proxy.accounts.books.now(grant.ledger)
+        return usage
+
+    def keep_books(self, write: Write) -> None:
+        """Write each attempt's usage to ``write`` (the journal, for the run) as its
+        requests start and end, not only when it ends (``books``): a coordinator killed
+        mid-attempt loses none of what its requests spent.  A write that fails stops
+        the run."""
+        self._proxy.accounts.books.keep(write, failed=self._stop)
 
     def totals(self) -> tuple[ApiUsage, ...]:
         """The run's usage so far (since this process started), every API in job order."""

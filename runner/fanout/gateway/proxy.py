@@ -39,7 +39,7 @@ from .answers import TokenCounts, UsageReader
 from .limiter import Limiter, Ticket
 from .styles import Estimate, Verdict
 from .tokens import Grant, Grants
-from .usage import Accounts
+from .usage import Accounts, Hold
 
 # Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, JITTER)), the backoff
 # doubling from BACKOFF_START to BACKOFF_MAX.  The jitter spreads the retries of many
@@ -145,7 +145,12 @@ class Proxy:
         refused = self._refusal(name, grant)
         if refused is not None:  # never a 429 or 529: agents would retry those
             return _error(style, 400, "invalid", refused)
-        return await self._forward(request, route, grant, rest)
+        # Accounted once, however the request ends (see ``usage.Hold``).
+        hold = self.accounts.hold(name, grant.ledger)
+        try:
+            return await self._forward(request, route, grant, hold, rest)
+        finally:
+            hold.close()
 
     def _refusal(self, name: str, grant: Grant) -> str | None:
         """What a request is told instead of being sent: the run's budget for the API
@@ -164,7 +169,7 @@ class Proxy:
         return next((g for token in offered if (g := self.grants.holder(token))), None)
 
     async def _forward(
-        self, request: web.Request, route: Route, grant: Grant, rest: str
+        self, request: web.Request, route: Route, grant: Grant, hold: Hold, rest: str
     ) -> web.StreamResponse:
         style = route.api.style
         body = await request.read()
@@ -189,9 +194,10 @@ class Proxy:
             refused = self._refusal(route.api.name, grant)
             if refused is not None:  # a budget was spent while this one waited
                 route.limiter.settle(ticket, input_tokens=0, output_tokens=0)
-                self._account(route, grant, None, sent, queued, throttles)
+                self._account(hold, None, sent, queued, throttles)
                 return _error(style, 400, "invalid", refused)
             try:
+                await hold.reserve(guess, UNCAPPED_OUTPUT)  # in the journal before it leaves
                 answer = await self.session.request(
                     request.method,
                     url,
@@ -203,7 +209,7 @@ class Proxy:
                 )
             except (aiohttp.ClientError, TimeoutError) as exc:
                 route.limiter.release(ticket)
-                self._account(route, grant, None, sent, queued, throttles)
+                self._account(hold, None, sent, queued, throttles)
                 message = (
                     f"fanout gateway: api {route.api.name}: the upstream did not answer"
                     f" ({_said(exc)})"
@@ -220,7 +226,7 @@ class Proxy:
                     route.limiter.observe(told)
                 if answer.status < 400:
                     return await self._stream(
-                        request, answer, route, grant, ticket, guess, sent, queued, throttles
+                        request, answer, route, hold, ticket, guess, sent, queued, throttles
                     )
                 try:
                     data = await answer.read()
@@ -245,8 +251,9 @@ class Proxy:
                             pause=round(pause, 3),
                         )
                         backoff = min(backoff * 2, BACKOFF_MAX)
+                        hold.answered()
                         continue
-                self._account(route, grant, None, sent, queued, throttles)
+                self._account(hold, None, sent, queued, throttles)
                 if verdict is Verdict.SPEND:
                     self.accounts.upstream_refused(route.api.name, answer.status, data)
                 if len(route.key) >= 8:  # an upstream that echoes the key it refused
@@ -262,7 +269,7 @@ class Proxy:
         request: web.Request,
         answer: aiohttp.ClientResponse,
         route: Route,
-        grant: Grant,
+        hold: Hold,
         ticket: Ticket,
         guess: Estimate,
         sent: int,
@@ -302,26 +309,18 @@ class Proxy:
                     input_tokens=counts.paced_input_tokens,
                     output_tokens=counts.output_tokens,
                 )
-            self._account(route, grant, counts, sent, queued, throttles)
+            self._account(hold, counts, sent, queued, throttles)
         return response
 
     def _account(
         self,
-        route: Route,
-        grant: Grant,
+        hold: Hold,
         counts: TokenCounts | None,
         sent: int,
         queued: float,
         throttles: int,
     ) -> None:
-        self.accounts.add(
-            route.api.name,
-            counts,
-            grant.ledger,
-            requests=sent,
-            queued_seconds=queued,
-            throttles=throttles,
-        )
+        hold.settle(counts, requests=sent, queued_seconds=queued, throttles=throttles)
 
 
 def _said(exc: BaseException) -> str:

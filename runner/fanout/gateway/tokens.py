@@ -21,7 +21,8 @@ class Grant:
     """Whom a token was granted to, until when the gateway retries for it (the loop
     time past which a retry would outlive the attempt: then a 429 passes through), and
     what its requests used.  ``budget_usd``: the unit's ``task.budget`` (None: none),
-    of which ``spent_usd`` went on its earlier attempts in the run."""
+    of which ``spent_usd`` went on its earlier attempts in the run.  Its ledger's
+    books go to the journal as (round, unit, attempt): ``Ledger.whose``."""
 
     unit: str
     attempt: int
@@ -51,13 +52,14 @@ class Grants:
         deadline: float,
         budget_usd: float | None = None,
         spent_usd: float = 0.0,
+        round: int = 1,
     ) -> str:
         token = secrets.token_urlsafe(32)
         self._live[token] = Grant(
             unit=unit,
             attempt=attempt,
             deadline=deadline,
-            ledger=Ledger(self._apis),
+            ledger=Ledger(self._apis, whose=(round, unit, attempt)),
             budget_usd=budget_usd,
             spent_usd=spent_usd,
         )
@@ -68,8 +70,9 @@ class Grants:
 
     def revoke(self, token: str) -> tuple[ApiUsage, ...]:
         """Ends the token; what it used, one ``ApiUsage`` per API it called, in job
-        order (empty for a token unknown or already revoked).  A request still running
-        when its token is revoked finishes; its usage counts toward the run, not here."""
+        order (empty for a token unknown or already revoked), its requests still in
+        flight at their reservation.  Such a request finishes; its usage counts toward
+        the run and in its attempt's books (the journal), not in what this returned."""
         grant = self._live.pop(token, None)
         return grant.ledger.used() if grant is not None else ()
 

@@ -90,9 +90,11 @@ CREATE TABLE IF NOT EXISTS attempts (
     memory INTEGER,
     PRIMARY KEY (run, round, unit, n)
 );
--- What each attempt's requests through the gateway used, one row per API it called
--- (written when the attempt ends, however it ends, so a resumed run's budget counts
--- the money an interrupted attempt spent too).
+-- What each attempt's requests through the gateway used, one row per API it called:
+-- rewritten whole as its requests start and end (each one's reservation written before
+-- it is sent, batched; see gateway/books.py), and when the attempt ends, however it
+-- ends, so a resumed run's budget counts the money a killed attempt spent, its
+-- requests in flight at their reservation (``reserved_usd`` of ``cost_usd``).
 CREATE TABLE IF NOT EXISTS usage (
     run TEXT NOT NULL,
     round INTEGER NOT NULL,
@@ -107,6 +109,7 @@ CREATE TABLE IF NOT EXISTS usage (
     cost_usd REAL NOT NULL,
     queued_seconds REAL NOT NULL,
     throttles INTEGER NOT NULL,
+    reserved_usd REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (run, round, unit, n, api)
 );
 CREATE TABLE IF NOT EXISTS changes (
@@ -127,6 +130,7 @@ MIGRATIONS = (
     ("attempts", "kind", "ALTER TABLE attempts ADD COLUMN kind TEXT NOT NULL DEFAULT ''"),
     ("runs", "unit_budget", "ALTER TABLE runs ADD COLUMN unit_budget REAL"),
     ("attempts", "memory", "ALTER TABLE attempts ADD COLUMN memory INTEGER"),
+    ("usage", "reserved_usd", "ALTER TABLE usage ADD COLUMN reserved_usd REAL NOT NULL DEFAULT 0"),
 )
 
 

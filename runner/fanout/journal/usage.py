@@ -14,8 +14,12 @@ _SUMS = (
     "SUM(requests) AS requests, SUM(input_tokens) AS input_tokens,"
     " SUM(output_tokens) AS output_tokens, SUM(cache_read_tokens) AS cache_read_tokens,"
     " SUM(cache_write_tokens) AS cache_write_tokens, SUM(cost_usd) AS cost_usd,"
-    " SUM(queued_seconds) AS queued_seconds, SUM(throttles) AS throttles"
+    " SUM(queued_seconds) AS queued_seconds, SUM(throttles) AS throttles,"
+    " SUM({reserved}) AS reserved_usd"
 )
+
+# One attempt's usage as the gateway books it: (round, unit id, attempt number, usage).
+Booking = tuple[int, str, int, Iterable[ApiUsage]]
 
 
 class Usage(Store):
@@ -24,6 +28,12 @@ class Usage(Store):
     def record_usage(
         self, run_id: str, round_number: int, unit_id: str, n: int, usage: Iterable[ApiUsage]
     ) -> None:
+        self.record_usages(run_id, [(round_number, unit_id, n, usage)])
+
+    def record_usages(self, run_id: str, bookings: Iterable[Booking]) -> None:
+        """Each attempt's usage so far, in one transaction: its rows replaced whole (the
+        gateway books an attempt's running totals, never increments, so writing them
+        again, at its end or from a resumed run, counts nothing twice)."""
         rows = [
             (
                 run_id,
@@ -39,7 +49,9 @@ class Usage(Store):
                 u.cost_usd,
                 u.queued_seconds,
                 u.throttles,
+                u.reserved_usd,
             )
+            for round_number, unit_id, n, usage in bookings
             for u in usage
         ]
         if not rows:
@@ -48,15 +60,22 @@ class Usage(Store):
             lambda: self.db.executemany(
                 "INSERT OR REPLACE INTO usage (run, round, unit, n, api, requests,"
                 " input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
-                " cost_usd, queued_seconds, throttles)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " cost_usd, queued_seconds, throttles, reserved_usd)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         )
 
+    @property
+    def _usage_sums(self) -> str:
+        """``_SUMS`` over this journal: one an older fanout wrote, opened read-only
+        (``fanout report``), has no ``reserved_usd`` column; it reserved nothing."""
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(usage)")}
+        return _SUMS.format(reserved="reserved_usd" if "reserved_usd" in columns else "0.0")
+
     def usage_totals(self, run_id: str) -> list[ApiUsage]:
         """The run's usage per API, by API name."""
-        sql = f"SELECT api, {_SUMS} FROM usage WHERE run = ? GROUP BY api ORDER BY api"  # noqa: S608
+        sql = f"SELECT api, {self._usage_sums} FROM usage WHERE run = ? GROUP BY api ORDER BY api"  # noqa: S608
         return [_usage(row) for row in self.db.execute(sql, (run_id,))]
 
     def usage_of(
@@ -65,9 +84,10 @@ class Usage(Store):
         """The usage of each (round, unit id) of ``units`` (a page of units, for a
         report that streams) summed over its attempts, per API."""
         found: dict[tuple[int, str], list[ApiUsage]] = {}
+        sums = self._usage_sums
         for number, page, marks in unit_pages(units):
             sql = (
-                f"SELECT unit, api, {_SUMS} FROM usage WHERE run = ? AND round = ?"  # noqa: S608
+                f"SELECT unit, api, {sums} FROM usage WHERE run = ? AND round = ?"  # noqa: S608
                 f" AND unit IN ({marks}) GROUP BY unit, api ORDER BY unit, api"
             )
             for row in self.db.execute(sql, (run_id, number, *page)):
@@ -119,4 +139,5 @@ def _usage(row: sqlite3.Row) -> ApiUsage:
         cost_usd=float(get("cost_usd")),
         queued_seconds=float(get("queued_seconds")),
         throttles=int(get("throttles")),
+        reserved_usd=float(get("reserved_usd")),
     )
