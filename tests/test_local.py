@@ -107,19 +107,54 @@ async def test_bwrap_sandbox_is_read_only_private_and_offline(tmp_path: Path, re
         shutil.rmtree(outside_dir)
 
 
-async def test_bwrap_hides_the_state_directory(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
+async def test_bwrap_hides_the_state_directory(tmp_path: Path, repo: Path) -> None:
+    state = repo / ".pytest_cache" / f"state-{marker()}"  # not below the private /tmp
+    state.mkdir(parents=True)
+    try:
+        (state / "journal.sqlite").write_text("private")
+        root = tmp_path / "sandboxes"
+        root.mkdir()
+        transport = LocalTransport(
+            slots=1, sandbox_kind="bwrap", root=root, hidden=[state], path=os.environ["PATH"]
+        )
+        await transport.start()
+        result = await transport.run(_attempt(tmp_path, ["ls", "-A", str(state)]))
+        assert result.status is Status.SUCCEEDED
+        assert result.output_tail == ""
+    finally:
+        shutil.rmtree(state)
+
+
+async def test_bwrap_s_private_tmp_shows_no_path_of_what_it_hides(tmp_path: Path) -> None:
+    """A hidden directory below /tmp is hidden by the private /tmp already: a mount on
+    it (an empty tmpfs, /dev/null on a file) would only make its path show there."""
+    state = tmp_path / "jobs" / ".fanout"
+    state.mkdir(parents=True)
     (state / "journal.sqlite").write_text("private")
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("KEY=1")
     root = tmp_path / "sandboxes"
     root.mkdir()
     transport = LocalTransport(
-        slots=1, sandbox_kind="bwrap", root=root, hidden=[state], path=os.environ["PATH"]
+        slots=1,
+        sandbox_kind="bwrap",
+        root=root,
+        hidden=[state, secrets],
+        path=os.environ["PATH"],
     )
     await transport.start()
-    result = await transport.run(_attempt(tmp_path, ["ls", "-A", str(state)]))
-    assert result.status is Status.SUCCEEDED
-    assert result.output_tail == ""
+    script = 'echo "$HOME"; find /tmp /var/tmp'
+    result = await transport.run(_attempt(tmp_path, ["sh", "-c", script]))
+    assert result.status is Status.SUCCEEDED, result
+    home, *shown = result.output_tail.splitlines()
+    base = Path(home)  # the sandbox directory
+    assert base.parent == root
+    # The way to the sandbox, and what is in it: nothing of the state dir or the file.
+    outside = [path for path in shown if not Path(path).is_relative_to(base)]
+    assert sorted(outside) == sorted(
+        [*(str(parent) for parent in base.parents if parent.is_relative_to("/tmp")), "/var/tmp"]
+    )
+    assert f"{base}/work" in shown
 
 
 @pytest.mark.parametrize("kind", KINDS)
