@@ -827,6 +827,22 @@ async def test_a_named_directory_is_collected_whole_without_links_or_fifos(
     }
 
 
+async def test_a_named_fifo_fails_the_unit(harness: Harness, tmp_path: Path) -> None:
+    """A path named in collect that is no regular file or folder would collect nothing
+    in silence, and the unit would pass without its result."""
+    script = "echo 1 > a.md; mkfifo result.txt"
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh(script), collect=["a.md", "result.txt"])
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "collect: 'result.txt' is a fifo, socket or device the worker made;"
+        " fanout collects regular files only",
+        0,
+        "",
+    )
+
+
 async def test_a_name_that_is_not_utf8_fails_the_unit_naming_it(
     harness: Harness, tmp_path: Path
 ) -> None:
