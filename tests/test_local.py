@@ -592,3 +592,44 @@ def test_what_is_not_removed_in_time_is_left_for_a_later_run(
     said.clear()
     asyncio.run(LocalTransport(slots=1, sandbox_kind="none", root=root, warn=said.append).start())
     assert (said, sorted(root.iterdir())) == ([], [mine])  # this process's: still running
+
+
+ROUNDS = """
+version = 1
+name = "deep-rounds"
+[inputs]
+command = ["sh", "-c", "echo u1; if test -e marker; then echo u2; fi"]
+format = "lines"
+[units]
+collect = ["d", "marker"]
+stage = ["**"]
+[task]
+command = ["sh", "-c", "{script}"]
+[runtime]
+sandbox = "none"
+[rounds]
+max = 2
+[collect]
+apply = true
+"""
+
+
+def test_a_deep_tree_is_collected_applied_staged_and_collected_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's thousand levels, all the way: listed and collected, written back to
+    the workspace, staged from it by a glob in round 2 (its marker selects u2), and
+    collected again over what u1's first attempt collected.  Each step recursed as deep
+    as the tree (the listing, Path.mkdir's parents, os.walk, shutil.rmtree)."""
+    monkeypatch.chdir(tmp_path)
+    deep = "$(printf 'd/%.0s' $(seq 1000))"
+    script = f"mkdir -p {deep} && echo deep > {deep}f && touch marker"
+    job = write_job(tmp_path, ROUNDS.format(script=script), "rounds.toml")
+    try:
+        ran = cli("run", str(job))
+        assert ran.code == 0, ran.out + ran.err
+        assert (tmp_path / ("d/" * 1000 + "f")).read_text() == "deep\n"
+        assert "round 2: 2 unit(s) from 2 record(s)" in ran.out + ran.err
+    finally:
+        _scrub(tmp_path / "d")
+        _scrub(tmp_path / ".fanout")

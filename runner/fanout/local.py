@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from . import collecting, escapees, removal, sandbox, steps
+from . import collecting, escapees, removal, sandbox, staging, steps
 from .attempt import LAYOUT, Attempt, execute
 from .capture import OutputCapture
 from .collecting import Entry, Kind
@@ -318,7 +318,7 @@ def _copy_in(files: Sequence[StagedFile], work: Path) -> None:
     """The staged files into ``work``, each with its permission bits."""
     for item in files:
         target = work / item.path
-        target.parent.mkdir(parents=True, exist_ok=True)
+        staging.make_folders(target.parent)
         shutil.copy(item.source, target)
 
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .. import __version__, collecting, escapees, sandbox
+from .. import __version__, collecting, escapees, sandbox, staging
 from ..attempt import LAYOUT
 from ..capture import OutputCapture
 from ..collecting import Entry
@@ -208,7 +208,7 @@ def _write(work: Path, pieces: Sequence[Piece]) -> None:
     for path, mode, first, data in pieces:
         target = work / path
         if first:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            staging.make_folders(target.parent)
         else:
             target.chmod(0o600)  # its own bits may not let it be appended to
         with target.open("wb" if first else "ab") as stream:
