@@ -4,11 +4,13 @@ cancellation, and a teardown that leaves nothing behind in every outcome."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -418,9 +420,15 @@ def _scrub(folder: Path) -> None:
     subprocess.run(["rm", "-rf", str(folder)], check=True)
 
 
-def _deep_shut_frozen(folder: Path) -> None:
-    """A thousand levels, a folder shut to its owner, a file made immutable: what a
-    worker running as root without bwrap can leave."""
+@contextlib.contextmanager
+def _left_by_a_killed_run(root: Path, outside: Path) -> Iterator[Path]:
+    """In ``root``, two sandboxes of a coordinator that was killed: one a root worker
+    without bwrap left a thousand levels deep, with a folder shut to its owner and an
+    immutable file (removable), and one with ``outside`` mounted in it (not); where the
+    second is set aside."""
+    dead = _dead_pid()
+    left = root / f"fanout-{dead}-left"
+    (left / "work").mkdir(parents=True)
     subprocess.run(
         [
             "sh",
@@ -429,9 +437,18 @@ def _deep_shut_frozen(folder: Path) -> None:
             " && chmod 000 work/shut/inner work/shut && echo x > work/locked"
             " && chattr +i work/locked",
         ],
-        cwd=folder,
+        cwd=left,
         check=True,
     )
+    mounted = root / f"fanout-{dead}-mounted"
+    (mounted / "work" / "m").mkdir(parents=True)
+    aside = root / f"fanout-unremovable-{dead}-mounted"
+    subprocess.run(["mount", "--bind", str(outside), str(mounted / "work" / "m")], check=True)
+    try:
+        yield aside
+    finally:  # the mount moved with its folder
+        moved = aside if aside.exists() else mounted
+        subprocess.run(["umount", str(moved / "work" / "m")], check=True)
 
 
 def test_a_run_removes_what_ended_runs_left_and_sets_aside_what_it_cannot(
@@ -443,42 +460,29 @@ def test_a_run_removes_what_ended_runs_left_and_sets_aside_what_it_cannot(
     from sshd import login_user
 
     root = tmp_path / "sandboxes"
-    dead = _dead_pid()
-    deep = root / f"fanout-{dead}-deep"
-    (deep / "work").mkdir(parents=True)
-    _deep_shut_frozen(deep)
-    mounted = root / f"fanout-{dead}-mounted"
-    (mounted / "work" / "m").mkdir(parents=True)
+    theirs = root / f"fanout-{_dead_pid()}-theirs"
+    theirs.mkdir(parents=True)
+    shutil.chown(theirs, login_user())
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious").write_text("kept")
-    theirs = root / f"fanout-{dead}-theirs"
-    theirs.mkdir()
-    shutil.chown(theirs, login_user())
-    aside = root / f"fanout-unremovable-{dead}-mounted"
-    subprocess.run(["mount", "--bind", str(outside), str(mounted / "work" / "m")], check=True)
     try:
-        said: list[str] = []
-        asyncio.run(
-            LocalTransport(slots=1, sandbox_kind="none", root=root, warn=said.append).start()
-        )
-        assert sorted(path.name for path in root.iterdir()) == sorted([aside.name, theirs.name])
+        with _left_by_a_killed_run(root, outside) as aside:
+            said: list[str] = []
+            for _ in range(2):
+                asyncio.run(
+                    LocalTransport(
+                        slots=1, sandbox_kind="none", root=root, warn=said.append
+                    ).start()
+                )
+                left = sorted(path.name for path in root.iterdir())
+                assert left == sorted([aside.name, theirs.name])
         assert said == [
             f"cannot remove {aside}: 'work/m' is a mount point; no fanout run touches it"
             f" again, remove it with: umount {aside}/work/m && rm -rf {aside}"
         ]
-        said.clear()
-        asyncio.run(
-            LocalTransport(slots=1, sandbox_kind="none", root=root, warn=said.append).start()
-        )
-        assert (said, sorted(path.name for path in root.iterdir())) == (
-            [],
-            sorted([aside.name, theirs.name]),
-        )
         assert (outside / "precious").read_text() == "kept"
     finally:
-        moved = aside if aside.exists() else mounted
-        subprocess.run(["umount", str(moved / "work" / "m")], check=True)
         _scrub(root)
 
 
@@ -530,13 +534,6 @@ def test_no_run_is_blocked_by_a_sandbox_another_unit_left(
     sandboxes.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
     monkeypatch.chdir(tmp_path)
-    dead = _dead_pid()
-    left = sandboxes / f"fanout-{dead}-left"
-    (left / "work").mkdir(parents=True)
-    _deep_shut_frozen(left)
-    mounted = sandboxes / f"fanout-{dead}-mounted"
-    (mounted / "work" / "m").mkdir(parents=True)
-    aside = sandboxes / f"fanout-unremovable-{dead}-mounted"
     deep = "mkdir -p $(printf 'd/%.0s' $(seq 1000)) shut && chmod 000 shut"
     jobs = [
         write_job(tmp_path, DEEP.format(name="deep", script=deep, kind="bwrap"), "deep.toml"),
@@ -544,12 +541,10 @@ def test_no_run_is_blocked_by_a_sandbox_another_unit_left(
     ]
     outside = tmp_path / "outside"
     outside.mkdir()
-    subprocess.run(["mount", "--bind", str(outside), str(mounted / "work" / "m")], check=True)
     try:
-        runs = [cli("run", "--fresh", str(job)) for job in jobs * 2]
+        with _left_by_a_killed_run(sandboxes, outside) as aside:
+            runs = [cli("run", "--fresh", str(job)) for job in jobs * 2]
     finally:
-        moved = aside if aside.exists() else mounted
-        subprocess.run(["umount", str(moved / "work" / "m")], check=True)
         leftovers = sorted(
             path.name for path in sandboxes.iterdir() if path.name.startswith("fanout-")
         )
