@@ -11,11 +11,12 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fanout import collecting
+from fanout import collecting, removal
 from fanout.attempt import LAYOUT, Attempt, execute
 from fanout.capture import OutputCapture
 from fanout.collecting import Entry, Kind
@@ -104,7 +105,7 @@ class FakeSandboxes:
                 place = Place(host="fake", kind="none", base=str(base), path=self.path)
                 yield _FakeSandbox(place, base)
             finally:
-                shutil.rmtree(base, ignore_errors=True)
+                removal.remove(base, deadline=time.monotonic() + removal.PATIENCE)
 
 
 class _FakeSandbox:
@@ -169,26 +170,27 @@ class _FakeSandbox:
 
     async def listing(self, roots: Sequence[str]) -> list[Entry]:
         found: list[Entry] = []
+        # (name, path) still to look at: a stack, since the worker chose the depth.
+        todo: list[tuple[str, Path]] = []
 
-        def walk(directory: Path, prefix: str) -> None:
-            for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-                add(prefix + entry.name, Path(entry.path))
+        def below(directory: Path, prefix: str) -> None:
+            for entry in sorted(os.scandir(directory), key=lambda e: e.name, reverse=True):
+                todo.append((prefix + entry.name, Path(entry.path)))
 
-        def add(name: str, path: Path) -> None:
+        if "." in roots:
+            below(self._work, "")
+        else:
+            todo.extend((root, self._work / root) for root in reversed(roots))
+        while todo:
+            name, path = todo.pop()
             try:
                 mode = os.lstat(path).st_mode
             except FileNotFoundError:
-                return
+                continue
             kind = Kind.of_mode(mode)
             found.append(Entry(name, kind))
             if kind is Kind.DIR:
-                walk(path, name + "/")
-
-        if "." in roots:
-            walk(self._work, "")
-        else:
-            for root in roots:
-                add(root, self._work / root)
+                below(path, name + "/")
         return found
 
     async def fetch(self, names: Sequence[str], destination: Path) -> None:

@@ -444,6 +444,30 @@ async def test_teardown_on_cancel_leaves_nothing(harness: Harness, tmp_path: Pat
         _assert_left_nothing(harness, token)
 
 
+async def test_a_tree_of_any_depth_shut_or_frozen_is_collected_and_removed(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A thousand levels (shutil.rmtree's recursion stopped there), folders shut to
+    their owner, and a file a root worker made immutable (where it runs as root without
+    bwrap: bwrap takes the capability away, and a non-root login has none)."""
+    token = marker()
+    script = (
+        f"sleep {token} & mkdir -p $(printf 'd/%.0s' $(seq 1000)) && echo deep > $(printf"
+        " 'd/%.0s' $(seq 1000))f && mkdir -p shut/inner && chmod 000 shut/inner shut"
+        " && echo x > locked && { chattr +i locked 2>/dev/null; true; }"
+    )
+    try:
+        with _reaping(token):
+            attempt = _attempt(tmp_path, _sh(script), collect=["d"], timeout=30)
+            result = await harness.transport.run(attempt)
+            assert _outcome(result) == (Status.SUCCEEDED, "ok", 0, "")
+            assert [c.path for c in result.collected] == ["d/" * 1000 + "f"]
+            assert (tmp_path / "collected" / ("d/" * 1000 + "f")).read_text() == "deep\n"
+            _assert_left_nothing(harness, token)
+    finally:  # pytest's own clean-up of old tmp_paths is shutil.rmtree's
+        await asyncio.to_thread(subprocess.run, ["rm", "-rf", str(tmp_path / "collected")])
+
+
 async def test_a_running_sandbox_is_laid_out_as_the_attempt_says(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -825,6 +849,22 @@ async def test_a_named_directory_is_collected_whole_without_links_or_fifos(
         "results/a.md": "1\n",
         "results/deep/b.txt": "3\n",
     }
+
+
+async def test_a_named_fifo_fails_the_unit(harness: Harness, tmp_path: Path) -> None:
+    """A path named in collect that is no regular file or folder would collect nothing
+    in silence, and the unit would pass without its result."""
+    script = "echo 1 > a.md; mkfifo result.txt"
+    result = await harness.transport.run(
+        _attempt(tmp_path, _sh(script), collect=["a.md", "result.txt"])
+    )
+    assert _outcome(result) == (
+        Status.FAILED,
+        "collect: 'result.txt' is a fifo, socket or device the worker made;"
+        " fanout collects regular files only",
+        0,
+        "",
+    )
 
 
 async def test_a_name_that_is_not_utf8_fails_the_unit_naming_it(

@@ -68,6 +68,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "collecting",
             "transport",
             "staging",
+            # A tree a unit made, removed whatever it did to it (every transport's).
+            "inodes",
+            "removal",
             # What an agent CLI's attempt came to (read by verdict).
             "agents.taxonomy",
             "agents.usagewindows",

@@ -4,14 +4,19 @@ cancellation, and a teardown that leaves nothing behind in every outcome."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fanout import removal
 from fanout.attempt import Attempt
 from fanout.collecting import Collect, PathRefused
 from fanout.local import LocalTransport
@@ -20,7 +25,7 @@ from fanout.sandbox import Kind
 from fanout.steps import SandboxInit
 from fanout.transport import StagedFile
 
-from helpers import make_attempt, wrapped
+from helpers import cli, make_attempt, wrapped, write_job
 from procs import marker, pids_with, wait_until_gone, wait_until_present
 
 KINDS = ["bwrap", "none"]
@@ -107,19 +112,54 @@ async def test_bwrap_sandbox_is_read_only_private_and_offline(tmp_path: Path, re
         shutil.rmtree(outside_dir)
 
 
-async def test_bwrap_hides_the_state_directory(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
+async def test_bwrap_hides_the_state_directory(tmp_path: Path, repo: Path) -> None:
+    state = repo / ".pytest_cache" / f"state-{marker()}"  # not below the private /tmp
+    state.mkdir(parents=True)
+    try:
+        (state / "journal.sqlite").write_text("private")
+        root = tmp_path / "sandboxes"
+        root.mkdir()
+        transport = LocalTransport(
+            slots=1, sandbox_kind="bwrap", root=root, hidden=[state], path=os.environ["PATH"]
+        )
+        await transport.start()
+        result = await transport.run(_attempt(tmp_path, ["ls", "-A", str(state)]))
+        assert result.status is Status.SUCCEEDED
+        assert result.output_tail == ""
+    finally:
+        shutil.rmtree(state)
+
+
+async def test_bwrap_s_private_tmp_shows_no_path_of_what_it_hides(tmp_path: Path) -> None:
+    """A hidden directory below /tmp is hidden by the private /tmp already: a mount on
+    it (an empty tmpfs, /dev/null on a file) would only make its path show there."""
+    state = tmp_path / "jobs" / ".fanout"
+    state.mkdir(parents=True)
     (state / "journal.sqlite").write_text("private")
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("KEY=1")
     root = tmp_path / "sandboxes"
     root.mkdir()
     transport = LocalTransport(
-        slots=1, sandbox_kind="bwrap", root=root, hidden=[state], path=os.environ["PATH"]
+        slots=1,
+        sandbox_kind="bwrap",
+        root=root,
+        hidden=[state, secrets],
+        path=os.environ["PATH"],
     )
     await transport.start()
-    result = await transport.run(_attempt(tmp_path, ["ls", "-A", str(state)]))
-    assert result.status is Status.SUCCEEDED
-    assert result.output_tail == ""
+    script = 'echo "$HOME"; find /tmp /var/tmp'
+    result = await transport.run(_attempt(tmp_path, ["sh", "-c", script]))
+    assert result.status is Status.SUCCEEDED, result
+    home, *shown = result.output_tail.splitlines()
+    base = Path(home)  # the sandbox directory
+    assert base.parent == root
+    # The way to the sandbox, and what is in it: nothing of the state dir or the file.
+    outside = [path for path in shown if not Path(path).is_relative_to(base)]
+    assert sorted(outside) == sorted(
+        [*(str(parent) for parent in base.parents if parent.is_relative_to("/tmp")), "/var/tmp"]
+    )
+    assert f"{base}/work" in shown
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -361,3 +401,230 @@ async def test_a_bwrap_status_without_a_pid_waits_for_nothing() -> None:
     await watch.gone(30)
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(read)  # released
+
+
+# --- what an attempt leaves, and what a run finds left ----------------------------------
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has exited (a coordinator that was killed)."""
+    ran = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    return int(ran.stdout)
+
+
+def _scrub(folder: Path) -> None:
+    """Remove ``folder`` whatever a failing test left there (pytest's own clean-up is
+    shutil.rmtree's, which stops at a deep tree or an immutable file)."""
+    subprocess.run(["chattr", "-R", "-i", "-a", str(folder)], capture_output=True, check=False)
+    subprocess.run(["chmod", "-R", "u+rwx", str(folder)], check=False)
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
+
+
+@contextlib.contextmanager
+def _left_by_a_killed_run(root: Path, outside: Path) -> Iterator[Path]:
+    """In ``root``, two sandboxes of a coordinator that was killed: one a root worker
+    without bwrap left a thousand levels deep, with a folder shut to its owner and an
+    immutable file (removable), and one with ``outside`` mounted in it (not); where the
+    second is set aside."""
+    dead = _dead_pid()
+    left = root / f"fanout-{dead}-left"
+    (left / "work").mkdir(parents=True)
+    subprocess.run(
+        [
+            "sh",
+            "-c",
+            "mkdir -p $(printf 'work/d/%.0s' $(seq 1000)) work/shut/inner"
+            " && chmod 000 work/shut/inner work/shut && echo x > work/locked"
+            " && chattr +i work/locked",
+        ],
+        cwd=left,
+        check=True,
+    )
+    mounted = root / f"fanout-{dead}-mounted"
+    (mounted / "work" / "m").mkdir(parents=True)
+    aside = root / f"fanout-unremovable-{dead}-mounted"
+    subprocess.run(["mount", "--bind", str(outside), str(mounted / "work" / "m")], check=True)
+    try:
+        yield aside
+    finally:  # the mount moved with its folder
+        moved = aside if aside.exists() else mounted
+        subprocess.run(["umount", str(moved / "work" / "m")], check=True)
+
+
+def test_a_run_removes_what_ended_runs_left_and_sets_aside_what_it_cannot(
+    tmp_path: Path,
+) -> None:
+    """Sandboxes whose coordinator is gone: one of any depth, shut and frozen is
+    removed; one with a mount in it is set aside, said once, and never touched again
+    (nothing behind the mount is removed); another user's is left to them."""
+    from sshd import login_user
+
+    root = tmp_path / "sandboxes"
+    theirs = root / f"fanout-{_dead_pid()}-theirs"
+    theirs.mkdir(parents=True)
+    shutil.chown(theirs, login_user())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("kept")
+    try:
+        with _left_by_a_killed_run(root, outside) as aside:
+            said: list[str] = []
+            for _ in range(2):
+                asyncio.run(
+                    LocalTransport(
+                        slots=1, sandbox_kind="none", root=root, warn=said.append
+                    ).start()
+                )
+                left = sorted(path.name for path in root.iterdir())
+                assert left == sorted([aside.name, theirs.name])
+        assert said == [
+            f"cannot remove {aside}: 'work/m' is a mount point; no fanout run touches it"
+            f" again, remove it with: umount {aside}/work/m && rm -rf {aside}"
+        ]
+        assert (outside / "precious").read_text() == "kept"
+    finally:
+        _scrub(root)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_sandbox_a_worker_filled_is_removed_off_the_loop(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox left as it was made costs two rmdirs, on the loop; one the worker
+    filled, a walk whose length the worker chose, in a thread: the loop (the gateway,
+    the other units' pacing) goes on meanwhile."""
+    threads: list[bool] = []
+    dispose = removal.dispose
+
+    def watched(path: Path, aside: Path, *, deadline: float) -> str | None:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return dispose(path, aside, deadline=deadline)
+
+    monkeypatch.setattr(removal, "dispose", watched)
+    transport = await _transport(tmp_path, kind)
+    script = "mkdir -p $(printf 'd/%.0s' $(seq 1000)) shut/inner && chmod 000 shut/inner shut"
+    for argv in (["true"], ["sh", "-c", script]):
+        result = await transport.run(_attempt(tmp_path, argv))
+        assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
+        _assert_torn_down(tmp_path)
+    assert threads == [False]
+
+
+DEEP = """
+version = 1
+name = "{name}"
+[inputs]
+items = ["u1", "u2"]
+[task]
+command = ["sh", "-c", "{script}"]
+[runtime]
+sandbox = "{kind}"
+"""
+
+
+def test_no_run_is_blocked_by_a_sandbox_another_unit_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case: a worker's thousand-level tree failed its unit with a
+    RecursionError and left the sandbox, and every later run of any job on the same
+    TMPDIR exited 70.  Here, with a killed coordinator's sandboxes left as well (one
+    removable, one that is not), four runs of two jobs: none is blocked (the figure),
+    and what cannot be removed is said once, by the first."""
+    sandboxes = tmp_path / "tmp"
+    sandboxes.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
+    monkeypatch.chdir(tmp_path)
+    deep = "mkdir -p $(printf 'd/%.0s' $(seq 1000)) shut && chmod 000 shut"
+    jobs = [
+        write_job(tmp_path, DEEP.format(name="deep", script=deep, kind="bwrap"), "deep.toml"),
+        write_job(tmp_path, DEEP.format(name="other", script="true", kind="none"), "other.toml"),
+    ]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    try:
+        with _left_by_a_killed_run(sandboxes, outside) as aside:
+            runs = [cli("run", "--fresh", str(job)) for job in jobs * 2]
+    finally:
+        leftovers = sorted(
+            path.name for path in sandboxes.iterdir() if path.name.startswith("fanout-")
+        )
+        _scrub(sandboxes)
+    blocked = [run.code for run in runs if run.code != 0]
+    assert blocked == [], [run.out + run.err for run in runs]
+    said = f"cannot remove {aside}: 'work/m' is a mount point"
+    assert [(run.out + run.err).count(said) for run in runs] == [1, 0, 0, 0]
+    assert leftovers == [aside.name]
+
+
+def test_what_is_not_removed_in_time_is_left_for_a_later_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removal is bounded (``removal.PATIENCE``): past it, a sandbox's teardown and a
+    run's sweep stop and say so, and what is left stays where a later run's sweep finds
+    it (here with no patience at all)."""
+    monkeypatch.setattr(removal, "PATIENCE", 0.0)
+    root = tmp_path / "sandboxes"
+    dead = _dead_pid()
+    for name in ("a", "b"):
+        (root / f"fanout-{dead}-{name}" / "work").mkdir(parents=True)
+        (root / f"fanout-{dead}-{name}" / "work" / "file").write_text("x")
+    said: list[str] = []
+    transport = LocalTransport(slots=1, sandbox_kind="none", root=root, warn=said.append)
+    asyncio.run(transport.start())
+    assert said == [
+        f"{root}/fanout-{dead}-a (and 1 more sandbox) could not be removed within 0s:"
+        " the next run removes the rest"
+    ]
+    said.clear()
+    result = asyncio.run(transport.run(_attempt(tmp_path, ["sh", "-c", "echo x > file"])))
+    assert result.status is Status.SUCCEEDED
+    (mine,) = [path for path in root.iterdir() if not path.name.startswith(f"fanout-{dead}-")]
+    assert said == [
+        f"{mine} could not be removed within 0s: the next run removes the rest, once this"
+        " one has ended"
+    ]
+    monkeypatch.setattr(removal, "PATIENCE", 60.0)
+    said.clear()
+    asyncio.run(LocalTransport(slots=1, sandbox_kind="none", root=root, warn=said.append).start())
+    assert (said, sorted(root.iterdir())) == ([], [mine])  # this process's: still running
+
+
+ROUNDS = """
+version = 1
+name = "deep-rounds"
+[inputs]
+command = ["sh", "-c", "echo u1; if test -e marker; then echo u2; fi"]
+format = "lines"
+[units]
+collect = ["d", "marker"]
+stage = ["**"]
+[task]
+command = ["sh", "-c", "{script}"]
+[runtime]
+sandbox = "none"
+[rounds]
+max = 2
+[collect]
+apply = true
+"""
+
+
+def test_a_deep_tree_is_collected_applied_staged_and_collected_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's thousand levels, all the way: listed and collected, written back to
+    the workspace, staged from it by a glob in round 2 (its marker selects u2), and
+    collected again over what u1's first attempt collected.  Each step recursed as deep
+    as the tree (the listing, Path.mkdir's parents, os.walk, shutil.rmtree)."""
+    monkeypatch.chdir(tmp_path)
+    deep = "$(printf 'd/%.0s' $(seq 1000))"
+    script = f"mkdir -p {deep} && echo deep > {deep}f && touch marker"
+    job = write_job(tmp_path, ROUNDS.format(script=script), "rounds.toml")
+    try:
+        ran = cli("run", str(job))
+        assert ran.code == 0, ran.out + ran.err
+        assert (tmp_path / ("d/" * 1000 + "f")).read_text() == "deep\n"
+        assert "round 2: 2 unit(s) from 2 record(s)" in ran.out + ran.err
+    finally:
+        _scrub(tmp_path / "d")
+        _scrub(tmp_path / ".fanout")

@@ -437,6 +437,41 @@ def test_staged_files_go_to_the_node_in_pieces_whole_and_with_their_bits(
     assert out.read_text().splitlines() == [*sums, "444", "ran"]
 
 
+def test_a_killed_actors_sandbox_is_removed_on_its_node_as_a_local_run_would(
+    tmp_path: Path,
+) -> None:
+    """``node.remove`` (the task pinned to a killed actor's node) removes any tree and
+    sets aside, said, what it cannot: the same ``local.clear`` a run's start uses."""
+    from fanout.cluster import node
+
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    deep = tmp_path / f"fanout-{pid}-deep"
+    subprocess.run(
+        ["sh", "-c", "mkdir -p $(printf 'work/d/%.0s' $(seq 1000)) && chmod 000 work/d", "sh"],
+        cwd=tmp_path,
+        check=True,
+    )
+    (tmp_path / "work").rename(deep)
+    try:
+        assert node.remove(str(deep), pid) == []
+    finally:  # pytest's own clean-up is shutil.rmtree's, which stops at a deep tree
+        subprocess.run(["rm", "-rf", str(deep)], check=True)
+    mounted = tmp_path / f"fanout-{pid}-mounted"
+    (mounted / "m").mkdir(parents=True)
+    aside = tmp_path / f"fanout-unremovable-{pid}-mounted"
+    subprocess.run(["mount", "--bind", str(tmp_path), str(mounted / "m")], check=True)
+    try:
+        said = node.remove(str(mounted), pid)
+    finally:
+        subprocess.run(["umount", str((aside if aside.exists() else mounted) / "m")], check=True)
+    assert said == [
+        f"cannot remove {aside}: 'm' is a mount point; no fanout run touches it again,"
+        f" remove it with: umount {aside}/m && rm -rf {aside}"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [aside.name]
+
+
 def test_a_nodes_relay_keeps_at_most_its_bound_and_says_what_it_dropped() -> None:
     from fanout.cluster.node import Relay
 

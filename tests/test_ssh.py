@@ -752,3 +752,39 @@ def test_the_agent_decides_nothing_an_attempt_decides() -> None:
     script = wire.agent_script()
     for decided in ("bwrap", "verify", "HOME", "TMPDIR", "-regex", "-name '", "control.json"):
         assert decided not in script, decided
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_sandbox_the_agent_cannot_remove_is_set_aside_and_said_once(
+    ssh_pool: Any, tmp_path: Path, sandbox: str
+) -> None:
+    """The login user cannot clear the flag root set on a file in its sandbox (what a
+    root worker does with chattr +i where the login is root); the agent gives every
+    folder back its owner's permissions first (chmod 000 does not stop it)."""
+    notices: list[str] = []
+    transport = await _started(ssh_pool, sandbox_kind=sandbox, notice=notices.append)
+    root = ssh_pool.base / "sandboxes"
+    script = (
+        "echo x > locked; mkdir -p shut/inner && chmod 000 shut/inner shut;"
+        " while [ ! -e go ]; do sleep 0.05; done"
+    )
+    task = asyncio.create_task(transport.run(_attempt(tmp_path, ["sh", "-c", script])))
+    try:
+        locked = await asyncio.to_thread(_wait_for, lambda: list(root.glob("*/work/locked")))
+        assert len(locked) == 1
+        await asyncio.to_thread(subprocess.run, ["chattr", "+i", str(locked[0])], check=True)
+        (locked[0].parent / "go").touch()
+        result = await task
+        second = await transport.run(_attempt(tmp_path / "2", ["true"]))
+    finally:
+        await transport.close()
+        await asyncio.to_thread(subprocess.run, ["chattr", "-R", "-i", str(root)], check=False)
+    assert (result.status, second.status) == (Status.SUCCEEDED, Status.SUCCEEDED)
+    aside = root / locked[0].parents[1].name.replace("fanout-", "fanout-unremovable-")
+    assert _sandboxes(ssh_pool) == [aside.name]
+    assert notices[-1:] == [
+        f"host h1: cannot remove {aside}: what is left in it is immutable or append-only, a"
+        f" mount point, or not {ssh_pool.user}'s to remove; fanout leaves it there, remove"
+        f" it as root with: chattr -R -i -a {aside} && rm -rf {aside}"
+    ]
+    assert sum("cannot remove" in notice for notice in notices) == 1

@@ -5,7 +5,9 @@ symlinks never followed) and hands over the files it is asked for.  The rule is 
 once, with the one glob compiler (``globs``):
 
 - a glob selects the regular files it matches; symlinks and other kinds are skipped;
-- a plain path names a file, or a directory taken whole (its regular files);
+- a plain path names a file, or a directory taken whole (its regular files); one that
+  names a fifo, socket or device fails the attempt (collecting nothing in silence
+  would pass the unit);
 - a plain path that is, or goes through, a symlink fails the attempt: the worker made
   it, fanout never follows one, and where it leads is the worker's choice (``/etc``,
   ``~/.ssh``), so saying so beats collecting nothing in silence;
@@ -121,6 +123,11 @@ class Collect:
                         f" ({on_the_way!r}); fanout never follows one"
                     )
             named = kinds.get(pattern.text)
+            if named is Kind.OTHER:
+                raise PathRefused(
+                    f"collect: {pattern.text!r} is a fifo, socket or device the worker made;"
+                    " fanout collects regular files only"
+                )
             if named is Kind.FILE:
                 chosen[pattern.text] = None
             elif named is Kind.DIR:

@@ -23,11 +23,14 @@ alone, never in an ExceptionGroup.  Every unit left unsettled is picked up by th
 from __future__ import annotations
 
 import asyncio
-import shutil
+import contextlib
+import functools
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
-from . import invocation, ladder, presets, spending, staging
+from . import invocation, ladder, presets, removal, spending, staging
 from .agents.taxonomy import Kind
 from .attempt import Attempt
 from .collecting import Collect, PathRefused
@@ -292,12 +295,21 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             await ctx.sleep(ladder.backoff_delay(progress.failures, spec.retry.backoff, ctx.rng))
 
 
+def _clear(folder: Path) -> None:
+    """Remove what an earlier attempt collected into ``folder``, as deep as its worker
+    made it.  fanout wrote every file there itself: one it cannot remove in time is
+    left, as ever, and this attempt's collection names its own files."""
+    with contextlib.suppress(removal.Unremovable, removal.OutOfTime):
+        removal.remove(folder, deadline=time.monotonic() + removal.PATIENCE)
+
+
 async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> AttemptResult:
     await slot.take(lane)
     try:
         await ctx.gate.acquire()
         try:
-            shutil.rmtree(attempt.collect_dir, ignore_errors=True)
+            if attempt.collect_dir.exists():  # what an earlier attempt collected
+                await removal.off_loop(functools.partial(_clear, attempt.collect_dir))
             ctx.journal.attempt_dispatched(
                 ctx.run_id,
                 ctx.number,

@@ -6,6 +6,11 @@ Each sandbox is a fresh directory under the sandbox root, laid out as
 PID namespace: see ``sandbox``), and the directory is removed when the sandbox's block
 ends, on success, failure, timeout and cancellation alike.
 
+A sandbox's tree is the worker's to shape: it is removed by ``removal`` (any depth,
+permissions and root's immutable flags undone, bounded by ``removal.PATIENCE``) off
+the event loop, and one that cannot be removed is set aside under a name no run looks
+at again, said once, so that it never stands in another run's way.
+
 A step ends when its main process exits, not when its output pipe closes (a daemon may
 hold the pipe forever): then its process group is killed, which takes its PID
 namespace down with it, and its output is drained for a bounded time.  Where this
@@ -19,23 +24,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from . import collecting, escapees, sandbox, steps
+from . import collecting, escapees, removal, sandbox, staging, steps
 from .attempt import LAYOUT, Attempt, execute
 from .capture import OutputCapture
 from .collecting import Entry, Kind
 from .errors import EnvironmentProblem
 from .outcome import AttemptResult
 from .transport import Command, Place, Sandbox, StagedFile
+
+# A sandbox that cannot be removed is renamed with this prefix (fanout-<pid>-* becomes
+# fanout-unremovable-<pid>-*), which no sweep takes for a run's.
+_ASIDE = "fanout-unremovable-"
 
 
 class LocalTransport:
@@ -87,7 +98,8 @@ class LocalTransport:
             watcher = asyncio.PidfdChildWatcher()
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
-        await asyncio.to_thread(self._remove_orphans)
+        for said in await removal.off_loop(functools.partial(sweep, self.root)):
+            self._warn(said)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
         if self._network == "apis":
             refusal = sandbox.apis_refusal(choice.kind)
@@ -122,23 +134,6 @@ class LocalTransport:
     async def close(self) -> None:
         return None
 
-    def _remove_orphans(self) -> None:
-        """Remove sandboxes a killed coordinator left behind, and kill what still works
-        in them.  Sandbox directories carry their coordinator's PID; one whose
-        coordinator is gone is garbage.  In a PID namespace nothing can be left running;
-        without one (or in the instant between unshare's fork and its child arming the
-        parent-death signal) a worker's children may be, and must not do their work
-        beside the resumed run."""
-        leftovers = []
-        for leftover in self.root.glob("fanout-*-*"):
-            owner = leftover.name.split("-")[1]
-            if owner.isdigit() and not escapees.alive(int(owner)):
-                leftovers.append(leftover)
-        if leftovers:
-            escapees.kill([str(path) for path in leftovers], pipe=None)
-        for leftover in leftovers:
-            shutil.rmtree(leftover, ignore_errors=True)
-
     async def run(self, attempt: Attempt) -> AttemptResult:
         return await execute(attempt, self)
 
@@ -150,19 +145,87 @@ class LocalTransport:
                 (base / name).mkdir()
             yield _LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
         finally:
-            _remove(base)
+            await self._remove(base)
+
+    async def _remove(self, base: Path) -> None:
+        """Remove a sandbox directory.  Most are left as they were made (a no-op unit):
+        two rmdirs here, where a walk opens and scans each directory first (a sixth of
+        a no-op unit's cost).  The others off the loop (``removal.off_loop``)."""
+        try:
+            for name in LAYOUT.directories:
+                os.rmdir(base / name)
+            os.rmdir(base)
+            return
+        except OSError:
+            pass
+        await removal.off_loop(functools.partial(_dispose, base), then=self._tell)
+
+    def _tell(self, said: str | None) -> None:
+        if said is not None:
+            self._warn(said)
 
 
-def _remove(base: Path) -> None:
-    """Remove a sandbox directory.  Most are left as they were made (a no-op unit, or
-    one whose files were collected and nothing else): two rmdirs, where rmtree's safe
-    walk opens and scans each directory first (a sixth of a no-op unit's cost here)."""
+def sweep(root: Path) -> list[str]:
+    """Remove the sandboxes in ``root`` of runs that ended, killing first what still
+    works in them; what to tell the user.  A sandbox's name carries its coordinator's
+    PID, and one whose coordinator is gone is garbage.  In a PID namespace nothing can
+    be left running; without one (or in the instant between unshare's fork and its
+    child arming the parent-death signal) a worker's children may be, and must not do
+    their work beside the resumed run.  Only this user's: another user's sandbox is
+    theirs to remove (and root's, under a sticky /tmp, this user could not)."""
+    me = os.geteuid()
+    leftovers = []
+    for leftover in sorted(root.glob("fanout-*-*")):
+        owner = leftover.name.split("-")[1]
+        if not owner.isdigit() or escapees.alive(int(owner)):
+            continue
+        try:
+            status = os.lstat(leftover)
+        except OSError:
+            continue
+        if stat.S_ISDIR(status.st_mode) and status.st_uid == me:
+            leftovers.append(leftover)
+    return clear(leftovers) if leftovers else []
+
+
+def clear(directories: Sequence[Path]) -> list[str]:
+    """Kill what works in ``directories`` until a search finds nothing (a killed
+    process is found again until it has exited), then remove them, all of it bounded
+    by ``removal.PATIENCE``; what to tell the user (``removal.dispose``)."""
+    deadline = time.monotonic() + removal.PATIENCE
+    searched = [str(directory) for directory in directories]
+    while escapees.kill(searched, pipe=None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    said = []
+    for index, directory in enumerate(directories):
+        try:
+            warning = removal.dispose(directory, _aside(directory), deadline=deadline)
+        except removal.OutOfTime:
+            said.append(_out_of_time(directory, len(directories) - index - 1))
+            break
+        if warning is not None:
+            said.append(warning)
+    return said
+
+
+def _dispose(base: Path) -> str | None:
+    """Remove the sandbox ``base`` of this run, bounded: what to tell the user."""
     try:
-        for name in LAYOUT.directories:
-            os.rmdir(base / name)
-        os.rmdir(base)
-    except OSError:
-        shutil.rmtree(base, ignore_errors=True)
+        return removal.dispose(base, _aside(base), deadline=time.monotonic() + removal.PATIENCE)
+    except removal.OutOfTime:
+        return _out_of_time(base, 0) + ", once this one has ended"
+
+
+def _aside(directory: Path) -> Path:
+    return directory.with_name(_ASIDE + directory.name.removeprefix("fanout-"))
+
+
+def _out_of_time(directory: Path, more: int) -> str:
+    others = f" (and {more} more sandbox{'es' if more > 1 else ''})" if more else ""
+    return (
+        f"{directory}{others} could not be removed within {removal.PATIENCE:g}s: the next run"
+        " removes the rest"
+    )
 
 
 class _LocalSandbox:
@@ -255,7 +318,7 @@ def _copy_in(files: Sequence[StagedFile], work: Path) -> None:
     """The staged files into ``work``, each with its permission bits."""
     for item in files:
         target = work / item.path
-        target.parent.mkdir(parents=True, exist_ok=True)
+        staging.make_folders(target.parent)
         shutil.copy(item.source, target)
 
 
@@ -263,31 +326,34 @@ def _list(work: Path, roots: Sequence[str]) -> list[Entry]:
     """``work``'s entries under ``roots``, as ``collecting`` reads them; nothing is
     followed (``os.scandir`` entries are lstat'ed)."""
     found: list[Entry] = []
-
-    def walk(directory: Path, prefix: str) -> None:
+    # The folders still to list, as (path, prefix): a stack, not recursion (the worker
+    # chose the depth), in any order (``Collect.select`` orders what is found).
+    folders: list[tuple[Path, str]] = []
+    if "." in roots:
+        folders.append((work, ""))
+    else:
+        for root in roots:
+            try:
+                mode = os.lstat(work / root).st_mode
+            except OSError:
+                continue
+            kind = Kind.of_mode(mode)
+            found.append(Entry(root, kind))
+            if kind is Kind.DIR:
+                folders.append((work / root, root + "/"))
+    while folders:
+        directory, prefix = folders.pop()
         try:
-            entries = list(os.scandir(directory))  # ``Collect.select`` orders them
+            with os.scandir(directory) as listing:
+                entries = list(listing)
         except OSError:
-            return
+            continue
         for entry in entries:
             path = prefix + entry.name
             kind = _kind(entry)
             found.append(Entry(path, kind))
             if kind is Kind.DIR:
-                walk(Path(entry.path), path + "/")
-
-    if "." in roots:
-        walk(work, "")
-        return found
-    for root in roots:
-        try:
-            mode = os.lstat(work / root).st_mode
-        except OSError:
-            continue
-        kind = Kind.of_mode(mode)
-        found.append(Entry(root, kind))
-        if kind is Kind.DIR:
-            walk(work / root, root + "/")
+                folders.append((Path(entry.path), path + "/"))
     return found
 
 

@@ -274,6 +274,8 @@ def command(
     # After the tools (a tool directory must not bring a hidden one back), before the
     # sandbox (which may itself lie below a hidden directory, as under a state dir).
     for hidden in place.hidden:
+        if not _shown(hidden.rstrip("/"), place.tools):
+            continue  # a mount on it would make its path, nothing else, show in /tmp
         if hidden.endswith("/"):
             command += ["--tmpfs", hidden.rstrip("/")]
         else:
@@ -295,6 +297,16 @@ def command(
     if network:
         command.append("--share-net")
     return [*command, "--", *argv]
+
+
+def _shown(path: str, tools: Sequence[str]) -> bool:
+    """Whether a sandbox would show ``path`` were it not hidden: not below the private
+    /tmp or /var/tmp, unless in a tool directory bound back."""
+
+    def below(directory: str) -> bool:
+        return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+    return not any(below(str(private)) for private in PRIVATE) or any(map(below, tools))
 
 
 def gateway_url() -> str:

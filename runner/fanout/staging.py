@@ -67,17 +67,24 @@ def _regular_files(root: Path, top: Path, *, skip_state: bool = False) -> Iterat
     if top.is_file():
         yield top
         return
-    for directory, dirs, files in os.walk(top):
-        dirs[:] = sorted(
-            d
-            for d in dirs
-            if not (Path(directory) / d).is_symlink()
-            and not (skip_state and is_state_dir(Path(directory) / d))
-        )
-        for name in sorted(files):
-            candidate = Path(directory) / name
-            if not candidate.is_symlink() and candidate.is_file():
-                yield candidate
+    # os.walk's order (each folder's files, then its folders, by name), with a stack of
+    # folders still to read: os.walk recurses, and a unit's write-back sets the depth.
+    folders = [top]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            continue  # as os.walk: a folder that cannot be read is left out
+        below = []
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                if not (skip_state and is_state_dir(path)):
+                    below.append(path)
+            elif entry.is_file(follow_symlinks=False):
+                yield path
+        folders.extend(reversed(below))
 
 
 def select_files(root: Path, patterns: Iterable[str], *, skip_state: bool = False) -> list[str]:
@@ -230,7 +237,7 @@ def apply(
             )
             continue
         if write:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_folders(target.parent)
             temporary = target.with_name(f".{target.name}.fanout-tmp")
             shutil.copyfile(source, temporary)
             if target.exists():
@@ -244,3 +251,15 @@ def apply(
             Change(unit_id=unit_id, path=item.path, added=added, removed=removed, state=state)
         )
     return changes
+
+
+def make_folders(path: Path) -> None:
+    """``path`` and the folders it lies in, made where missing, without recursion
+    (``Path.mkdir(parents=True)`` recurses, and a unit's collected files set the depth
+    of what is applied, and so of what is staged next)."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(exist_ok=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import stat
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -22,11 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .. import __version__, collecting, escapees, sandbox
+from .. import __version__, collecting, escapees, sandbox, staging
 from ..attempt import LAYOUT
 from ..capture import OutputCapture
 from ..collecting import Entry
-from ..local import LocalTransport
+from ..local import LocalTransport, clear
 from ..transport import Command, Sandbox
 from .facts import Opened, Opening, Piece, node_name
 
@@ -209,7 +208,7 @@ def _write(work: Path, pieces: Sequence[Piece]) -> None:
     for path, mode, first, data in pieces:
         target = work / path
         if first:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            staging.make_folders(target.parent)
         else:
             target.chmod(0o600)  # its own bits may not let it be appended to
         with target.open("wb" if first else "ab") as stream:
@@ -217,18 +216,16 @@ def _write(work: Path, pieces: Sequence[Piece]) -> None:
         target.chmod(stat.S_IMODE(mode))
 
 
-def remove(directory: str, pid: int, patience: float = 10.0) -> None:
+def remove(directory: str, pid: int, patience: float = 10.0) -> list[str]:
     """What a killed actor left: once its process is gone (its steps die with it, by
     the parent-death signal, a moment later), kill whatever still works in
     ``directory`` (a step that had only its process group, or one still on its way
-    out) and, once those are gone too, remove the directory."""
+    out) and remove it, as the next run on this machine would (``local.clear``); what
+    to tell the user."""
     ends = time.monotonic() + patience
     while escapees.alive(pid) and time.monotonic() < ends:
         time.sleep(0.01)
-    # Until a search finds none: a killed process is found again until it has exited.
-    while escapees.kill([directory], pipe=None) and time.monotonic() < ends:
-        time.sleep(0.01)
-    shutil.rmtree(directory, ignore_errors=True)
+    return clear([Path(directory)])
 
 
 def facts() -> tuple[str, bool, str]:

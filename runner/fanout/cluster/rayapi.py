@@ -108,8 +108,8 @@ class SandboxActor:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _remove(directory: str, pid: int) -> None:
-    node.remove(directory, pid)
+def _remove(directory: str, pid: int) -> list[str]:
+    return node.remove(directory, pid)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -213,10 +213,14 @@ async def facts(node_id: str) -> tuple[str, bool, str]:
     return result
 
 
-async def remove(node_id: str, directory: str, pid: int) -> None:
-    """Remove a killed actor's sandbox on its node (a task pinned to it)."""
+async def remove(node_id: str, directory: str, pid: int) -> list[str]:
+    """Remove a killed actor's sandbox on its node (a task pinned to it); what to tell
+    the user (``local.clear``)."""
     with _mapped():
-        await _remove.options(scheduling_strategy=_pinned(node_id)).remote(directory, pid)
+        said: list[str] = await _remove.options(scheduling_strategy=_pinned(node_id)).remote(
+            directory, pid
+        )
+    return said
 
 
 class Actor:

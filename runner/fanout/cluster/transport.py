@@ -259,9 +259,7 @@ class RayTransport:
             actor.kill()
             raise HostsUnavailable(_mismatch(opened.node, opened.version))
         for warning in opened.warnings:
-            if warning not in self._warned:
-                self._warned.add(warning)
-                self._notice(f"node {opened.node}: {warning}")
+            self._warn(opened.node, warning)
         if self._emit is not None:
             self._emit(
                 "attempt.placed",
@@ -270,7 +268,8 @@ class RayTransport:
                 attempt=attempt.number,
                 host=opened.node,
             )
-        box = RaySandbox(actor, opened, replace(opened.place, gateway=self._gateway))
+        place = replace(opened.place, gateway=self._gateway)
+        box = RaySandbox(actor, opened, place, warn=self._warn)
         clean = False
         try:
             yield box
@@ -321,6 +320,12 @@ class RayTransport:
         timer = loop.call_later(IDLE_KEEP, self._retire, actor)
         self._idle.append((actor, memory, timer))
 
+    def _warn(self, node: str, warning: str) -> None:
+        """What a node said, once per run."""
+        if warning not in self._warned:
+            self._warned.add(warning)
+            self._notice(f"node {node}: {warning}")
+
     def _retire(self, actor: Actor) -> None:
         """An actor idle for ``IDLE_KEEP``: killed, so its node's resources are free
         (and an autoscaler can remove the node)."""
@@ -331,10 +336,13 @@ class RayTransport:
 class RaySandbox:
     """One attempt's sandbox, through its actor (see ``transport.Sandbox``)."""
 
-    def __init__(self, actor: Actor, opened: Opened, place: Place) -> None:
+    def __init__(
+        self, actor: Actor, opened: Opened, place: Place, *, warn: Callable[[str, str], None]
+    ) -> None:
         self.place = place
         self._actor = actor
         self._opened = opened
+        self._warn = warn  # (node, what happened there)
         # A command's answer did not arrive whole (a cancellation, a deadline, a lost
         # actor): the actor is killed, and the node's clean-up removes the directory.
         self._killed = False
@@ -452,7 +460,8 @@ class RaySandbox:
         # A node that is gone, or cannot run the clean-up, keeps the directory: the
         # next attempt opened there removes it (its actor's process is gone: ``local``).
         with contextlib.suppress(Exception):
-            await load().remove(opened.node_id, self.place.base, opened.pid)
+            for said in await load().remove(opened.node_id, self.place.base, opened.pid):
+                self._warn(opened.node, said)
         return False
 
 

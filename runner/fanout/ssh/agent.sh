@@ -54,11 +54,26 @@ sweep() {
         kill -s KILL "${proc%/environ}" 2>/dev/null
     done
 }
+# remove: the sandbox removed as removal.py removes a local one (this host may have no
+# Python): rm -rf, and where that left something, the worker's folders given back
+# their owner's permissions (chmod 000) and, as root, immutable and append-only flags
+# cleared (chattr +i, +a), then rm -rf again.  What still stands is renamed
+# fanout-unremovable-TOKEN, for whoever looks ("left" then names it).
+remove() {
+    left=''
+    cd / && rm -rf "$base" 2>/dev/null && return
+    [ -L "$base" ] && return  # the worker's, not the sandbox: chmod would follow it
+    chmod -R u+rwx "$base" 2>/dev/null
+    [ "$(id -u)" = 0 ] && chattr -R -i -a "$base" 2>/dev/null
+    rm -rf "$base" 2>/dev/null && return
+    left=fanout-unremovable-${base##*/fanout-}
+    mv "$base" "$root/$left" 2>/dev/null || left=${base##*/}
+}
 teardown() {
     [ -n "$step" ] && kill -s KILL -- "-$step" "$step" 2>/dev/null
     if [ -n "$base" ]; then
         sweep
-        cd / && rm -rf "$base"
+        remove
     fi
     [ -n "$lifeline" ] && kill -s KILL "$lifeline" 2>/dev/null
 }
@@ -190,9 +205,9 @@ while IFS=' ' read -r verb rest <&3; do
     close)
         [ -n "$base" ] || exit 72
         [ "$rest" = 1 ] && sweep
-        rm -rf "$base" 2>/dev/null
+        remove
         base=''
-        say closed
+        if [ -n "$left" ]; then say "closed left $left"; else say closed; fi
         ;;
     *)
         exit 72

@@ -191,6 +191,17 @@ class HostPool:
         async with self._changed:
             self._changed.notify_all()
 
+    def unremovable(self, state: HostState, name: str) -> None:
+        """The agent could not remove a sandbox (``agent.sh``'s ``remove``) and left it
+        in the host's sandbox root as ``name``: said once, where nothing looks again."""
+        path = shlex.quote(f"{state.root.rstrip('/')}/{name}")
+        self._notice(
+            f"host {state.name}: cannot remove {path}: what is left in it is immutable or"
+            f" append-only, a mount point, or not {state.host.user or 'the login'}'s to"
+            f" remove; fanout leaves it there, remove it as root with: chattr -R -i -a"
+            f" {path} && rm -rf {path}"
+        )
+
     async def _host_failed(self, state: HostState, reason: str) -> None:
         if state.healthy:
             state.healthy, state.reason = False, reason

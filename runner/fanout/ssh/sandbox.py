@@ -157,10 +157,12 @@ class SshSandbox:
             sweep = self.place.containment is Containment.GROUP
             try:
                 await self._send(wire.close(sweep))
-                await wire.done(agent.process.stdout)
+                left = await wire.done(agent.process.stdout)
             except (Lost, wire.Closed, wire.Refused, OSError, asyncssh.Error, EOFError):
                 pass
             else:
+                if left is not None:
+                    self._pool.unremovable(self._state, left)
                 self._state.idle.append(agent)
                 return
             if not agent.connection_alive():

@@ -286,9 +286,15 @@ async def entries(stdout: Reader) -> list[Entry]:
             found.append(Entry(path, _KINDS.get(kind, Kind.OTHER)))
 
 
-async def done(stdout: Reader) -> None:
-    if await answer(stdout) != ["closed"]:
-        raise Closed()
+async def done(stdout: Reader) -> str | None:
+    """A ``close`` answer: None once the sandbox is gone, else the name (in the host's
+    sandbox root) of what the agent could not remove."""
+    words = await answer(stdout)
+    if words == ["closed"]:
+        return None
+    if len(words) == 3 and words[:2] == ["closed", "left"] and _FILE_NAME.fullmatch(words[2]):
+        return words[2]
+    raise Closed()
 
 
 def extract(archive: IO[bytes], names: Sequence[str], destination: Path) -> None:
