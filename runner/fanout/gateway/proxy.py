@@ -8,7 +8,8 @@ answer streams back chunk by chunk while its usage is read.  What the gateway an
 itself is shaped as the style's own errors, so agents print the message: 401 for a
 token that is not (or no longer) valid, 400 once the run's budget for the API or the
 unit's own budget is spent (never a 429 or 529: agents retry those), 404 for an API
-the job does not have, 502 when the upstream cannot be reached.
+the job does not have, 502 when the upstream cannot be reached.  Every answer has the
+real key scrubbed from it (``scrub``).
 
 Counting: ``requests`` counts every request sent upstream, a retried one each time
 (as the upstream's own tally does); ``throttles`` the 429/529 answers absorbed.  An
@@ -37,6 +38,7 @@ from ..spec.model import Api
 from . import forwarding, ratelimits, styles
 from .answers import TokenCounts, UsageReader
 from .limiter import Limiter, Ticket
+from .scrub import Scrub
 from .styles import Estimate, Verdict
 from .tokens import Grant, Grants
 from .usage import Accounts, Hold
@@ -62,6 +64,7 @@ class Route:
     api: Api
     key: str
     limiter: Limiter
+    scrub: Scrub
 
 
 class Proxy:
@@ -86,6 +89,7 @@ class Proxy:
                     output_tokens=api.output_tokens,
                     max_in_flight=api.max_in_flight,
                 ),
+                scrub=Scrub(keys.get(api.name, "")),
             )
             for api in apis
         }
@@ -256,12 +260,12 @@ class Proxy:
                 self._account(hold, None, sent, queued, throttles)
                 if verdict is Verdict.SPEND:
                     self.accounts.upstream_refused(route.api.name, answer.status, data)
-                if len(route.key) >= 8:  # an upstream that echoes the key it refused
-                    data = data.replace(route.key.encode(), b"[key]")
                 return web.Response(
                     status=answer.status,
-                    headers=forwarding.downstream_headers(list(answer.headers.items())),
-                    body=data,
+                    headers=route.scrub.headers(
+                        forwarding.downstream_headers(list(answer.headers.items()))
+                    ),
+                    body=route.scrub.body(data),
                 )
 
     async def _stream(
@@ -279,9 +283,12 @@ class Proxy:
         """Writes the answer to the worker as its chunks arrive, reading its usage."""
         sse = answer.content_type == "text/event-stream"
         reader = UsageReader(route.api.style, sse=sse, model=guess.model)
+        scrubbed = route.scrub.stream()
         response = web.StreamResponse(
             status=answer.status,
-            headers=forwarding.downstream_headers(list(answer.headers.items())),
+            headers=route.scrub.headers(
+                forwarding.downstream_headers(list(answer.headers.items()))
+            ),
         )
         counts: TokenCounts | None = None
         try:
@@ -289,14 +296,16 @@ class Proxy:
             try:
                 async for chunk in answer.content.iter_any():
                     reader.feed(chunk)
-                    await response.write(chunk)
+                    passed = scrubbed.feed(chunk)
+                    if passed:
+                        await response.write(passed)
             except (aiohttp.ClientError, TimeoutError):
                 # Cut mid-answer: the worker's connection is dropped after what arrived,
                 # so its client sees a broken stream, not a whole answer that is half.
                 if request.transport is not None:
                     request.transport.abort()
                 return response
-            await response.write_eof()
+            await response.write_eof(scrubbed.close())
         except ConnectionResetError:  # the worker went away
             pass
         finally:

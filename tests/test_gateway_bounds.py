@@ -1,0 +1,85 @@
+"""What a unit controls in the gateway, bounded: its paths, its bodies, its connections
+and requests in flight, its malformed requests, and what an upstream echoes of the key.
+Real aiohttp on both sides, in one loop, raw sockets where a client would not misbehave."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+from aiohttp import web
+from test_gateway import KEY, make_api, message
+
+from fanout.events import Events
+from fanout.gateway import Gateway
+
+# -- what the upstream echoes of the key ---------------------------------------------
+
+# The key base64-encoded after one byte of something else: its first two characters
+# and its last two depend on that byte and on the padding, the rest on the key alone.
+SHIFTED = base64.b64encode(b"x" + KEY.encode()).decode()
+
+
+@asynccontextmanager
+async def echoing_upstream() -> AsyncIterator[str]:
+    """An upstream that echoes the key it got every way it can: raw in a 200 body and
+    a header, base64 and hex in a 401, split across the chunks of a stream."""
+
+    async def messages(request: web.Request) -> web.StreamResponse:
+        key = request.headers["x-api-key"]
+        kind = request.query.get("echo")
+        if kind == "plain":
+            return web.json_response({"you_sent": key}, headers={"x-echo": f"key={key}"})
+        if kind == "encoded":
+            shifted = base64.b64encode(b"x" + key.encode()).decode()
+            text = f"bad key {shifted} / {key.encode().hex()}"
+            return web.json_response({"error": {"message": text}}, status=401)
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in (f'data: {{"text": "{key[:9]}', f'{key[9:]}"}}\n\n'):
+            await response.write(piece.encode())
+            await asyncio.sleep(0.05)  # two chunks on the wire
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", messages)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_every_form_of_an_echoed_key_is_scrubbed_from_every_answer() -> None:
+    # On main only a raw key in an error body was replaced.
+    async with echoing_upstream() as upstream:
+        gateway = Gateway([make_api(upstream)], {"anthropic": KEY}, events=Events(), stop=print)
+        await gateway.start()
+        try:
+            token = gateway.grant(unit="u1", attempt=1, deadline=1e9)
+            url = gateway.url + "/anthropic/v1/messages"
+            got: dict[str, tuple[int, str, str]] = {}
+            async with aiohttp.ClientSession() as client:
+                for kind in ("plain", "encoded", "stream"):
+                    async with client.post(
+                        url, params={"echo": kind}, json=message(), headers={"x-api-key": token}
+                    ) as answer:
+                        text = await answer.text()
+                        got[kind] = (answer.status, text, answer.headers.get("x-echo", ""))
+        finally:
+            await gateway.close()
+    assert got["plain"] == (200, '{"you_sent": "[secret]"}', "key=[secret]")
+    shifted = SHIFTED[:2] + "[secret]" + SHIFTED[-2:]
+    assert got["encoded"] == (
+        401,
+        '{"error": {"message": "bad key ' + shifted + ' / [secret]"}}',
+        "",
+    )
+    assert got["stream"] == (200, 'data: {"text": "[secret]"}\n\n', "")
