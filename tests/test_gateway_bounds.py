@@ -6,15 +6,81 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 from aiohttp import web
-from test_gateway import KEY, make_api, message
+from test_gateway import KEY, make_api, message, rig
+from yarl import URL
 
 from fanout.events import Events
 from fanout.gateway import Gateway
+
+
+async def raw(port: int, request: bytes) -> bytes:
+    """``request`` on a fresh connection; what the gateway answered until it closed."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+
+
+def post(path: str, token: str, body: bytes = b"{}", *, extra: bytes = b"") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\nx-api-key: {token}\r\n".encode()
+        + extra
+        + b"content-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def answer_of(data: bytes) -> tuple[int, Any]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+# -- paths ---------------------------------------------------------------------------
+
+
+async def test_dot_segments_are_resolved_before_the_request_goes_upstream() -> None:
+    async with rig() as r:
+        token = r.token()
+        for path in ("/anthropic/v1/x/../messages", "/anthropic/v1/./%2e/messages"):
+            url = URL(r.gateway.url + path, encoded=True)  # as sent, not resolved by the client
+            async with r.client.post(url, json=message(), headers={"x-api-key": token}) as answer:
+                assert answer.status == 200
+        assert [seen.path for seen in r.mock.posts()] == ["/v1/messages", "/v1/messages"]
+
+
+async def test_a_path_that_climbs_out_of_the_api_is_refused_unsent() -> None:
+    # On main "/anthropic/../openai/..." went to the upstream as it was, with the key.
+    async with rig() as r:
+        token = r.token()
+        expected: tuple[int, Any] = (
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "fanout gateway: api anthropic: the path climbs out of"
+                    " /anthropic/ (a '..' segment), which the gateway does not send upstream",
+                },
+            },
+        )
+        for path in (
+            "/anthropic/../v1/messages",
+            "/anthropic/v1/%2e%2e/%2E%2E/x",
+            "/anthropic/..%2fx",
+        ):
+            assert answer_of(await raw(r.gateway.port, post(path, token))) == expected
+        assert r.mock.seen == []
+
 
 # -- what the upstream echoes of the key ---------------------------------------------
 

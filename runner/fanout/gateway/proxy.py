@@ -1,7 +1,8 @@
 """The gateway's HTTP side (aiohttp, server and client): one request from a worker,
 from its token to the upstream's last byte.
 
-``/<api>/<rest>?<query>`` goes to ``<upstream>/<rest>?<query>``.  On the way: the token
+``/<api>/<rest>?<query>`` goes to ``<upstream>/<rest>?<query>``, ``rest`` with its dot
+segments resolved (and refused if it climbs out: 400).  On the way: the token
 is checked and swapped for the real key, the request waits its turn in the API's
 limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
 answer streams back chunk by chunk while its usage is read.  What the gateway answers
@@ -132,7 +133,7 @@ class Proxy:
         if request.method == "HEAD":  # Claude Code's connectivity pre-check
             return web.Response(status=200)
         # raw_path: the path as sent (with its query), so the upstream gets it unchanged.
-        name, _, rest = request.raw_path.partition("?")[0].lstrip("/").partition("/")
+        name, _, sent = request.raw_path.partition("?")[0].lstrip("/").partition("/")
         route = self.routes.get(name)
         if route is None:
             known = ", ".join(self.routes) or "none"
@@ -146,6 +147,13 @@ class Proxy:
                 " (its attempt has ended, or it was never issued)"
             )
             return _error(style, 401, "auth", message)
+        rest = forwarding.within(sent)
+        if rest is None:
+            message = (
+                f"fanout gateway: api {name}: the path climbs out of /{name}/ (a '..'"
+                " segment), which the gateway does not send upstream"
+            )
+            return _error(style, 400, "invalid", message)
         refused = self._refusal(name, grant)
         if refused is not None:  # never a 429 or 529: agents would retry those
             return _error(style, 400, "invalid", refused)
