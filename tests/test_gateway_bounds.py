@@ -7,17 +7,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
-from test_gateway import KEY, make_api, message, rig
+from test_gateway import KEY, Rig, make_api, message, rig
 from yarl import URL
 
 from fanout.events import Events
 from fanout.gateway import Gateway
+from fanout.gateway.complaints import Complaints
 
 
 async def raw(port: int, request: bytes) -> bytes:
@@ -43,6 +46,10 @@ def post(path: str, token: str, body: bytes = b"{}", *, extra: bytes = b"") -> b
 def answer_of(data: bytes) -> tuple[int, Any]:
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(body)
+
+
+def notices(r: Rig) -> list[str]:
+    return [e["message"] for e in r.events if e["event"] == "notice"]
 
 
 # -- paths ---------------------------------------------------------------------------
@@ -80,6 +87,38 @@ async def test_a_path_that_climbs_out_of_the_api_is_refused_unsent() -> None:
         ):
             assert answer_of(await raw(r.gateway.port, post(path, token))) == expected
         assert r.mock.seen == []
+        assert notices(r) == [expected[1]["error"]["message"]]
+
+
+# -- malformed requests --------------------------------------------------------------
+
+
+async def test_malformed_requests_make_one_line_per_kind_and_no_traceback(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # On main each printed aiohttp's traceback (2,000 requests: 1.1 MB of stderr).
+    caplog.set_level(logging.DEBUG)
+    async with rig() as r:
+        port = r.gateway.port
+        for _ in range(20):
+            for request in (
+                b"GET / HTTP/1.1\r\nhost: gw\r\nno colon here\r\n\r\n",
+                b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n",
+            ):
+                status_line = (await raw(port, request)).split(b"\r\n")[0]
+                assert status_line.endswith(b" 400 Bad Request")
+        # The gateway serves on.
+        assert (await r.post(r.token(), message()))[0] == 200
+    assert notices(r) == [
+        "fanout gateway: a worker sent a malformed HTTP request (BadHttpMessage), answered 400",
+        "fanout gateway: a worker sent a malformed HTTP request (LineTooLong), answered 400",
+        "fanout gateway: a worker sent a malformed HTTP request (BadHttpMessage), answered 400"
+        " (19 more like it since)",
+        "fanout gateway: a worker sent a malformed HTTP request (LineTooLong), answered 400"
+        " (19 more like it since)",
+    ]
+    assert capsys.readouterr().err == ""
+    assert [record for record in caplog.records if record.name.startswith("aiohttp")] == []
 
 
 # -- what the upstream echoes of the key ---------------------------------------------
@@ -149,3 +188,27 @@ async def test_every_form_of_an_echoed_key_is_scrubbed_from_every_answer() -> No
         "",
     )
     assert got["stream"] == (200, 'data: {"text": "[secret]"}\n\n', "")
+
+
+# -- the rules, without sockets ------------------------------------------------------
+
+
+def test_a_complaint_is_said_once_a_window_and_the_rest_counted() -> None:
+    events: list[dict[str, Any]] = []
+    now = [0.0]
+    complaints = Complaints(Events(events.append), clock=lambda: now[0])
+    for at in (0.0, 1.0, 59.0):
+        now[0] = at
+        complaints.say("a", "fanout gateway: a")
+    complaints.say("b", "fanout gateway: b")
+    now[0] = 60.0
+    complaints.say("a", "fanout gateway: a")  # a window later: said, with the count
+    complaints.say("a", "fanout gateway: a")
+    complaints.flush()
+    complaints.flush()
+    assert [e["message"] for e in events] == [
+        "fanout gateway: a",
+        "fanout gateway: b",
+        "fanout gateway: a (2 more like it since the last line)",
+        "fanout gateway: a (1 more like it since)",
+    ]

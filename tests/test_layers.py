@@ -119,6 +119,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.usage",
             "gateway.tokens",
             "gateway.forwarding",
+            "gateway.complaints",
             "gateway.scrub",
             "gateway.proxy",
             "gateway",

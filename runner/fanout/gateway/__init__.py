@@ -23,6 +23,7 @@ from ..events import Events
 from ..outcome import ApiUsage
 from ..spec.model import Api
 from .books import Write
+from .complaints import Complaints
 from .proxy import Proxy
 
 
@@ -73,7 +74,15 @@ class Gateway:
                 raise
         self._stop = stop
         self._stopped: SpendStopped | None = None
-        self._proxy = Proxy(apis, keys, events=events, stop=self._spent, rng=rng or random.Random())
+        self._complaints = Complaints(events)
+        self._proxy = Proxy(
+            apis,
+            keys,
+            events=events,
+            stop=self._spent,
+            rng=rng or random.Random(),
+            complaints=self._complaints,
+        )
         self._runner: web.AppRunner | None = None
 
     @property
@@ -103,13 +112,16 @@ class Gateway:
     async def start(self) -> None:
         self._proxy.open_session()
         # No access log: a query string may carry a token (?key=).  A worker that
-        # disconnects cancels its request, also while it waits in the queue.
+        # disconnects cancels its request, also while it waits in the queue.  What
+        # aiohttp's server would log (a traceback per malformed request) becomes one
+        # line per kind (``complaints``).
         runner = web.AppRunner(
             self._proxy.app(),
             access_log=None,
             handle_signals=False,
             handler_cancellation=True,
             shutdown_timeout=1.0,
+            logger=self._complaints.server_logger(),
         )
         await runner.setup()
         await web.SockSite(runner, self._socket).start()
@@ -131,6 +143,7 @@ class Gateway:
                 self._close_sockets()
             finally:
                 self._proxy.accounts.books.close()
+                self._complaints.flush()
 
     def _close_sockets(self) -> None:
         self._socket.close()

@@ -38,6 +38,7 @@ from ..events import Events
 from ..spec.model import Api
 from . import forwarding, ratelimits, styles
 from .answers import TokenCounts, UsageReader
+from .complaints import Complaints
 from .limiter import Limiter, Ticket
 from .scrub import Scrub
 from .styles import Estimate, Verdict
@@ -79,6 +80,7 @@ class Proxy:
         events: Events,
         stop: Callable[[SpendStopped], None],
         rng: random.Random,
+        complaints: Complaints,
     ) -> None:
         self.routes = {
             api.name: Route(
@@ -98,6 +100,7 @@ class Proxy:
         self.accounts = Accounts(apis, events=events, stop=stop)
         self.events = events
         self.rng = rng
+        self.complaints = complaints
         self.session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -153,6 +156,7 @@ class Proxy:
                 f"fanout gateway: api {name}: the path climbs out of /{name}/ (a '..'"
                 " segment), which the gateway does not send upstream"
             )
+            self.complaints.say(f"path:{name}", message)
             return _error(style, 400, "invalid", message)
         refused = self._refusal(name, grant)
         if refused is not None:  # never a 429 or 529: agents would retry those
