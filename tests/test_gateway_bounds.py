@@ -21,6 +21,7 @@ from yarl import URL
 from fanout.events import Events
 from fanout.gateway import Gateway
 from fanout.gateway.complaints import Complaints
+from fanout.gateway.connections import connection_cap
 
 
 async def raw(port: int, request: bytes) -> bytes:
@@ -191,6 +192,11 @@ async def test_every_form_of_an_echoed_key_is_scrubbed_from_every_answer() -> No
 
 
 # -- the rules, without sockets ------------------------------------------------------
+
+
+def test_the_connection_cap_is_a_quarter_of_the_open_files_limit() -> None:
+    caps = [connection_cap(n) for n in (1024, 4096, 20000, 40, 10**6)]
+    assert caps == [256, 1024, 1024, 16, 1024]
 
 
 def test_a_complaint_is_said_once_a_window_and_the_rest_counted() -> None:

@@ -120,6 +120,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.tokens",
             "gateway.forwarding",
             "gateway.complaints",
+            "gateway.connections",
             "gateway.scrub",
             "gateway.proxy",
             "gateway",

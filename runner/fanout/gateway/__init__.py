@@ -8,6 +8,7 @@ keeps the accounts and the budget (``usage``).  The HTTP side is ``proxy``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -24,6 +25,7 @@ from ..outcome import ApiUsage
 from ..spec.model import Api
 from .books import Write
 from .complaints import Complaints
+from .connections import IDLE_TIMEOUT, Connections
 from .proxy import Proxy
 
 
@@ -40,6 +42,7 @@ class Gateway:
         rng: random.Random | None = None,
         socket_dir: Path | None = None,
         host: str = "127.0.0.1",
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         # Bound now, so the port is known before any transport (an SSH forward, a
         # worker's environment) is built; nothing is served until ``start``.  ``host``:
@@ -75,15 +78,18 @@ class Gateway:
         self._stop = stop
         self._stopped: SpendStopped | None = None
         self._complaints = Complaints(events)
+        self._connections = Connections(complaints=self._complaints, idle_timeout=idle_timeout)
         self._proxy = Proxy(
             apis,
             keys,
             events=events,
             stop=self._spent,
             rng=rng or random.Random(),
+            connections=self._connections,
             complaints=self._complaints,
         )
         self._runner: web.AppRunner | None = None
+        self._accepting: list[asyncio.Task[None]] = []
 
     @property
     def port(self) -> int:
@@ -114,7 +120,8 @@ class Gateway:
         # No access log: a query string may carry a token (?key=).  A worker that
         # disconnects cancels its request, also while it waits in the queue.  What
         # aiohttp's server would log (a traceback per malformed request) becomes one
-        # line per kind (``complaints``).
+        # line per kind (``complaints``).  No site: ``connections`` accepts, so that
+        # it can stop accepting at its cap.
         runner = web.AppRunner(
             self._proxy.app(),
             access_log=None,
@@ -124,16 +131,25 @@ class Gateway:
             logger=self._complaints.server_logger(),
         )
         await runner.setup()
-        await web.SockSite(runner, self._socket).start()
-        if self._unix is not None:
-            await web.SockSite(runner, self._unix).start()
+        server = runner.server
+        assert server is not None
         self._runner = runner
+        for listener in (self._socket, self._unix):
+            if listener is not None:
+                serving = self._connections.serve(listener, server)
+                self._accepting.append(asyncio.create_task(serving))
 
     async def close(self) -> None:
         """Stops serving (requests still running are cancelled, and counted) and closes
         the upstream connections; what is left of the books is written.  Safe to call
         twice, or without ``start``."""
         try:
+            accepting, self._accepting = self._accepting, []
+            for task in accepting:
+                task.cancel()
+            for task in accepting:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if self._runner is not None:
                 runner, self._runner = self._runner, None
                 await runner.cleanup()

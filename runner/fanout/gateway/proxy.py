@@ -21,6 +21,7 @@ stays in the limiter's windows (the upstream may well have counted it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import types
@@ -39,6 +40,7 @@ from ..spec.model import Api
 from . import forwarding, ratelimits, styles
 from .answers import TokenCounts, UsageReader
 from .complaints import Complaints
+from .connections import Connections
 from .limiter import Limiter, Ticket
 from .scrub import Scrub
 from .styles import Estimate, Verdict
@@ -80,6 +82,7 @@ class Proxy:
         events: Events,
         stop: Callable[[SpendStopped], None],
         rng: random.Random,
+        connections: Connections,
         complaints: Complaints,
     ) -> None:
         self.routes = {
@@ -100,6 +103,7 @@ class Proxy:
         self.accounts = Accounts(apis, events=events, stop=stop)
         self.events = events
         self.rng = rng
+        self.connections = connections
         self.complaints = complaints
         self.session: aiohttp.ClientSession | None = None
 
@@ -116,7 +120,9 @@ class Proxy:
             # No total: an agent's stream may run for many minutes.  A silent upstream
             # is cut after 10 minutes (Claude Code's own request timeout).
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=600),
-            connector=aiohttp.TCPConnector(limit=0),  # the limiters decide concurrency
+            # The limiters decide concurrency; each request upstream has a worker's
+            # connection behind it, so there are never more than the gateway holds.
+            connector=aiohttp.TCPConnector(limit=self.connections.cap),
             # No proxy or netrc from the environment: nothing may add credentials.
             trust_env=False,
             # No cookies kept: one attempt's would go out with every other's requests.
@@ -133,6 +139,11 @@ class Proxy:
     # -- one request ------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        connection = self.connections.of(request.transport)
+        with connection.handling() if connection is not None else contextlib.nullcontext():
+            return await self._handle(request)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "HEAD":  # Claude Code's connectivity pre-check
             return web.Response(status=200)
         # raw_path: the path as sent (with its query), so the upstream gets it unchanged.
