@@ -15,13 +15,18 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from test_gateway import KEY, Rig, make_api, message, rig
+from test_gateway import KEY, Rig, make_api, message, rig, wait_until
 from yarl import URL
 
+from fanout.apistyles import Style
 from fanout.events import Events
-from fanout.gateway import Gateway
+from fanout.gateway import Gateway, admission
+from fanout.gateway.admission import Attempts
 from fanout.gateway.complaints import Complaints
 from fanout.gateway.connections import connection_cap
+from fanout.gateway.tokens import Grant, Grants
+
+from mockapi import MockApi, MockConfig
 
 
 async def raw(port: int, request: bytes) -> bytes:
@@ -89,6 +94,145 @@ async def test_a_path_that_climbs_out_of_the_api_is_refused_unsent() -> None:
             assert answer_of(await raw(r.gateway.port, post(path, token))) == expected
         assert r.mock.seen == []
         assert notices(r) == [expected[1]["error"]["message"]]
+
+
+# -- bodies --------------------------------------------------------------------------
+
+
+async def test_a_declared_body_over_the_styles_cap_gets_413_unread_and_one_line() -> None:
+    async with rig(style=Style.OPENAI) as r:
+        token = r.token()
+        head = (
+            b"POST /openai/v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+            b"authorization: Bearer " + token.encode() + b"\r\n"
+            b"content-length: %d\r\n\r\n" % (50 * 1024 * 1024 + 1)
+        )
+        message_ = (
+            "fanout gateway: api openai: the request body is over 50 MiB, the most the"
+            " gateway passes to this API"
+        )
+        for _ in range(3):  # nothing of the body sent: the answer comes all the same
+            reader, writer = await asyncio.open_connection("127.0.0.1", r.gateway.port)
+            writer.write(head)
+            data = await asyncio.wait_for(reader.readuntil(b"}}"), 30)
+            writer.close()
+            assert answer_of(data) == (
+                413,
+                {
+                    "error": {
+                        "message": message_,
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        assert r.mock.seen == []
+        assert notices(r) == [message_]
+
+
+async def test_a_chunked_body_is_refused_as_it_passes_the_cap() -> None:
+    async with rig() as r:
+        piece = b"x" * (1024 * 1024)
+
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(40):
+                yield piece
+
+        url = r.gateway.url + "/anthropic/v1/messages"
+        async with r.client.post(url, data=body(), headers={"x-api-key": r.token()}) as answer:
+            assert answer.status == 413
+            assert (await answer.json())["error"]["type"] == "request_too_large"
+        assert r.mock.seen == []
+
+
+async def test_a_body_that_stalls_gets_408() -> None:
+    async with MockApi(MockConfig(require_key=KEY)) as mock:
+        events: list[dict[str, Any]] = []
+        gateway = Gateway(
+            [make_api(mock.url)],
+            {"anthropic": KEY},
+            events=Events(events.append),
+            stop=print,
+            idle_timeout=0.5,
+        )
+        await gateway.start()
+        try:
+            token = gateway.grant(unit="u1", attempt=1, deadline=1e9)
+            request = post("/anthropic/v1/messages", token, b'{"model"')
+            request = request.replace(b"content-length: 8", b"content-length: 80")
+            status, data = answer_of(await raw(gateway.port, request))
+            assert (status, data["error"]["message"]) == (
+                408,
+                "fanout gateway: api anthropic: the request body stalled (0.5 s without a byte)",
+            )
+        finally:
+            await gateway.close()
+        assert mock.seen == []
+
+
+# -- an attempt's connections and requests --------------------------------------------
+
+
+async def test_an_attempts_requests_beyond_its_in_flight_cap_wait_their_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(admission, "ATTEMPT_IN_FLIGHT", 2)
+    release = asyncio.Event()
+    async with rig(MockConfig(require_key=KEY, before_last_event=release.wait)) as r:
+        token, other = r.token(), r.token()
+        first = [asyncio.create_task(r.post(token, message(stream=True))) for _ in range(3)]
+        await wait_until(lambda: len(r.mock.posts()) == 2)
+        # Another attempt's request does not wait behind them.
+        elsewhere = asyncio.create_task(r.post(other, message(stream=True)))
+        await wait_until(lambda: len(r.mock.posts()) == 3)
+        await asyncio.sleep(0.2)
+        assert len(r.mock.posts()) == 3
+        release.set()
+        assert [(await task)[0] for task in (*first, elsewhere)] == [200] * 4
+        assert len(r.mock.posts()) == 4
+        for held in (token, other):  # nothing in flight, no body held
+            grant = r.gateway._proxy.grants.holder(held)
+            assert grant is not None
+            assert r.gateway._proxy.attempts.counts(grant)[1:] == (0, 0)
+
+
+async def test_a_connection_over_the_attempts_cap_gets_429_and_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(admission, "ATTEMPT_CONNECTIONS", 2)
+    async with rig() as r:
+        token = r.token()
+        keep = b"connection: keep-alive\r\n"
+        held = []
+        for _ in range(2):  # two kept-alive connections that each carried the token
+            reader, writer = await asyncio.open_connection("127.0.0.1", r.gateway.port)
+            writer.write(
+                post("/anthropic/v1/messages", token, json.dumps(message()).encode()).replace(
+                    b"connection: close\r\n", keep
+                )
+            )
+            await asyncio.wait_for(reader.readuntil(b'"output_tokens": 5}}'), 30)
+            held.append(writer)
+        status, data = answer_of(await raw(r.gateway.port, post("/anthropic/v1/messages", token)))
+        assert (status, data["error"]) == (
+            429,
+            {
+                "type": "rate_limit_error",
+                "message": "fanout gateway: u1 (attempt 1) has 2 connections open, the most"
+                " one attempt may: close some, or wait",
+            },
+        )
+        # Another attempt is not held by this one's connections.
+        assert (await r.post(r.token(), message()))[0] == 200
+        grant = r.gateway._proxy.grants.holder(token)
+        assert grant is not None
+        assert r.gateway._proxy.attempts.counts(grant) == (2, 0, 0)
+        held.pop().close()
+        await wait_until(lambda: r.gateway._proxy.attempts.counts(grant) == (1, 0, 0))
+        assert (await r.post(token, message()))[0] == 200
+        for writer in held:
+            writer.close()
 
 
 # -- malformed requests --------------------------------------------------------------
@@ -195,8 +339,13 @@ async def test_every_form_of_an_echoed_key_is_scrubbed_from_every_answer() -> No
 
 
 def test_the_connection_cap_is_a_quarter_of_the_open_files_limit() -> None:
-    caps = [connection_cap(n) for n in (1024, 4096, 20000, 40, 10**6)]
-    assert caps == [256, 1024, 1024, 16, 1024]
+    assert [connection_cap(n) for n in (1024, 4096, 20000, 40, 10**6)] == [
+        256,
+        1024,
+        1024,
+        16,
+        1024,
+    ]
 
 
 def test_a_complaint_is_said_once_a_window_and_the_rest_counted() -> None:
@@ -218,3 +367,73 @@ def test_a_complaint_is_said_once_a_window_and_the_rest_counted() -> None:
         "fanout gateway: a (2 more like it since the last line)",
         "fanout gateway: a (1 more like it since)",
     ]
+
+
+async def step() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_an_attempts_bodies_wait_first_come_first_served_within_its_budget() -> None:
+    grants = Grants(["api"])
+    grant, other = (grants.holder(grants.grant(unit=u, attempt=1, deadline=1.0)) for u in "ab")
+    assert grant is not None
+    assert other is not None
+    attempts = Attempts()
+    mib = 1024 * 1024
+    order: list[str] = []
+    release = {name: asyncio.Event() for name in ("big", "second", "small", "other")}
+
+    async def request(name: str, who: Grant, size: int) -> None:
+        async with attempts.turn(who, size) as turn:
+            order.append(name)
+            await release[name].wait()
+            turn.drop_body()
+            order.append(f"{name} dropped")
+
+    big = asyncio.create_task(request("big", grant, 40 * mib))
+    await step()
+    second = asyncio.create_task(request("second", grant, 40 * mib))
+    await step()
+    small = asyncio.create_task(request("small", grant, 1))  # fits, but comes after
+    elsewhere = asyncio.create_task(request("other", other, 100 * mib))  # alone: passes
+    await step()
+    assert order == ["big", "other"]
+    assert attempts.counts(grant) == (0, 1, 40 * mib)
+    release["big"].set()
+    await step()
+    assert order == ["big", "other", "big dropped", "second", "small"]
+    assert attempts.counts(grant) == (0, 2, 40 * mib + 1)
+    for event in release.values():
+        event.set()
+    await asyncio.gather(big, second, small, elsewhere)
+    assert len(attempts) == 0
+
+
+async def test_a_request_that_gives_up_waiting_leaves_its_place() -> None:
+    grants = Grants(["api"])
+    grant = grants.holder(grants.grant(unit="u", attempt=1, deadline=1.0))
+    assert grant is not None
+    attempts = Attempts()
+    held = asyncio.Event()
+
+    async def hold() -> None:
+        async with attempts.turn(grant, admission.ATTEMPT_BODIES):
+            await held.wait()
+
+    async def wait() -> None:
+        async with attempts.turn(grant, 1):
+            pass
+
+    first = asyncio.create_task(hold())
+    await step()
+    gone = asyncio.create_task(wait())
+    await step()
+    gone.cancel()
+    await step()
+    assert attempts.counts(grant) == (0, 1, admission.ATTEMPT_BODIES)
+    held.set()
+    await first
+    assert len(attempts) == 0
+    async with attempts.turn(grant, 1):
+        assert attempts.counts(grant) == (0, 1, 1)

@@ -1,6 +1,7 @@
 """A unit that tries to exhaust the gateway, with real sockets against a real gateway in
 a process of its own at ``ulimit -n 1024`` (systemd's default soft limit): 2,000
-slowloris connections.  Its open files and memory are read from /proc."""
+slowloris connections, 8 bodies of 60 MB at once.  Its open files and memory are read
+from /proc."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import IO, Any
 
 import pytest
 
+from fanout.gateway.admission import ATTEMPT_BODIES
 from fanout.gateway.connections import connection_cap
 
 KEY = "sk-ant-real-0123456789abcdef"
@@ -223,3 +225,65 @@ def test_a_slowloris_connection_is_closed_after_the_idle_timeout(
             time.sleep(0.3)  # headers trickling in do not keep it open
         assert conn.recv(100) == b""  # closed, nothing answered
         assert 1.0 <= time.monotonic() - started < 5.0
+
+
+def send_body(port: int, token: str, size: int, *, declared: bool) -> bytes:
+    """A POST of ``size`` bytes (its length declared, or chunked), sent whole whatever
+    the gateway answers meanwhile; the gateway's answer."""
+    head = (
+        b"POST /anthropic/v1/messages HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n"
+        b"content-type: application/json\r\nx-api-key: " + token.encode() + b"\r\n"
+    )
+    head += (
+        b"content-length: %d\r\n\r\n" % size if declared else b"transfer-encoding: chunked\r\n\r\n"
+    )
+    piece = b"x" * (1024 * 1024)
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as conn:
+        conn.sendall(head)
+        try:
+            for _ in range(size // len(piece)):
+                conn.sendall(piece if declared else b"%x\r\n%s\r\n" % (len(piece), piece))
+            if not declared:
+                conn.sendall(b"0\r\n\r\n")
+        except OSError:  # the gateway stopped reading: its answer is there all the same
+            pass
+        return b"".join(iter(lambda: conn.recv(65536), b""))
+
+
+def test_8_bodies_of_60_mb_at_once_are_refused_with_413_and_memory_stays_bounded(
+    gateway_process: Callable[[float], Proc],
+) -> None:
+    # On main each body was read whole (up to 64 MiB) before anything else, and the
+    # eight took the coordinator from 54 MB to 1.07 GB.
+    proc = gateway_process(60.0)
+    before = proc.memory("VmHWM")
+    answers: list[bytes] = []
+    threads = [
+        threading.Thread(
+            target=lambda declared=i % 2 == 0: answers.append(
+                send_body(proc.port, proc.token, 60 * 1024 * 1024, declared=declared)
+            )
+        )
+        for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert len(answers) == 8
+    expected: dict[str, Any] = {
+        "type": "error",
+        "error": {
+            "type": "request_too_large",
+            "message": "fanout gateway: api anthropic: the request body is over 32 MiB, the"
+            " most the gateway passes to this API",
+        },
+    }
+    for answer in answers:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413 Request Entity Too Large\r\n"), head
+        assert json.loads(body) == expected
+    # The undeclared ones were read up to the cap, two at a time (the attempt's bodies).
+    grown = proc.memory("VmHWM") - before
+    assert grown < ATTEMPT_BODIES + 24 * 1024 * 1024, grown
+    assert proc.notices() == [expected["error"]["message"]]

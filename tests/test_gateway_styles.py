@@ -457,6 +457,10 @@ def test_error_bodies_in_each_styles_shape() -> None:
         "error": {"code": 400, "message": "no", "status": "INVALID_ARGUMENT"}
     }
     assert made(Style.PLAIN, 404, "not_found")["error"]["message"] == "no"
+    assert made(Style.ANTHROPIC, 413, "too_large")["error"]["type"] == "request_too_large"
+    assert made(Style.OPENAI, 429, "busy")["error"]["code"] == "rate_limit_exceeded"
+    assert made(Style.GEMINI, 408, "timeout")["error"]["status"] == "DEADLINE_EXCEEDED"
+    assert made(Style.GEMINI, 429, "busy")["error"]["status"] == "RESOURCE_EXHAUSTED"
 
 
 # -- prices, ledgers, tokens --------------------------------------------------------------

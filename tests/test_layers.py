@@ -121,6 +121,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.forwarding",
             "gateway.complaints",
             "gateway.connections",
+            "gateway.admission",
             "gateway.scrub",
             "gateway.proxy",
             "gateway",
