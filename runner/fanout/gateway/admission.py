@@ -10,10 +10,10 @@ own, so one unit cannot take what the others need:
 - ``ATTEMPT_IN_FLIGHT`` requests handled at once, and ``ATTEMPT_BODIES`` bytes of their
   bodies held (a body alone may be as large as its style allows, ``styles.MAX_BODY``).
   The others wait their turn, first come first served, their bodies not yet read: an
-  unread body stays in the kernel's buffers and aiohttp's (64 KiB), not in the
-  coordinator's memory.  A body counts at its declared length (at the style's cap when
-  its length is not declared) from its turn until its answer begins; the answer may
-  stream for minutes, and needs the body no longer.
+  unread body stays in the kernel's buffers and aiohttp's (128 KiB at most), not in
+  the coordinator's memory.  A body counts at its declared length (at the style's cap
+  when its length is not declared) from its turn until its answer begins; the answer
+  may stream for minutes, and needs the body no longer.
 
 A body is read in pieces under the style's cap: a declared length over it is refused at
 once with 413, unread; an undeclared one as soon as it passes the cap.  A body whose
