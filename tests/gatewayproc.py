@@ -14,10 +14,10 @@ import json
 import resource
 import sys
 
-from fanout.apistyles import FACTS, Style
+from test_gateway import make_api
+
 from fanout.events import Events
 from fanout.gateway import Gateway
-from fanout.spec.model import Api
 
 from mockapi import MockApi, MockConfig
 
@@ -28,17 +28,12 @@ def said(event: dict[str, object]) -> None:
 
 async def main(idle_timeout: float, key: str) -> None:
     async with MockApi(MockConfig(require_key=key)) as mock:
-        facts = FACTS[Style.ANTHROPIC]
-        api = Api(
-            name="anthropic",
-            upstream=mock.url,
-            style=Style.ANTHROPIC,
-            base_url_env=facts.base_url_env or "BASE",
-            token_env=facts.token_env or "TOKEN",
-            key_secret="REAL_KEY",
-        )
         gateway = Gateway(
-            [api], {"anthropic": key}, events=Events(said), stop=print, idle_timeout=idle_timeout
+            [make_api(mock.url)],
+            {"anthropic": key},
+            events=Events(said),
+            stop=print,
+            idle_timeout=idle_timeout,
         )
         await gateway.start()
         try:
