@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import errno
 import itertools
 from pathlib import Path
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from fanout.capture import OutputCapture
 from fanout.outcome import Status
-from fanout.redact import Redactor, patterns, redact_text
+from fanout.redact import Redactor, encoded_forms, patterns, redact_text
 from fanout.verdict import Verdict
 
 from helpers import make_attempt
@@ -253,3 +254,48 @@ async def test_a_last_line_without_newline_is_scanned_before_the_verdict(
     result = await verdict.decide(code=1, stage="worker", control=None, collect=nothing)
     assert (result.status, result.retry_after) == (Status.THROTTLED, 7.0)
     assert result.output_tail == "[secret]\nRetry-After: 7"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.binary(max_size=5),
+    after=st.binary(max_size=5),
+    urlsafe=st.booleans(),
+)
+def test_an_encoded_secret_is_found_inside_any_longer_base64_or_hex(
+    before: bytes, after: bytes, urlsafe: bool
+) -> None:
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    secret = "sk-ant-api03-Zm9v+/bar_0123456789"
+    forms = encoded_forms(secret)
+    for text in (
+        encode(before + secret.encode() + after).decode(),
+        (before + secret.encode()).hex(),
+    ):
+        redacted = redact_text(text, forms)
+        assert "[secret]" in redacted
+        # What is left of the encoding is its neighbours' few characters, no more.
+        assert len(redacted) - len("[secret]") <= 4 * (len(before) + len(after)) // 3 + 8
+
+
+def test_the_encoded_forms_of_a_secret() -> None:
+    assert encoded_forms("") == ()
+    # Hex both ways, percent-encoded, and base64 at offsets 0, 1 and 2 (of "YSBiL2M=",
+    # the "M" holds two bits of whatever follows the secret).
+    assert encoded_forms("a b/c") == (
+        "6120622F63",
+        "6120622f63",
+        "a%20b%2Fc",
+        "EgYi9j",
+        "YSBiL2",
+        "hIGIvY",
+    )
+    assert encoded_forms("key+?") == (
+        "6B65792B3F",
+        "6b65792b3f",
+        "key%2B%3F",
+        "a2V5Kz",
+        "rZXkrP",
+        "tleSs/",
+        "tleSs_",
+    )

@@ -533,7 +533,7 @@ async def test_a_gateway_closed_without_starting_frees_its_port() -> None:
 async def test_an_upstream_that_echoes_the_key_shows_the_worker_a_placeholder() -> None:
     async with rig(MockConfig(require_key="another", echo_key=True)) as r:
         status, data, _ = await r.post(r.token(), message())
-        assert (status, data["error"]["message"]) == (401, "invalid x-api-key [key]")
+        assert (status, data["error"]["message"]) == (401, "invalid x-api-key [secret]")
         assert r.mock.posts()[0].key == KEY
 
 

@@ -457,6 +457,10 @@ def test_error_bodies_in_each_styles_shape() -> None:
         "error": {"code": 400, "message": "no", "status": "INVALID_ARGUMENT"}
     }
     assert made(Style.PLAIN, 404, "not_found")["error"]["message"] == "no"
+    assert made(Style.ANTHROPIC, 413, "too_large")["error"]["type"] == "request_too_large"
+    assert made(Style.OPENAI, 429, "busy")["error"]["code"] == "rate_limit_exceeded"
+    assert made(Style.GEMINI, 408, "timeout")["error"]["status"] == "DEADLINE_EXCEEDED"
+    assert made(Style.GEMINI, 429, "busy")["error"]["status"] == "RESOURCE_EXHAUSTED"
 
 
 # -- prices, ledgers, tokens --------------------------------------------------------------
@@ -577,6 +581,27 @@ def test_the_upstream_url_keeps_its_path_and_the_query_all_but_key() -> None:
         == "https://h/v1/a%2Fb?alt=sse&x=%20"
     )
     assert forwarding.upstream_url("https://h", "v1/m", "key=t") == "https://h/v1/m"
+
+
+def test_dot_segments_are_resolved_and_a_climb_out_of_the_api_is_none() -> None:
+    assert forwarding.within("v1/messages") == "v1/messages"
+    assert forwarding.within("v1/./x/../messages") == "v1/messages"
+    assert forwarding.within("v1/%2e/x/%2E%2e/messages") == "v1/messages"
+    assert forwarding.within("v1/x/..") == "v1/"  # as a resolver makes it
+    assert forwarding.within("v1/a%2Fb") == "v1/a%2Fb"  # an encoded slash is kept
+    assert forwarding.within("v1/...") == "v1/..."  # not a dot segment
+    for climbs in (
+        "..",
+        "../openai/v1",
+        "v1/../../x",
+        "%2e%2e/x",
+        "v1/%2E%2E/%2e%2e",
+        "v1/..%2fx",  # decoded first by some servers
+        "v1/a%5C..%5Cb",
+        "v1/a\\..",
+        "v1/.%2F",
+    ):
+        assert forwarding.within(climbs) is None, climbs
 
 
 def test_a_token_is_looked_for_where_each_client_puts_it() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fanout.capture import OutputCapture
+from fanout.errors import storage_error, storage_problem
 
 from helpers import write_job
 
@@ -166,3 +168,26 @@ def test_a_log_that_cannot_be_written_is_recorded_not_raised(small_disk: Path) -
     assert capture.storage_error.errno == errno.ENOSPC
     assert capture.tail.endswith("last line\n")
     filler.unlink()
+
+
+def test_no_file_descriptor_left_says_the_limit_not_free_space() -> None:
+    # On main a coordinator out of files (a unit's 1,800 connections to the gateway)
+    # stopped with "too many open files: ...; free space and `fanout run` continues".
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    for number in (errno.EMFILE, errno.ENFILE):
+        problem = storage_problem(OSError(number, os.strerror(number), "/state/logs/a.log"))
+        assert problem is not None
+        assert (str(problem), problem.exit_code) == (
+            f"{os.strerror(number)[:1].lower()}{os.strerror(number)[1:]}: /state/logs/a.log;"
+            f" fanout's limit on open files (`ulimit -n`) is {soft}: raise it or lower"
+            " runtime.maxConcurrentTasks, and `fanout run` continues",
+            5,
+        )
+    # What a log that could not be opened says (verdict words the OSError the same way).
+    assert str(storage_error("/state", "too many open files")).startswith(
+        "too many open files: /state; fanout's limit on open files (`ulimit -n`) is"
+    )
+    assert str(storage_error("/state", "no space left on device")) == (
+        "no space left on device: /state; free space and `fanout run` continues"
+    )
+    assert storage_problem(OSError(errno.EACCES, "Permission denied")) is None

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
+import resource
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -109,21 +111,37 @@ class StateError(FanoutError):
 
 def storage_error(directory: object, reason: str) -> StateError:
     """fanout could not write under its state directory (a full disk, a read-only or
-    failing device): never a unit's fault, and ``fanout run`` continues once fixed."""
+    failing device, or no file descriptor left to open a file with): never a unit's
+    fault, and ``fanout run`` continues once fixed."""
+    if reason in _OUT_OF_FILES:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return StateError(
+            f"{reason}: {directory}; fanout's limit on open files (`ulimit -n`) is {soft}:"
+            " raise it or lower runtime.maxConcurrentTasks, and `fanout run` continues"
+        )
     return StateError(f"{reason}: {directory}; free space and `fanout run` continues")
 
 
 # OSError numbers that mean the machine's storage refused fanout (not a bug, not a unit).
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+# And those that mean fanout had no file descriptor left (its own limit, the system's).
+FILES_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def _lowered(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+# How a reason reads for those (``strerror`` lowered, as fanout words every OSError).
+_OUT_OF_FILES = frozenset(_lowered(os.strerror(number)) for number in FILES_ERRNOS)
 
 
 def storage_problem(exc: BaseException) -> StateError | None:
     """The StateError for an OSError of fanout's own storage (a full disk anywhere fanout
-    writes), or None for any other exception."""
-    if not isinstance(exc, OSError) or exc.errno not in STORAGE_ERRNOS:
+    writes, no file descriptor left), or None for any other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in STORAGE_ERRNOS | FILES_ERRNOS:
         return None
-    reason = exc.strerror or str(exc)
-    return storage_error(exc.filename or "?", reason[:1].lower() + reason[1:])
+    return storage_error(exc.filename or "?", _lowered(exc.strerror or str(exc)))
 
 
 class JobLocked(FanoutError):

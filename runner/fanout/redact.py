@@ -29,7 +29,9 @@ a secret holding bytes that are not UTF-8 still matches the worker's raw output.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
+from urllib.parse import quote
 
 REDACTED = b"[secret]"
 # Lines of a multi-line secret with more characters than this are secrets on their own.
@@ -151,3 +153,29 @@ def _hold(found: tuple[bytes, ...], buffer: bytes, lowest: int) -> int:
                 break
             start += 1
     return hold
+
+
+def encoded_forms(secret: str) -> tuple[str, ...]:
+    """The forms ``secret`` takes encoded, as an upstream that echoes what it refused (or
+    a program that prints it) may write it: base64, standard and URL-safe, at each of
+    the three alignments the secret can have inside a longer encoded text (only the
+    characters its own bytes decide, since its neighbours change the first and last);
+    hex in lower and upper case; percent-encoded.  Redact them as secrets of their own:
+    a secret of a few characters gives forms that ordinary text holds, so callers
+    redact these for secrets long enough to be a key."""
+    value = secret.encode("utf-8", "surrogateescape")
+    if not value:
+        return ()
+    found: set[str] = {value.hex(), value.hex().upper()}
+    for offset in range(3):
+        text = base64.b64encode(bytes(offset) + value).decode().rstrip("=")
+        # Character i holds bits [6i, 6i + 6) of the input: those wholly inside the secret.
+        kept = text[-(-8 * offset // 6) : 8 * (offset + len(value)) // 6]
+        found.update((kept, kept.translate(_URLSAFE)))
+    found.add(quote(secret, safe="", errors="surrogateescape"))
+    found.discard(secret)
+    found.discard("")
+    return tuple(sorted(found, key=lambda form: (-len(form), form)))
+
+
+_URLSAFE = str.maketrans("+/", "-_")

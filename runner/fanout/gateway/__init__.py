@@ -8,6 +8,7 @@ keeps the accounts and the budget (``usage``).  The HTTP side is ``proxy``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -23,7 +24,12 @@ from ..events import Events
 from ..outcome import ApiUsage
 from ..spec.model import Api
 from .books import Write
+from .complaints import Complaints
+from .connections import IDLE_TIMEOUT, Connections
 from .proxy import Proxy
+
+# aiohttp's default is 256 KiB (3.14; 64 KiB before): a quarter as much per connection.
+BODY_BUFFER = 64 * 1024
 
 
 class Gateway:
@@ -39,6 +45,7 @@ class Gateway:
         rng: random.Random | None = None,
         socket_dir: Path | None = None,
         host: str = "127.0.0.1",
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         # Bound now, so the port is known before any transport (an SSH forward, a
         # worker's environment) is built; nothing is served until ``start``.  ``host``:
@@ -73,8 +80,19 @@ class Gateway:
                 raise
         self._stop = stop
         self._stopped: SpendStopped | None = None
-        self._proxy = Proxy(apis, keys, events=events, stop=self._spent, rng=rng or random.Random())
+        self._complaints = Complaints(events)
+        self._connections = Connections(complaints=self._complaints, idle_timeout=idle_timeout)
+        self._proxy = Proxy(
+            apis,
+            keys,
+            events=events,
+            stop=self._spent,
+            rng=rng or random.Random(),
+            connections=self._connections,
+            complaints=self._complaints,
+        )
         self._runner: web.AppRunner | None = None
+        self._accepting: list[asyncio.Task[None]] = []
 
     @property
     def port(self) -> int:
@@ -103,25 +121,41 @@ class Gateway:
     async def start(self) -> None:
         self._proxy.open_session()
         # No access log: a query string may carry a token (?key=).  A worker that
-        # disconnects cancels its request, also while it waits in the queue.
+        # disconnects cancels its request, also while it waits in the queue.  What
+        # aiohttp's server would log (a traceback per malformed request) becomes one
+        # line per kind (``complaints``).  No site: ``connections`` accepts, so that
+        # it can stop accepting at its cap.
         runner = web.AppRunner(
             self._proxy.app(),
             access_log=None,
             handle_signals=False,
             handler_cancellation=True,
             shutdown_timeout=1.0,
+            logger=self._complaints.server_logger(),
+            # What aiohttp buffers of a body not read yet (twice this, at most): the
+            # bodies waiting for their attempt's turn (``admission``).
+            read_bufsize=BODY_BUFFER,
         )
         await runner.setup()
-        await web.SockSite(runner, self._socket).start()
-        if self._unix is not None:
-            await web.SockSite(runner, self._unix).start()
+        server = runner.server
+        assert server is not None
         self._runner = runner
+        for listener in (self._socket, self._unix):
+            if listener is not None:
+                serving = self._connections.serve(listener, server)
+                self._accepting.append(asyncio.create_task(serving))
 
     async def close(self) -> None:
         """Stops serving (requests still running are cancelled, and counted) and closes
         the upstream connections; what is left of the books is written.  Safe to call
         twice, or without ``start``."""
         try:
+            accepting, self._accepting = self._accepting, []
+            for task in accepting:
+                task.cancel()
+            for task in accepting:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if self._runner is not None:
                 runner, self._runner = self._runner, None
                 await runner.cleanup()
@@ -131,6 +165,7 @@ class Gateway:
                 self._close_sockets()
             finally:
                 self._proxy.accounts.books.close()
+                self._complaints.flush()
 
     def _close_sockets(self) -> None:
         self._socket.close()

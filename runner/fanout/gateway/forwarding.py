@@ -12,6 +12,7 @@ rest byte for byte.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
@@ -30,6 +31,8 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
+# What a server may take for a path's separator once it decodes the path.
+_SLASHES = re.compile(r"[/\\]")
 TOKEN_HEADERS = frozenset({"x-api-key", "authorization", "x-goog-api-key"})
 _NOT_UPSTREAM = HOP_BY_HOP | TOKEN_HEADERS | {"host", "content-length", "accept-encoding"}
 # The client session decompresses whatever the upstream sends despite "identity".
@@ -48,6 +51,32 @@ def tokens_offered(headers: Mapping[str, str], query: str) -> list[str]:
     ]
     found += [unquote(part[4:]) for part in query.split("&") if part.startswith("key=")]
     return [token for token in found if token]
+
+
+def within(rest: str) -> str | None:
+    """``rest`` (the path after the API's name, as sent) with its dot segments removed
+    (RFC 3986 5.2.4), a segment counting as one once percent-decoded (``%2e%2e`` is
+    ``..``); None if it would leave the upstream's path: a ``..`` that climbs above it,
+    or a dot segment behind an encoded or a back slash (``..%2f``, ``..\\``), which
+    some servers decode before they resolve.  The real key goes with the request, so
+    what the upstream resolves must stay under the path the job named."""
+    kept: list[str] = []
+    segments = rest.split("/")
+    for index, segment in enumerate(segments):
+        decoded = unquote(segment)
+        parts = _SLASHES.split(decoded)
+        if len(parts) > 1 and any(part in (".", "..") for part in parts):
+            return None
+        if decoded not in (".", ".."):
+            kept.append(segment)
+            continue
+        if decoded == "..":
+            if not kept:
+                return None
+            kept.pop()
+        if index == len(segments) - 1:
+            kept.append("")  # "a/b/.." is "a/", as a resolver makes it
+    return "/".join(kept)
 
 
 def upstream_url(upstream: str, rest: str, query: str) -> str:

@@ -1,14 +1,17 @@
 """The gateway's HTTP side (aiohttp, server and client): one request from a worker,
 from its token to the upstream's last byte.
 
-``/<api>/<rest>?<query>`` goes to ``<upstream>/<rest>?<query>``.  On the way: the token
-is checked and swapped for the real key, the request waits its turn in the API's
-limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time, and the
-answer streams back chunk by chunk while its usage is read.  What the gateway answers
-itself is shaped as the style's own errors, so agents print the message: 401 for a
-token that is not (or no longer) valid, 400 once the run's budget for the API or the
-unit's own budget is spent (never a 429 or 529: agents retry those), 404 for an API
-the job does not have, 502 when the upstream cannot be reached.
+``/<api>/<rest>?<query>`` goes to ``<upstream>/<rest>?<query>``, dot segments resolved.
+On the way: the token is checked and swapped for the real key, the request waits for
+its attempt's turn and its body is read (``admission``), then it waits its turn in the
+API's limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time,
+and the answer streams back chunk by chunk while its usage is read and the key scrubbed
+(``scrub``).
+What the gateway answers itself is shaped as the style's own errors, so agents print
+the message: 401 for a token that is not (or no longer) valid, 400 once the run's
+budget for the API or the unit's own budget is spent (never a 429 or 529: agents retry
+those) or for a path out of the API's, 404 for an API the job does not have, 502 when
+the upstream cannot be reached, and ``admission``'s refusals (408, 413, 429).
 
 Counting: ``requests`` counts every request sent upstream, a retried one each time
 (as the upstream's own tally does); ``throttles`` the 429/529 answers absorbed.  An
@@ -19,6 +22,7 @@ stays in the limiter's windows (the upstream may well have counted it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import types
@@ -34,9 +38,13 @@ from ..apistyles import Style
 from ..errors import SpendStopped
 from ..events import Events
 from ..spec.model import Api
-from . import forwarding, ratelimits, styles
+from . import admission, forwarding, ratelimits, styles
+from .admission import Attempts
 from .answers import TokenCounts, UsageReader
+from .complaints import Complaints
+from .connections import Connection, Connections
 from .limiter import Limiter, Ticket
+from .scrub import Scrub
 from .styles import Estimate, Verdict
 from .tokens import Grant, Grants
 from .usage import Accounts, Hold
@@ -51,8 +59,6 @@ JITTER = 0.2
 # (the common default cap of agent CLIs) until its usage replaces the reservation;
 # reserving the whole window instead would run such requests one per window.
 UNCAPPED_OUTPUT = 4096
-# Agent requests carry whole conversations (Anthropic accepts up to 32 MB).
-MAX_BODY = 64 * 1024 * 1024
 
 
 @dataclass(kw_only=True, slots=True)
@@ -62,6 +68,7 @@ class Route:
     api: Api
     key: str
     limiter: Limiter
+    scrub: Scrub
 
 
 class Proxy:
@@ -75,6 +82,8 @@ class Proxy:
         events: Events,
         stop: Callable[[SpendStopped], None],
         rng: random.Random,
+        connections: Connections,
+        complaints: Complaints,
     ) -> None:
         self.routes = {
             api.name: Route(
@@ -86,6 +95,7 @@ class Proxy:
                     output_tokens=api.output_tokens,
                     max_in_flight=api.max_in_flight,
                 ),
+                scrub=Scrub(keys.get(api.name, "")),
             )
             for api in apis
         }
@@ -93,10 +103,15 @@ class Proxy:
         self.accounts = Accounts(apis, events=events, stop=stop)
         self.events = events
         self.rng = rng
+        self.connections = connections
+        self.complaints = complaints
+        self.attempts = Attempts()
         self.session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY)
+        # Bodies are read by ``admission`` (in pieces, under each style's cap), never
+        # by aiohttp's ``request.read()``, which ``client_max_size`` would bound.
+        app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -108,7 +123,9 @@ class Proxy:
             # No total: an agent's stream may run for many minutes.  A silent upstream
             # is cut after 10 minutes (Claude Code's own request timeout).
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=600),
-            connector=aiohttp.TCPConnector(limit=0),  # the limiters decide concurrency
+            # The limiters decide concurrency; each request upstream has a worker's
+            # connection behind it, so there are never more than the gateway holds.
+            connector=aiohttp.TCPConnector(limit=self.connections.cap),
             # No proxy or netrc from the environment: nothing may add credentials.
             trust_env=False,
             # No cookies kept: one attempt's would go out with every other's requests.
@@ -125,10 +142,17 @@ class Proxy:
     # -- one request ------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        connection = self.connections.of(request.transport)
+        with connection.handling() if connection is not None else contextlib.nullcontext():
+            return await self._handle(request, connection)
+
+    async def _handle(
+        self, request: web.Request, connection: Connection | None
+    ) -> web.StreamResponse:
         if request.method == "HEAD":  # Claude Code's connectivity pre-check
             return web.Response(status=200)
         # raw_path: the path as sent (with its query), so the upstream gets it unchanged.
-        name, _, rest = request.raw_path.partition("?")[0].lstrip("/").partition("/")
+        name, _, sent = request.raw_path.partition("?")[0].lstrip("/").partition("/")
         route = self.routes.get(name)
         if route is None:
             known = ", ".join(self.routes) or "none"
@@ -142,15 +166,43 @@ class Proxy:
                 " (its attempt has ended, or it was never issued)"
             )
             return _error(style, 401, "auth", message)
+        rest = forwarding.within(sent)
+        if rest is None:
+            message = (
+                f"fanout gateway: api {name}: the path climbs out of /{name}/ (a '..'"
+                " segment), which the gateway does not send upstream"
+            )
+            self.complaints.say(f"path:{name}", message)
+            return _error(style, 400, "invalid", message)
         refused = self._refusal(name, grant)
         if refused is not None:  # never a 429 or 529: agents would retry those
             return _error(style, 400, "invalid", refused)
-        # Accounted once, however the request ends (see ``usage.Hold``).
-        hold = self.accounts.hold(name, grant.ledger)
-        try:
-            return await self._forward(request, route, grant, hold, rest)
-        finally:
-            hold.close()
+        async with self.attempts.admit(
+            request,
+            grant,
+            connection,
+            cap=styles.MAX_BODY[style],
+            idle_timeout=self.connections.idle_timeout,
+            what=f"api {name}",
+        ) as turn:
+            if isinstance(turn, admission.Refusal):
+                return self._refused(route, turn)
+            # Accounted once, however the request ends (see ``usage.Hold``).
+            hold = self.accounts.hold(name, grant.ledger)
+            try:
+                return await self._forward(request, route, grant, hold, rest, turn)
+            finally:
+                hold.close()
+
+    def _refused(self, route: Route, refusal: admission.Refusal) -> web.Response:
+        """A request refused before it was read to its end: said once a minute, and its
+        connection closed after the answer (what is left of the body is not read)."""
+        self.complaints.say(f"{refusal.kind}:{route.api.name}", refusal.message)
+        response = _error(route.api.style, refusal.status, refusal.kind, refusal.message)
+        if refusal.retry_after is not None:
+            response.headers["retry-after"] = str(refusal.retry_after)
+        response.force_close()
+        return response
 
     def _refusal(self, name: str, grant: Grant) -> str | None:
         """What a request is told instead of being sent: the run's budget for the API
@@ -169,12 +221,18 @@ class Proxy:
         return next((g for token in offered if (g := self.grants.holder(token))), None)
 
     async def _forward(
-        self, request: web.Request, route: Route, grant: Grant, hold: Hold, rest: str
+        self,
+        request: web.Request,
+        route: Route,
+        grant: Grant,
+        hold: Hold,
+        rest: str,
+        turn: admission.Turn,
     ) -> web.StreamResponse:
         style = route.api.style
-        body = await request.read()
-        guess = styles.estimate(style, body, rest)
-        body = styles.prepared(style, rest, body)
+        guess = styles.estimate(style, turn.body, rest)
+        # The turn holds the body (no name here does): dropped there, it is freed.
+        turn.body = styles.prepared(style, rest, turn.body)
         url = URL(
             forwarding.upstream_url(route.api.upstream, rest, request.query_string),
             encoded=True,
@@ -202,7 +260,7 @@ class Proxy:
                     request.method,
                     url,
                     headers=headers,
-                    data=body or None,
+                    data=turn.body or None,
                     allow_redirects=False,
                     # The windows count the request from when it left (Limiter.sent).
                     trace_request_ctx=functools.partial(route.limiter.sent, ticket),
@@ -225,6 +283,7 @@ class Proxy:
                 if told is not None:
                     route.limiter.observe(told)
                 if answer.status < 400:
+                    turn.drop_body()  # no retry from here, and the answer may stream long
                     return await self._stream(
                         request, answer, route, hold, ticket, guess, sent, queued, throttles
                     )
@@ -256,12 +315,12 @@ class Proxy:
                 self._account(hold, None, sent, queued, throttles)
                 if verdict is Verdict.SPEND:
                     self.accounts.upstream_refused(route.api.name, answer.status, data)
-                if len(route.key) >= 8:  # an upstream that echoes the key it refused
-                    data = data.replace(route.key.encode(), b"[key]")
                 return web.Response(
                     status=answer.status,
-                    headers=forwarding.downstream_headers(list(answer.headers.items())),
-                    body=data,
+                    headers=route.scrub.headers(
+                        forwarding.downstream_headers(list(answer.headers.items()))
+                    ),
+                    body=route.scrub.body(data),
                 )
 
     async def _stream(
@@ -279,9 +338,12 @@ class Proxy:
         """Writes the answer to the worker as its chunks arrive, reading its usage."""
         sse = answer.content_type == "text/event-stream"
         reader = UsageReader(route.api.style, sse=sse, model=guess.model)
+        scrubbed = route.scrub.stream()
         response = web.StreamResponse(
             status=answer.status,
-            headers=forwarding.downstream_headers(list(answer.headers.items())),
+            headers=route.scrub.headers(
+                forwarding.downstream_headers(list(answer.headers.items()))
+            ),
         )
         counts: TokenCounts | None = None
         try:
@@ -289,14 +351,16 @@ class Proxy:
             try:
                 async for chunk in answer.content.iter_any():
                     reader.feed(chunk)
-                    await response.write(chunk)
+                    passed = scrubbed.feed(chunk)
+                    if passed:
+                        await response.write(passed)
             except (aiohttp.ClientError, TimeoutError):
                 # Cut mid-answer: the worker's connection is dropped after what arrived,
                 # so its client sees a broken stream, not a whole answer that is half.
                 if request.transport is not None:
                     request.transport.abort()
                 return response
-            await response.write_eof()
+            await response.write_eof(scrubbed.close())
         except ConnectionResetError:  # the worker went away
             pass
         finally:

@@ -170,6 +170,20 @@ def classify(style: Style, status: int, body: bytes) -> Verdict:
     return Verdict.RETRY if status in (429, 529) else Verdict.FORWARD
 
 
+MIB = 1024 * 1024
+# The largest request body the gateway passes, per style: the API's own documented
+# limit (Anthropic's Messages API 32 MB, OpenAI's 50 MB a request, Gemini's 100 MB of
+# inline data), in MiB so that it errs on the side of passing; a plain API's is not
+# known, and agents' requests are conversations far below it.  A larger body is
+# refused with 413 before it is read (or as soon as it passes the cap, when its
+# length was not declared): the upstream would refuse it anyway.
+MAX_BODY: dict[Style, int] = {
+    Style.ANTHROPIC: 32 * MIB,
+    Style.OPENAI: 50 * MIB,
+    Style.GEMINI: 100 * MIB,
+    Style.PLAIN: 32 * MIB,
+}
+
 # The error shape each style's clients parse and print, by the gateway's own kinds.
 _KINDS: dict[str, tuple[str, str]] = {
     # kind: (Anthropic/OpenAI error type, Gemini status)
@@ -177,7 +191,12 @@ _KINDS: dict[str, tuple[str, str]] = {
     "invalid": ("invalid_request_error", "INVALID_ARGUMENT"),
     "not_found": ("not_found_error", "NOT_FOUND"),
     "upstream": ("api_error", "UNAVAILABLE"),
+    "too_large": ("request_too_large", "INVALID_ARGUMENT"),
+    "timeout": ("invalid_request_error", "DEADLINE_EXCEEDED"),
+    "busy": ("rate_limit_error", "RESOURCE_EXHAUSTED"),
 }
+# OpenAI's error code for each kind that has one.
+_OPENAI_CODES = {"auth": "invalid_api_key", "busy": "rate_limit_exceeded"}
 
 
 def error_body(style: Style, status: int, kind: str, message: str) -> bytes:
@@ -191,6 +210,6 @@ def error_body(style: Style, status: int, kind: str, message: str) -> bytes:
         data = {"error": {"code": status, "message": message, "status": gemini}}
     else:
         openai = "server_error" if kind == "upstream" else "invalid_request_error"
-        code = "invalid_api_key" if kind == "auth" else None
+        code = _OPENAI_CODES.get(kind)
         data = {"error": {"message": message, "type": openai, "param": None, "code": code}}
     return json.dumps(data).encode()
