@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import socketserver
@@ -24,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from fanout import spec
+from fanout import aggregate, spec
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.local import LocalTransport
 from fanout.run import Options, Runner
 
-from helpers import write_job
+from helpers import cli, write_job
 from sshd import TEST_USER
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -424,6 +425,28 @@ async def test_the_aggregate_gets_a_workers_environment_and_its_output_is_redact
     ]
 
 
+async def test_the_aggregate_output_is_redacted_of_the_keys_and_any_token(tmp_path: Path) -> None:
+    """Its environment holds no [[apis]] key; what it prints of one (read elsewhere),
+    and any gateway token, is redacted all the same."""
+    key, token = f"real-key-{secrets.token_hex(8)}", f"fanout-token-{secrets.token_urlsafe(32)}"
+    command = f'["sh", "-c", "echo {key} {token}; echo ${{REAL_KEY:-no key}}"]'
+    job = _aggregate_runner(tmp_path, command, {}).spec
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    await aggregate.run(
+        job,
+        run_id="r",
+        run_dir=run_dir,
+        results=iter(()),
+        trigger=None,
+        secrets={},
+        environ={"PATH": os.environ["PATH"], "REAL_KEY": key},
+        events=Events(),
+        keys=(key,),
+    )
+    assert (run_dir / "aggregate.out").read_text() == "[secret] [secret]\nno key\n"
+
+
 async def test_the_aggregate_renders_with_the_runs_trigger(tmp_path: Path) -> None:
     runner = _aggregate_runner(
         tmp_path,
@@ -457,3 +480,44 @@ async def test_an_aggregate_template_that_fails_is_an_event_not_a_traceback(
     assert len(failed) == 1
     assert failed[0]["reason"].startswith("template: ")
     assert "channel" in failed[0]["reason"]
+
+
+def test_the_input_command_gets_no_api_key(
+    chdir_tmp: Path, mock_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The input command runs with fanout's own environment, less the [[apis]] keys
+    (the gateway's alone): in `fanout plan` and in `fanout run` alike.  task.secrets it
+    keeps, as the README says."""
+    monkeypatch.setenv("REAL_KEY", f"sk-ant-input-{secrets.token_hex(8)}")
+    monkeypatch.setenv("POST_TOKEN", "posted")
+    write_job(
+        chdir_tmp,
+        f"""
+        version = 1
+        name = "input-env"
+        [inputs]
+        command = ["sh", "-c", "echo key-${{REAL_KEY:+set}}; echo secret-${{POST_TOKEN:+set}}"]
+        format = "lines"
+        [task]
+        command = ["true"]
+        secrets = ["POST_TOKEN"]
+        [runtime]
+        network = true
+        [[apis]]
+        name = "anthropic"
+        upstream = "{mock_api.url}"
+        style = "anthropic"
+        keySecret = "REAL_KEY"
+        """,
+    )
+    planned = cli("plan", "job.toml")
+    assert planned.code == 0, planned.err
+    shown = [line.split()[1] for line in planned.out.splitlines() if re.match(r" +\d+\. ", line)]
+    assert shown == ["key-", "secret-set"]
+    ran = cli("run", "job.toml")
+    assert ran.code == 0, ran.err
+    (report,) = (chdir_tmp / ".fanout" / "runs").glob("*/report.json")
+    assert sorted(u["unit"] for u in json.loads(report.read_text())["units"]) == [
+        "key-",
+        "secret-set",
+    ]

@@ -1,5 +1,5 @@
 """The real keys of a job's ``[[apis]]``, read from the coordinator's environment for
-the gateway alone (never for a worker)."""
+the gateway alone: never for a worker, nor for any other process fanout starts."""
 
 from __future__ import annotations
 
@@ -24,3 +24,12 @@ def api_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
             "fanout runs in ([[apis]] keySecret names them)"
         )
     return {api.name: environ[api.key_secret] for api in spec.apis if api.key_secret is not None}
+
+
+def without_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` less the variables that hold ``spec``'s [[apis]] keys: what a command
+    fanout starts with its own environment gets (the input command).  Decision: the key
+    is the gateway's alone; a command that needs one of its own reads another variable
+    (``task.secrets`` may not name a keySecret either)."""
+    named = {api.key_secret for api in spec.apis}
+    return {name: value for name, value in environ.items() if name not in named}

@@ -72,12 +72,18 @@ class Gateway:
                 raise
         self._stop = stop
         self._stopped: SpendStopped | None = None
+        self._keys = tuple(dict.fromkeys(key for key in keys.values() if key))
         self._proxy = Proxy(apis, keys, events=events, stop=self._spent, rng=rng or random.Random())
         self._runner: web.AppRunner | None = None
 
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The real keys it sends upstream: what every output redacts (``Round.keys``)."""
+        return self._keys
 
     @property
     def socket_path(self) -> Path | None:
