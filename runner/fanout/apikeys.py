@@ -33,3 +33,10 @@ def without_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
     (``task.secrets`` may not name a keySecret either)."""
     named = {api.key_secret for api in spec.apis}
     return {name: value for name, value in environ.items() if name not in named}
+
+
+def secret_names(spec: Spec) -> tuple[str, ...]:
+    """Every variable of the coordinator's environment that holds one of ``spec``'s
+    secrets: its [[apis]] keys and its ``task.secrets``, each once."""
+    keys = (api.key_secret for api in spec.apis if api.key_secret is not None)
+    return tuple(dict.fromkeys([*keys, *spec.task.secrets]))
