@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .errors import EnvironmentProblem
+from .exposure import Handed
 from .spec import Spec
 
 
@@ -40,3 +41,11 @@ def secret_names(spec: Spec) -> tuple[str, ...]:
     secrets: its [[apis]] keys and its ``task.secrets``, each once."""
     keys = (api.key_secret for api in spec.apis if api.key_secret is not None)
     return tuple(dict.fromkeys([*keys, *spec.task.secrets]))
+
+
+def handed(spec: Spec) -> Handed:
+    """What ``spec`` hands each worker that the other units must not read (``exposure``):
+    nothing once it accepts plain directories (``runtime.unsandboxedSecrets``)."""
+    if spec.runtime.unsandboxed_secrets:
+        return Handed()
+    return Handed(tokens=bool(spec.apis), secrets=bool(spec.task.secrets))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import commands, limits
-from .apikeys import api_keys, without_keys
+from .apikeys import api_keys, handed, without_keys
 from .errors import EnvironmentProblem, Interrupted
 from .events import Events, Sink
 from .journal import Journal
@@ -75,6 +75,7 @@ def transport_for(
             ),
             notice=notice,
             emit=emit,
+            handed=handed(job),
         )
     if job.runtime.hosts:
         from . import knownhosts as hosts
@@ -89,7 +90,10 @@ def transport_for(
             emit=emit,
             gateway_port=gateway_port,
             network=job.runtime.network,
+            handed=handed(job),
         )
+    # Local sandboxes: ``auto`` without bwrap is refused before the run starts
+    # (``commands.check``, through ``Runner.workers``).
     from .local import LocalTransport
 
     return LocalTransport(
