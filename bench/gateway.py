@@ -107,7 +107,10 @@ command = ["{python}", "{worker}", "{k}"]
 {task_env}
 [runtime]
 maxConcurrentTasks = {concurrency}
+# Plain directories, whose workers could read each other's tokens: the bench measures
+# the gateway's pacing and cost, not a sandbox.
 sandbox = "none"
+unsandboxedSecrets = true
 network = true
 {pacing}
 """

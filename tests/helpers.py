@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from fanout import sandbox
 from fanout.attempt import Attempt
 from fanout.cli import app
+from fanout.cli.app import set_dumpable
 from fanout.collecting import Collect
 from fanout.invocation import Invocation
 from fanout.sandbox import Kind
@@ -42,8 +43,16 @@ class Ran:
 
 
 def cli(*args: str) -> Ran:
-    """Run ``fanout ARGS`` in this process (the cwd is the test's)."""
-    result = CliRunner().invoke(app, list(args))
+    """Run ``fanout ARGS`` in this process (the cwd is the test's).  Each real ``fanout``
+    is a process of its own: what a run seals (``cli.app.sealed_environ`` unsets the
+    job's keys and secrets and makes the process non-dumpable) is undone afterwards,
+    so the next call, and the next test, starts as a fresh process would."""
+    before = dict(os.environ)
+    try:
+        result = CliRunner().invoke(app, list(args))
+    finally:
+        os.environ.update(before)
+        set_dumpable(True)
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Ran(result.exit_code, result.stdout, result.stderr)

@@ -455,3 +455,38 @@ def test_logs_are_where_the_readme_says(chdir_tmp: Path, repo: Path) -> None:
         digest = hashlib.sha256(unit.encode()).hexdigest()[:8]
         log = run_dir / "logs" / f"src_a.py-{digest}" / "r1-a1.log"
         assert f"hello {unit}\n" in log.read_text()
+
+
+def test_a_run_reads_its_keys_and_secrets_then_seals_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``fanout run`` and ``fanout schedule`` do once the job is loaded: the keys
+    and secrets go into the mapping the library gets, out of the process's environment
+    (no child inherits them), and the process becomes non-dumpable (its /proc environ
+    and memory, which unsetenv does not clear, are root's to read)."""
+    from fanout.cli.app import dumpable, sealed_environ, set_dumpable
+
+    monkeypatch.setenv("REAL_KEY", "sk-real")
+    monkeypatch.setenv("CRM_TOKEN", "crm")
+    monkeypatch.setenv("UNRELATED", "kept")
+    job = spec.load(
+        write_job(
+            tmp_path,
+            MINIMAL + 'secrets = ["CRM_TOKEN"]\n[runtime]\nnetwork = true\n[[apis]]\nname = "a"\n'
+            'upstream = "https://api.example.com"\nstyle = "anthropic"\nkeySecret = "REAL_KEY"\n',
+        )
+    )
+    assert dumpable()
+    try:
+        sealed = sealed_environ([job])
+        assert not dumpable()
+    finally:
+        set_dumpable(True)
+    assert (sealed["REAL_KEY"], sealed["CRM_TOKEN"], sealed["UNRELATED"]) == (
+        "sk-real",
+        "crm",
+        "kept",
+    )
+    assert [name for name in ("REAL_KEY", "CRM_TOKEN", "UNRELATED") if name in os.environ] == [
+        "UNRELATED"
+    ]

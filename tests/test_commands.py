@@ -171,6 +171,61 @@ def test_run_refuses_before_any_unit_starts(
         journal.close()
 
 
+def test_auto_without_bwrap_refuses_a_job_that_hands_out_tokens_before_it_starts(
+    chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This machine without bwrap (none on the PATH): sandbox auto means plain
+    directories, which neither hide the other units from workers given tokens and
+    secrets nor give network "apis".  Refused at the start (exit 4), nothing recorded:
+    the issue saw a stopped run instead."""
+    _tool(chdir_tmp / "bin")
+    monkeypatch.setenv("PATH", f"{chdir_tmp}/bin")
+    monkeypatch.setenv("CRM_TOKEN", "crm-secret")
+    monkeypatch.setenv("ANTHROPIC_KEY", "sk-real")
+    _job(
+        chdir_tmp,
+        '"claude"',
+        sandbox_kind="auto",
+        more='secrets = ["CRM_TOKEN"]\n[[apis]]\nname = "anthropic"\n'
+        'upstream = "https://api.anthropic.com"\nstyle = "anthropic"\nkeySecret = "ANTHROPIC_KEY"',
+    )
+    text = (chdir_tmp / "job.toml").read_text()
+    (chdir_tmp / "job.toml").write_text(text.replace('sandbox = "auto"', 'network = "apis"'))
+    where = (
+        "runtime.sandbox: 'auto' gives plain directories on this machine (bubblewrap is not"
+        " installed or cannot create namespaces here)"
+    )
+    expected = [
+        f"{where}, which do not hide the coordinator, the other units or this user's files"
+        " from a worker: it could read the other running units' API tokens and the job's"
+        " task.secrets in /proc and keep them wherever its user can write; install bubblewrap"
+        " (apt-get install bubblewrap), or set runtime.unsandboxedSecrets = true to accept"
+        " that",
+        f'{where}: runtime.network = "apis" needs bwrap sandboxes (a network namespace of'
+        " their own in which only the gateway is reachable); sandbox 'none' cannot limit a"
+        " worker's network: install bubblewrap, or set runtime.network = true",
+    ]
+    result = cli("run", "job.toml")
+    assert (result.code, result.out) == (4, "")
+    assert result.err.splitlines() == [
+        *expected,
+        "no unit was started; `fanout plan job.toml` shows where each command resolves",
+    ]
+    journal = Journal(chdir_tmp / ".fanout" / "journal.sqlite")
+    try:
+        assert journal.runs() == []
+    finally:
+        journal.close()
+    planned = cli("plan", "job.toml")
+    assert planned.code == 0, planned.err
+    assert _commands_lines(planned.out) == [
+        f"Commands  task.command: claude -> {chdir_tmp}/bin/claude",
+        f"          WARNING {expected[0]}",
+        f"          WARNING {expected[1]}",
+        "          `fanout run` refuses to start until this is fixed",
+    ]
+
+
 def test_a_unit_dependent_command_is_skipped_and_its_attempts_say_why(
     chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -71,6 +71,8 @@ BASE: dict[str, Any] = {
     "runtime": {
         "maxConcurrentTasks": 2,
         "sandbox": "none",
+        # Secrets in plain directories: accepted, so the base job is valid.
+        "unsandboxedSecrets": True,
         "network": False,
         "logLimit": "1MiB",
         "outputTail": "4KiB",

@@ -197,7 +197,8 @@ def test_a_token_used_after_its_attempt_ended_gets_401(
         per="1m",
         upstream=mock_api.url,
         command=json.dumps(["python3", "-c", worker]),
-        runtime_more='sandbox = "none"\nmaxConcurrentTasks = 1',
+        # The point: under plain directories, what one unit leaves another can read.
+        runtime_more='sandbox = "none"\nunsandboxedSecrets = true\nmaxConcurrentTasks = 1',
     )
     text = job.read_text().replace("maxConcurrentTasks = 4\n", "")
     job.write_text(text)
@@ -223,7 +224,7 @@ def test_a_budget_stops_new_starts_and_the_run_resumes_when_given_more(
         per="1m",
         upstream=mock_api.url,
         api_more=prices + "\nbudget = { usd = 0.05 }",
-        runtime_more='sandbox = "none"\nmaxConcurrentTasks = 1',
+        runtime_more='sandbox = "none"\nunsandboxedSecrets = true\nmaxConcurrentTasks = 1',
     )
     job.write_text(job.read_text().replace("maxConcurrentTasks = 4\n", ""))
     ran = cli("run", str(job))
@@ -272,6 +273,7 @@ def test_an_openai_sdk_worker_streams_through_the_gateway(
         # The SDK lives in this checkout's venv, which bwrap would hide when the checkout
         # is under /tmp (as CI's may be): the point here is the SDK's stream, not bwrap.
         sandbox = "none"
+        unsandboxedSecrets = true
         [[apis]]
         name = "openai"
         upstream = "{mock_api.url}/v1"

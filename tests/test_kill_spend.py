@@ -67,7 +67,10 @@ command = {command}
 timeout = "60s"
 [runtime]
 maxConcurrentTasks = {CONCURRENCY}
+# Plain directories (the kills are the point here, not the sandbox), which needs the
+# opt-in for a job with [[apis]].
 sandbox = "none"
+unsandboxedSecrets = true
 network = true
 [[apis]]
 name = "anthropic"

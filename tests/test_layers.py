@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cron",
             "lint",
             "hidden",
+            # Which sandboxes hide the other units; checks, spec and transports read it.
+            "exposure",
             "slots",
             "events",
             "throttle",

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import socketserver
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,14 +26,14 @@ from typing import Any
 
 import pytest
 
-from fanout import spec
+from fanout import aggregate, spec
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.local import LocalTransport
 from fanout.run import Options, Runner
 
-from helpers import write_job
-from sshd import TEST_USER
+from helpers import cli, write_job
+from sshd import TEST_USER, login_user
 
 FANOUT = [sys.executable, "-m", "fanout"]
 
@@ -378,6 +380,7 @@ def _aggregate_runner(tmp_path: Path, aggregate: str, environ: dict[str, str]) -
             secrets = ["POST_TOKEN"]
             [runtime]
             sandbox = "none"
+            unsandboxedSecrets = true
             [aggregate]
             command = {aggregate}
             """,
@@ -424,6 +427,28 @@ async def test_the_aggregate_gets_a_workers_environment_and_its_output_is_redact
     ]
 
 
+async def test_the_aggregate_output_is_redacted_of_the_keys_and_any_token(tmp_path: Path) -> None:
+    """Its environment holds no [[apis]] key; what it prints of one (read elsewhere),
+    and any gateway token, is redacted all the same."""
+    key, token = f"real-key-{secrets.token_hex(8)}", f"fanout-token-{secrets.token_urlsafe(32)}"
+    command = f'["sh", "-c", "echo {key} {token}; echo ${{REAL_KEY:-no key}}"]'
+    job = _aggregate_runner(tmp_path, command, {}).spec
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    await aggregate.run(
+        job,
+        run_id="r",
+        run_dir=run_dir,
+        results=iter(()),
+        trigger=None,
+        secrets={},
+        environ={"PATH": os.environ["PATH"], "REAL_KEY": key},
+        events=Events(),
+        keys=(key,),
+    )
+    assert (run_dir / "aggregate.out").read_text() == "[secret] [secret]\nno key\n"
+
+
 async def test_the_aggregate_renders_with_the_runs_trigger(tmp_path: Path) -> None:
     runner = _aggregate_runner(
         tmp_path,
@@ -457,3 +482,249 @@ async def test_an_aggregate_template_that_fails_is_an_event_not_a_traceback(
     assert len(failed) == 1
     assert failed[0]["reason"].startswith("template: ")
     assert "channel" in failed[0]["reason"]
+
+
+# Sandbox none with [[apis]]: the issue's attack.  Both units run at once; each scans
+# every process it can see the way the issue's repro does (``/proc/*/environ`` lines
+# ``REAL_KEY=``), and every process's memory for the key's prefix, records what it
+# found in a directory of the test's (unredacted: the test reads it raw), then prints
+# the key (read from a file of the test's: a worker can always come by it some other
+# way), its own token and every other token it found.
+PROC_WORKER = r"""
+import json, os, pathlib, sys, time
+shared = pathlib.Path(os.environ["SHARED"])
+unit, me = os.environ["FANOUT_UNIT_ID"], os.getpid()
+(shared / f"started-{unit}").touch()
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and (
+    len(list(shared.glob("started-*"))) < 2 or not (shared / "coordinator.pid").exists()
+):
+    time.sleep(0.02)
+coordinator = int((shared / "coordinator.pid").read_text())
+found = {"environ": [], "memory": [], "tokens": [], "coordinator": {}, "read": 0}
+for entry in os.listdir("/proc"):
+    if not entry.isdigit() or int(entry) == me:
+        continue
+    pid = int(entry)
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as stream:
+            lines = stream.read().split(b"\0")
+        found["read"] += 1
+    except OSError as exc:
+        if pid == coordinator:
+            found["coordinator"]["environ"] = type(exc).__name__
+        continue
+    if pid == coordinator:
+        found["coordinator"]["environ"] = "read"
+    found["environ"] += [l.decode() for l in lines if l.startswith(b"REAL_KEY=")]
+    for line in lines:
+        name, _, value = line.decode(errors="replace").partition("=")
+        if value.startswith("fanout-token-") and value != os.environ["ANTHROPIC_API_KEY"]:
+            found["tokens"].append(value)
+try:
+    regions = open(f"/proc/{coordinator}/maps").read().splitlines()
+    with open(f"/proc/{coordinator}/mem", "rb", buffering=0) as memory:
+        for region in regions:
+            span, perms = region.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                memory.seek(start)
+                data = memory.read(end - start)
+            except OSError:
+                continue
+            at = data.find(b"sk-ant-proc-")
+            if at >= 0:
+                found["memory"].append(data[at : at + 40].decode(errors="replace"))
+    found["coordinator"]["mem"] = "read"
+except OSError as exc:
+    found["coordinator"]["mem"] = type(exc).__name__
+(shared / f"found-{unit}.json").write_text(json.dumps(found))
+# Both scans done before either exits: each saw the other running.
+while time.monotonic() < deadline and len(list(shared.glob("found-*"))) < 2:
+    time.sleep(0.02)
+print("key from a file:", (shared / "key.txt").read_text())
+print("own token:", os.environ["ANTHROPIC_API_KEY"])
+for token in found["tokens"]:
+    print("another unit's token:", token)
+"""
+
+PROC_JOB = """
+version = 1
+name = "proc-scan"
+[inputs]
+items = ["u1", "u2"]
+[units]
+stage = ["worker.py"]
+[task]
+command = ["{python}", "worker.py"]
+timeout = "90s"
+env = {{ SHARED = "{shared}" }}
+[runtime]
+sandbox = "none"
+{opt_in}
+network = true
+maxConcurrentTasks = 2
+[[apis]]
+name = "anthropic"
+upstream = "{upstream}"
+style = "anthropic"
+keySecret = "REAL_KEY"
+"""
+
+
+def _owned_by(user: str, base: Path, *names: str) -> list[Path]:
+    """Directories below ``base`` (itself included) that ``user`` owns."""
+    record = pwd.getpwnam(user)
+    made = []
+    for path in [base, *(base / name for name in names)]:
+        path.mkdir(exist_ok=True)
+        os.chown(path, record.pw_uid, record.pw_gid)
+        made.append(path)
+    return made[1:]
+
+
+def test_sandbox_none_with_apis_is_refused_without_the_opt_in(
+    chdir_tmp: Path, mock_api: Any
+) -> None:
+    job = write_job(
+        chdir_tmp,
+        PROC_JOB.format(python="python3", shared=chdir_tmp, opt_in="", upstream=mock_api.url),
+    )
+    ran = cli("run", str(job))
+    assert ran.code == 2
+    assert ran.err.splitlines() == [
+        f"{job}:13:11: runtime.sandbox: sandbox 'none' runs workers in plain directories,"
+        " which do not hide the coordinator, the other units or this user's files from a"
+        " worker: it could read the other running units' API tokens in /proc and keep"
+        " them wherever its user can write; use sandbox 'bwrap' (or 'auto' where"
+        " bubblewrap works), or set runtime.unsandboxedSecrets = true to accept that",
+    ]
+    assert not (chdir_tmp / ".fanout").exists()  # nothing ran, nothing was recorded
+
+
+@pytest.mark.slow
+def test_a_worker_scanning_proc_under_sandbox_none_cannot_read_the_key(
+    mock_api: Any, tmp_path: Path
+) -> None:
+    """Opted in (``unsandboxedSecrets``): the coordinator is non-dumpable, so the key is
+    in no environment or memory a worker can read as the same user.  The machine the
+    issue describes: no PID namespace for steps (no ``unshare`` on the PATH), so each
+    worker is in fanout's own user namespace (one of its own would already keep it from
+    reading other namespaces' processes), and not root (whose workers hold
+    CAP_SYS_PTRACE: fanout runs as the tests' login user here).  What plain directories
+    do not hide, the other unit's token, it does read: that is what the opt-in accepts,
+    and every output redacts it all the same."""
+    user = login_user()
+    base = Path(tempfile.mkdtemp(prefix="fanout-proc-scan-"))
+    try:
+        workspace, home, sandboxes, shared = _owned_by(user, base, "ws", "home", "tmp", "shared")
+        tools = base / "bin"  # what fanout and the worker run, but no unshare
+        tools.mkdir()
+        for tool in ("sh", "setpriv", "python3"):
+            found_tool = shutil.which(tool, path="/usr/bin:/bin")
+            assert found_tool is not None, tool
+            (tools / tool).symlink_to(found_tool)
+        key = f"sk-ant-proc-{secrets.token_hex(12)}"
+        (shared / "key.txt").write_text(key)
+        job = write_job(
+            workspace,
+            PROC_JOB.format(
+                # The system's: this checkout's python (first on the workers' PATH) may
+                # lie under a home the login user cannot enter.
+                python=str(tools / "python3"),
+                shared=shared,
+                opt_in="unsandboxedSecrets = true",
+                upstream=mock_api.url,
+            ),
+        )
+        (workspace / "worker.py").write_text(PROC_WORKER)
+        for path in (job, workspace / "worker.py", shared / "key.txt"):
+            os.chown(path, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        env = {
+            "PATH": str(tools),
+            "HOME": str(home),
+            "TMPDIR": str(sandboxes),
+            "REAL_KEY": key,
+        }
+        record = pwd.getpwnam(user)
+        as_user = (
+            ["setpriv", f"--reuid={record.pw_uid}", f"--regid={record.pw_gid}", "--clear-groups"]
+            if os.geteuid() == 0
+            else []
+        )
+        process = subprocess.Popen(
+            [*as_user, *FANOUT, "run", str(job), "-v"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=workspace,
+        )
+        (shared / "coordinator.pid").write_text(str(process.pid))  # setpriv execs fanout
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err.decode(errors="replace")
+        findings = {
+            unit: json.loads((shared / f"found-{unit}.json").read_text()) for unit in ("u1", "u2")
+        }
+        for unit, found in findings.items():
+            # The issue's repro finds nothing, nor does a search of the coordinator's memory:
+            # both are the kernel's refusal to read a non-dumpable process.
+            assert found["environ"] == [], unit
+            assert found["memory"] == [], unit
+            assert found["coordinator"] == {"environ": "PermissionError", "mem": "PermissionError"}
+            assert found["read"] > 0, unit  # the scan did read other processes' environments
+            # The other unit's token, which plain directories do not hide.
+            assert len(found["tokens"]) == 1, unit
+        tokens = [found["tokens"][0] for found in findings.values()]
+        needles = [key.encode(), *(token.encode() for token in tokens)]
+        console = base / "console.txt"
+        console.write_bytes(out + err)
+        assert _files_holding([workspace, console, sandboxes, home], needles) == {}
+        logs = sorted((workspace / ".fanout" / "runs").glob("*/logs/*/*.log"))
+        assert [log.read_text() for log in logs] == [
+            "key from a file: [secret]\nown token: [secret]\nanother unit's token: [secret]\n"
+        ] * 2
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_input_command_gets_no_api_key(
+    chdir_tmp: Path, mock_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The input command runs with fanout's own environment, less the [[apis]] keys
+    (the gateway's alone): in `fanout plan` and in `fanout run` alike.  task.secrets it
+    keeps, as the README says."""
+    monkeypatch.setenv("REAL_KEY", f"sk-ant-input-{secrets.token_hex(8)}")
+    monkeypatch.setenv("POST_TOKEN", "posted")
+    write_job(
+        chdir_tmp,
+        f"""
+        version = 1
+        name = "input-env"
+        [inputs]
+        command = ["sh", "-c", "echo key-${{REAL_KEY:+set}}; echo secret-${{POST_TOKEN:+set}}"]
+        format = "lines"
+        [task]
+        command = ["true"]
+        secrets = ["POST_TOKEN"]
+        [runtime]
+        network = true
+        [[apis]]
+        name = "anthropic"
+        upstream = "{mock_api.url}"
+        style = "anthropic"
+        keySecret = "REAL_KEY"
+        """,
+    )
+    planned = cli("plan", "job.toml")
+    assert planned.code == 0, planned.err
+    shown = [line.split()[1] for line in planned.out.splitlines() if re.match(r" +\d+\. ", line)]
+    assert shown == ["key-", "secret-set"]
+    ran = cli("run", "job.toml")
+    assert ran.code == 0, ran.err
+    (report,) = (chdir_tmp / ".fanout" / "runs").glob("*/report.json")
+    assert sorted(u["unit"] for u in json.loads(report.read_text())["units"]) == [
+        "key-",
+        "secret-set",
+    ]

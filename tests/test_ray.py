@@ -24,8 +24,9 @@ import fanout
 import fanout.cluster
 from fanout import launch, spec
 from fanout.cluster import RayTransport
-from fanout.cluster.facts import Opened, Opening
+from fanout.cluster.facts import NodeReport, Opened, Opening
 from fanout.errors import EnvironmentProblem
+from fanout.exposure import NOTHING, Handed
 from fanout.spec import Ray
 from fanout.transport import Place
 
@@ -379,6 +380,43 @@ def test_plan_says_the_units_run_on_the_cluster_and_what_each_holds(tmp_path: Pa
         "Workers   8 at once on head:6379's Ray cluster (1 CPU, agent = 1, 2GiB a unit),"
         " sandbox auto (bwrap where a node has it), no network"
     )
+
+
+def _plain_cluster(handed: Handed) -> RayTransport:
+    """A transport whose cluster (a stand-in for rayapi) has one live node, without
+    bwrap, running this fanout."""
+    report = NodeReport(
+        node="10.0.0.2/0123abcd", node_id="0123abcd", address="10.0.0.2", alive=True
+    )
+
+    async def facts(node_id: str) -> tuple[str, bool, str]:
+        return fanout.__version__, False, "process group only"
+
+    transport = RayTransport(Ray(), slots=1, handed=handed)
+    transport._api = types.SimpleNamespace(  # type: ignore[assignment]
+        connect=lambda address: None, nodes=lambda: [report], facts=facts
+    )
+    return transport
+
+
+async def test_auto_on_nodes_without_bwrap_refuses_a_job_that_hands_out_tokens() -> None:
+    # A logic test: the nodes' facts are what a probe there would say.  Plain
+    # directories on a node let each worker read the other units' tokens (exposure).
+    with pytest.raises(EnvironmentProblem) as caught:
+        await _plain_cluster(Handed(tokens=True)).start()
+    assert str(caught.value) == (
+        "no node of the Ray cluster has a working bwrap (10.0.0.2/0123abcd): its units would"
+        " run in plain directories, which do not hide the coordinator, the other units or"
+        " this user's files from a worker: it could read the other running units' API tokens"
+        " in /proc and keep them wherever its user can write; install bubblewrap on the"
+        " nodes, or set runtime.unsandboxedSecrets = true to accept that"
+    )
+    # Handing out nothing, the same cluster runs units in plain directories.
+    plain = _plain_cluster(NOTHING)
+    await plain.start()
+    assert plain._kind == "auto"
+    # And when it does, a node is asked for bwrap, which one without it refuses.
+    assert _plain_cluster(Handed(secrets=True))._kind == "bwrap"
 
 
 async def test_no_cluster_to_join_says_how_to_start_one() -> None:

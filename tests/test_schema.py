@@ -179,7 +179,7 @@ def test_every_schema_default_is_the_models_default() -> None:
             assert model == _in_model_units(prop), (cls.__name__, key)
             assert type(model) is type(_in_model_units(prop)), (cls.__name__, key)
         checked.append(f"{cls.__name__}.{item.name}")
-    assert len(checked) == 37
+    assert len(checked) == 38
 
 
 def test_every_model_default_is_declared_in_the_schema() -> None:
@@ -265,6 +265,7 @@ def test_defaults_fill_a_copy_and_only_keys_that_have_one() -> None:
     assert filled["runtime"] == {
         "sandbox": "none",
         "maxConcurrentTasks": 4,
+        "unsandboxedSecrets": False,
         "network": False,
         "workspace": ".",
         "stateDir": ".fanout",
@@ -299,9 +300,23 @@ def _pattern_nodes() -> Iterator[tuple[str, dict[str, Any]]]:
 def test_every_pattern_has_a_friendly_message_keyed_by_where_it_is() -> None:
     keyed = set(schema._PATTERN_MESSAGES)
     assert {pointer for pointer, _ in _pattern_nodes()} == keyed
-    for _, node in _pattern_nodes():
+    for pointer, node in _pattern_nodes():
         message = schema.pattern_message(node, "!")
-        assert message.startswith("'!' is not a"), message
+        if pointer == "#/definitions/secretName":  # the value may be the secret itself
+            assert message.startswith("is not an environment variable name"), message
+            assert "!" not in message, message
+        else:
+            assert message.startswith("'!' is not a"), message
+
+
+def test_a_secret_pasted_where_its_name_goes_is_not_repeated() -> None:
+    pasted = "sk-live-" + "x7Q" * 10
+    message = schema.pattern_message(schema.node_at("/definitions/secretName"), pasted)
+    assert message == (
+        "is not an environment variable name (letters, digits and '_'): write the name of"
+        " the coordinator's variable that holds the secret, never the secret (38"
+        " characters, not shown)"
+    )
 
 
 def test_a_pattern_message_does_not_depend_on_the_regex_text() -> None:

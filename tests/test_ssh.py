@@ -20,6 +20,7 @@ from fanout import collecting, spec
 from fanout.attempt import Attempt
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
+from fanout.exposure import NOTHING, Handed
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
@@ -83,6 +84,43 @@ def _attempt(tmp_path: Path, argv: list[str], **options: Any) -> Attempt:
 def _sandboxes(pool: Any) -> list[str]:
     root = pool.base / "sandboxes"
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def _everything_but(name: str, directory: Path) -> Path:
+    """A directory of links to every program in /usr/bin but ``name``."""
+    directory.mkdir()
+    for program in Path("/usr/bin").iterdir():
+        if program.name != name:
+            (directory / program.name).symlink_to(program)
+    return directory
+
+
+async def test_a_host_without_bwrap_is_refused_to_a_job_that_hands_out_tokens(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """sandbox auto: a host without bwrap would run its units in plain directories, where
+    each reads the others' tokens (``exposure``); refused with the reason, while a job
+    handing out nothing runs there as before."""
+    tools = _everything_but("bwrap", ssh_pool.base / "no-bwrap")  # the host's PATH
+    server = ssh_pool.add("h1", extra=[f"SetEnv PATH={tools}"])
+    refusing = _transport(ssh_pool, [_host(ssh_pool, server)], handed=Handed(tokens=True))
+    with pytest.raises(HostsUnavailable) as refused:
+        await refusing.start()
+    await refusing.close()
+    assert str(refused.value) == (
+        "no SSH host can run units: h1 has no bwrap: its units would run in plain"
+        " directories, which do not hide the coordinator, the other units or this user's"
+        " files from a worker: it could read the other running units' API tokens in /proc"
+        " and keep them wherever its user can write; install bubblewrap there, or set"
+        " runtime.unsandboxedSecrets = true to accept that"
+    )
+    plain = _transport(ssh_pool, [_host(ssh_pool, server)], handed=NOTHING)
+    await plain.start()
+    try:
+        result = await plain.run(_attempt(tmp_path, ["sh", "-c", "echo plain"]))
+    finally:
+        await plain.close()
+    assert (result.status, result.output_tail) == (Status.SUCCEEDED, "plain\n")
 
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])

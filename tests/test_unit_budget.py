@@ -81,6 +81,7 @@ def _gateway_job(directory: Path, items: list[str], upstream: str, api_budget: s
         [runtime]
         network = true
         sandbox = "none"
+        unsandboxedSecrets = true
         maxConcurrentTasks = 1
         [[apis]]
         name = "anthropic"

@@ -4,9 +4,10 @@ results as JSONL on its stdin, its output redacted into ``aggregate.out``.
 Its environment is a worker's, not the coordinator's: ``PATH``, ``HOME`` (tools that
 post the report keep their login there), ``LANG``, ``FANOUT_RUN_ID``, ``FANOUT_REPORT``
 (this run's report.md) and the values of ``task.secrets`` (a team may need a token to
-post the report).  A failure here (a template, the command, the disk, its timeout, an
-interrupt) is an ``aggregate.failed`` event: the units have settled and the journal
-and the report are written, so it changes nothing of the run.
+post the report); never the real keys of ``[[apis]]``, which its output is redacted of
+all the same, as are gateway tokens.  A failure here (a template, the command, the
+disk, its timeout, an interrupt) is an ``aggregate.failed`` event: the units have
+settled and the journal and the report are written, so it changes nothing of the run.
 
 It is an asyncio subprocess (``child``) in its own process group: a Ctrl-C during it
 kills the group at once, and the output it wrote so far is kept.  Its stdin, stdout and
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +42,7 @@ async def run(
     secrets: Mapping[str, str],
     environ: Mapping[str, str],
     events: Events,
+    keys: Sequence[str] = (),
 ) -> None:
     """Run ``spec``'s aggregate command over ``results`` (JSONL lines, each ending in a
     newline).  Raises only CancelledError, after the command's group is killed."""
@@ -94,7 +96,7 @@ async def run(
             proc.kill()  # its whole group, unless it exited by itself
             await proc.reaped()  # prompt: SIGKILL
             # Kept on the way out too: what a timed-out or interrupted one printed.
-            unwritten = _keep_output(out, [stdout, stderr], secrets)
+            unwritten = _keep_output(out, [stdout, stderr], [*secrets.values(), *keys])
             failure = failure or unwritten
             if failure:
                 events.emit("aggregate.failed", reason=failure, output=str(out))
@@ -102,12 +104,12 @@ async def run(
                 events.emit("aggregate.finished", exit=code, output=str(out))
 
 
-def _keep_output(out: Path, streams: list[IO[bytes]], secrets: Mapping[str, str]) -> str:
+def _keep_output(out: Path, streams: list[IO[bytes]], redacted: Sequence[str]) -> str:
     """Write the command's stdout, then its stderr, redacted, to ``out``; what failed."""
     output = []
     for stream in streams:
         stream.seek(0)
-        output.append(redact_bytes(stream.read(), secrets.values()))
+        output.append(redact_bytes(stream.read(), redacted))
     try:
         out.write_bytes(b"".join(output))
     except OSError as exc:

@@ -1,11 +1,12 @@
 """The real keys of a job's ``[[apis]]``, read from the coordinator's environment for
-the gateway alone (never for a worker)."""
+the gateway alone: never for a worker, nor for any other process fanout starts."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from .errors import EnvironmentProblem
+from .exposure import Handed
 from .spec import Spec
 
 
@@ -24,3 +25,27 @@ def api_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
             "fanout runs in ([[apis]] keySecret names them)"
         )
     return {api.name: environ[api.key_secret] for api in spec.apis if api.key_secret is not None}
+
+
+def without_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` less the variables that hold ``spec``'s [[apis]] keys: what a command
+    fanout starts with its own environment gets (the input command).  Decision: the key
+    is the gateway's alone; a command that needs one of its own reads another variable
+    (``task.secrets`` may not name a keySecret either)."""
+    named = {api.key_secret for api in spec.apis}
+    return {name: value for name, value in environ.items() if name not in named}
+
+
+def secret_names(spec: Spec) -> tuple[str, ...]:
+    """Every variable of the coordinator's environment that holds one of ``spec``'s
+    secrets: its [[apis]] keys and its ``task.secrets``, each once."""
+    keys = (api.key_secret for api in spec.apis if api.key_secret is not None)
+    return tuple(dict.fromkeys([*keys, *spec.task.secrets]))
+
+
+def handed(spec: Spec) -> Handed:
+    """What ``spec`` hands each worker that the other units must not read (``exposure``):
+    nothing once it accepts plain directories (``runtime.unsandboxedSecrets``)."""
+    if spec.runtime.unsandboxed_secrets:
+        return Handed()
+    return Handed(tokens=bool(spec.apis), secrets=bool(spec.task.secrets))

@@ -107,6 +107,9 @@ class Attempt:
     throttle_patterns: tuple[re.Pattern[str], ...] = ()
     # Values of the job's secrets; never logged, never written, hidden from repr.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The real keys of the job's [[apis]]: never in the worker's environment, only in
+    # what its output is redacted of.
+    keys: tuple[str, ...] = field(default=(), repr=False)
     # The APIs it reaches through the gateway (set when the attempt is dispatched).
     apis: tuple[ApiAccess, ...] = ()
     # The agent CLI the worker is (``task.agent``), whose output says what the attempt
@@ -119,8 +122,9 @@ class Attempt:
 
     @property
     def redacted(self) -> tuple[str, ...]:
-        """Values no log, reason or tail may show: the secrets and the gateway tokens."""
-        return (*self.secrets.values(), *(access.token for access in self.apis))
+        """Values no log, reason or tail may show: the secrets, the real API keys and the
+        attempt's gateway tokens (any other token is redacted by its shape: ``redact``)."""
+        return (*self.secrets.values(), *self.keys, *(access.token for access in self.apis))
 
     @property
     def deadline(self) -> float:

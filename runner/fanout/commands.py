@@ -23,6 +23,11 @@ guard's ``fanout: cannot start X`` as its reason.
   unit's staged files: it is checked in the workspace, where those come from.
 - Podman: not checked (the image decides).  SSH hosts: ``names`` go to each host's
   probe at the run's start (``ssh.probe``), which refuses a host that lacks one.
+
+Before the commands, the sandbox ``auto`` gives here: plain directories where bwrap is
+missing cannot hide the other units from workers given tokens or secrets
+(``exposure``), nor give network ``"apis"``; either refuses the run as a command that
+cannot start does, before anything is recorded.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hidden, sandbox
+from .apikeys import handed
 from .errors import EnvironmentProblem
+from .exposure import hides, network_refusal
 from .invocation import rung_context
 from .spec import Spec
 from .templates import RenderError, Template
@@ -134,11 +141,12 @@ def check(spec: Spec, workers: Workers) -> Checked:
     so it blocks: call it in a thread from async code.  Raises EnvironmentProblem when
     the sandbox the job asks for is missing (as the transport's start would)."""
     commands, skipped = needed(spec)
-    bwrap = sandbox.choose(workers.sandbox).kind == "bwrap"
+    kind = sandbox.choose(workers.sandbox).kind
+    bwrap = kind == "bwrap"
     tools = sandbox.bound_tools(workers.path) if bwrap else ()
     masks = _Masks(bwrap=bwrap, tools=tools, hidden=workers.hidden)
     found: list[tuple[Needed, str]] = []
-    problems: list[str] = []
+    problems = _sandbox_problems(spec, workers, kind)
     for need in commands:
         where, problem = _locate(need.command, workers, masks)
         if problem:
@@ -146,6 +154,25 @@ def check(spec: Spec, workers: Workers) -> Checked:
         else:
             found.append((need, where))
     return Checked(found=tuple(found), problems=tuple(problems), skipped=tuple(skipped))
+
+
+def _sandbox_problems(spec: Spec, workers: Workers, kind: str) -> list[str]:
+    """What ``auto`` giving sandboxes of ``kind`` here means for the job (a sandbox the
+    file names itself is checked by ``validate``)."""
+    if workers.sandbox != "auto" or kind != "none":
+        return []
+    where = (
+        "runtime.sandbox: 'auto' gives plain directories on this machine (bubblewrap is"
+        " not installed or cannot create namespaces here)"
+    )
+    problems = []
+    given = handed(spec)
+    if given and not hides(kind):
+        problems.append(given.refusal(where, "install bubblewrap (apt-get install bubblewrap)"))
+    refusal = network_refusal(kind) if spec.runtime.network == "apis" else None
+    if refusal is not None:
+        problems.append(f"{where}: {refusal}")
+    return problems
 
 
 def refuse(spec: Spec, workers: Workers) -> None:

@@ -223,6 +223,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
                 network=spec.runtime.network,
                 throttle_patterns=spec.task.throttle_patterns,
                 secrets=ctx.secrets,
+                keys=ctx.keys,
                 agent=spec.task.agent,
                 longest_pause=spec.retry.throttle.max,
                 agent_api=presets.api_of(spec.task.agent, ((a.name, a.style) for a in spec.apis)),

@@ -1,6 +1,7 @@
 """Running ``inputs.command`` on the coordinator, and saying why it failed.
 
-The command runs with fanout's own environment, as the job's author wrote it, and
+The command runs with fanout's own environment (less the ``[[apis]]`` keys, which the
+caller leaves out: ``apikeys.without_keys``), as the job's author wrote it, and
 unsandboxed: listing issues or changed files commonly needs a token (``GH_TOKEN``) or a
 tool's configuration from the environment, and the units' sandboxes are for the units.
 Its stderr, which a failure quotes, is redacted of the values of ``task.secrets``: the

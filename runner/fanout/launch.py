@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import commands, limits
+from .apikeys import api_keys, handed, without_keys
 from .errors import EnvironmentProblem, Interrupted
 from .events import Events, Sink
 from .journal import Journal
@@ -74,6 +75,7 @@ def transport_for(
             ),
             notice=notice,
             emit=emit,
+            handed=handed(job),
         )
     if job.runtime.hosts:
         from . import knownhosts as hosts
@@ -88,7 +90,10 @@ def transport_for(
             emit=emit,
             gateway_port=gateway_port,
             network=job.runtime.network,
+            handed=handed(job),
         )
+    # Local sandboxes: ``auto`` without bwrap is refused before the run starts
+    # (``commands.check``, through ``Runner.workers``).
     from .local import LocalTransport
 
     return LocalTransport(
@@ -127,7 +132,6 @@ def runner_for(
 
     gateway = None
     if job.apis:
-        from .apikeys import api_keys
         from .gateway import Gateway
 
         # A budget spent or an API refusing for money stops the run the way a closed
@@ -147,6 +151,9 @@ def runner_for(
             # Workers on Ray nodes connect to it at runtime.ray.gatewayHost.
             host=job.runtime.ray.gateway_host if job.runtime.ray is not None else "127.0.0.1",
         )
+    # From here on the keys are the gateway's alone: the input command, the aggregate
+    # command and the workers' PATH come from an environment without them.
+    environ = without_keys(job, environ)
     runner = Runner(
         spec=job,
         transport=transport_for(

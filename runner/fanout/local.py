@@ -41,6 +41,7 @@ from .attempt import LAYOUT, Attempt, execute
 from .capture import OutputCapture
 from .collecting import Entry, Kind
 from .errors import EnvironmentProblem
+from .exposure import network_refusal
 from .outcome import AttemptResult
 from .transport import Command, Place, Sandbox, StagedFile
 
@@ -102,7 +103,7 @@ class LocalTransport:
             self._warn(said)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
         if self._network == "apis":
-            refusal = sandbox.apis_refusal(choice.kind)
+            refusal = network_refusal(choice.kind)
             if refusal is not None:
                 raise EnvironmentProblem(refusal)
             if self._socket is None:

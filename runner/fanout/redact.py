@@ -25,6 +25,17 @@ each of its lines over ``LINE_MIN`` characters is redacted anyway).
 
 Values are encoded the way ``os.environ`` decoded them (UTF-8 with surrogateescape), so
 a secret holding bytes that are not UTF-8 still matches the worker's raw output.
+
+Gateway tokens are redacted without being named: ``gateway/tokens.py`` makes each one
+``TOKEN_PREFIX`` followed by ``TOKEN_LENGTH`` characters of the URL-safe base64
+alphabet, so any token (this attempt's, another unit's a worker read where a sandbox
+did not hide it, a revoked one quoted from an old log) is found by its shape, always,
+whatever set of secrets a caller passes.  An occurrence is the prefix followed by one
+to ``TOKEN_LENGTH`` such characters, as many as there are (a token cut short is still
+redacted, and characters past a whole token are not part of it).  This is the same as
+adding every such string to the literal patterns, so leftmost-longest, the streaming
+guarantee and the bound on what is held back (a token counts as its whole length)
+all hold unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +47,15 @@ from urllib.parse import quote
 REDACTED = b"[secret]"
 # Lines of a multi-line secret with more characters than this are secrets on their own.
 LINE_MIN = 8
+# A gateway token: this prefix, then TOKEN_LENGTH characters of _TOKEN_CHARS (what
+# ``secrets.token_urlsafe(32)`` gives: 256 random bits).  The prefix says what the value
+# is to a person reading a worker's environment, and is unlikely in ordinary output.
+TOKEN_PREFIX = "fanout-token-"  # noqa: S105 (a marker, not a password)
+TOKEN_LENGTH = 43
+_PREFIX = TOKEN_PREFIX.encode()
+_TOKEN_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+# The longest occurrence of a token.
+TOKEN_SIZE = len(_PREFIX) + TOKEN_LENGTH
 
 
 def patterns(secrets: Iterable[str]) -> tuple[bytes, ...]:
@@ -73,8 +93,6 @@ class Redactor:
         return len(self._held)
 
     def feed(self, data: bytes) -> bytes:
-        if not self.patterns:
-            return data
         buffer = self._held + data
         out, done = _redact(self.patterns, buffer, final=False)
         self._held = buffer[done:]
@@ -90,8 +108,7 @@ class Redactor:
 
 def redact_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
     """``data`` with every occurrence of ``secrets`` replaced."""
-    found = patterns(secrets)
-    return _redact(found, data, final=True)[0] if found and data else data
+    return _redact(patterns(secrets), data, final=True)[0] if data else data
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
@@ -114,32 +131,57 @@ def _redact(found: tuple[bytes, ...], buffer: bytes, *, final: bool) -> tuple[by
     """
     pieces: list[bytes] = []
     position = 0
-    # The next occurrence of each pattern at or after ``position``, -1 if none.
+    # The next occurrence of each pattern at or after ``position``, -1 if none; and of
+    # a token, with its length.
     starts = [buffer.find(p) for p in found]
+    token = _next_token(buffer, 0)
     hold = len(buffer) if final else _hold(found, buffer, 0)
     while True:
-        best = -1
+        best, size = -1, 0
         for index, start in enumerate(starts):
             if start != -1 and start < position:
                 start = starts[index] = buffer.find(found[index], position)
             # Ties go to the earlier pattern: the longest (``found`` is longest first).
-            if start != -1 and start < hold and (best == -1 or start < starts[best]):
-                best = index
+            if start != -1 and start < hold and (best == -1 or start < best):
+                best, size = start, len(found[index])
+        if token[0] != -1 and token[0] < position:
+            token = _next_token(buffer, position)
+        start, length = token
+        if start != -1 and start < hold and (best == -1 or (start, -length) < (best, -size)):
+            best, size = start, length
         if best == -1:
             pieces.append(buffer[position:hold])
             return b"".join(pieces), hold
-        start = starts[best]
-        pieces += (buffer[position:start], REDACTED)
-        position = start + len(found[best])
+        pieces += (buffer[position:best], REDACTED)
+        position = best + size
         if hold < position:
             hold = _hold(found, buffer, position)
+
+
+def _token_run(buffer: bytes, after: int) -> int:
+    """How many token characters follow ``after`` in ``buffer``, at most TOKEN_LENGTH."""
+    end = min(len(buffer), after + TOKEN_LENGTH)
+    run = 0
+    while after + run < end and buffer[after + run] in _TOKEN_CHARS:
+        run += 1
+    return run
+
+
+def _next_token(buffer: bytes, position: int) -> tuple[int, int]:
+    """The first token at or after ``position``: its start and length, (-1, 0) if none."""
+    while (start := buffer.find(_PREFIX, position)) != -1:
+        run = _token_run(buffer, start + len(_PREFIX))
+        if run:
+            return start, len(_PREFIX) + run
+        position = start + 1
+    return -1, 0
 
 
 def _hold(found: tuple[bytes, ...], buffer: bytes, lowest: int) -> int:
     """The first position at or after ``lowest`` from which the rest of ``buffer`` is a
     proper prefix of a pattern (``len(buffer)`` if there is none)."""
     size = len(buffer)
-    hold = size
+    hold = _token_hold(buffer, lowest)
     for pattern in found:
         # Only the last len(pattern) - 1 bytes can begin a cut-off occurrence of it.
         start = max(lowest, size - len(pattern) + 1)
@@ -179,3 +221,22 @@ def encoded_forms(secret: str) -> tuple[str, ...]:
 
 
 _URLSAFE = str.maketrans("+/", "-_")
+
+
+def _token_hold(buffer: bytes, lowest: int) -> int:
+    """The first position at or after ``lowest`` from which the rest of ``buffer`` could
+    still grow into a longer token (``len(buffer)`` if there is none): a proper prefix of
+    ``TOKEN_PREFIX``, or the prefix and fewer than TOKEN_LENGTH token characters."""
+    size = len(buffer)
+    start = max(lowest, size - TOKEN_SIZE + 1)
+    while (start := buffer.find(_PREFIX[:1], start)) != -1:
+        rest = buffer[start:]
+        if len(rest) < len(_PREFIX):
+            if _PREFIX.startswith(rest):
+                return start
+        elif rest.startswith(_PREFIX):
+            run = _token_run(buffer, start + len(_PREFIX))
+            if start + len(_PREFIX) + run == size and run < TOKEN_LENGTH:
+                return start
+        start += 1
+    return size

@@ -61,6 +61,12 @@ class Round:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     in_worker: set[asyncio.Task[Any]] = field(default_factory=set)
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The real keys of the job's [[apis]], which no worker is given: redacted from
+        its output all the same (one it found elsewhere, an upstream's echo)."""
+        return () if self.gateway is None else self.gateway.keys
+
     def stop(self, error: Exception) -> None:
         """Stop the round on ``error``: nothing new starts, waiting units are interrupted."""
         if self.stopped is not None:

@@ -263,6 +263,7 @@ class Runner:
                 secrets=secrets,
                 environ=self.environ,
                 events=self.events,
+                keys=self.gateway.keys if self.gateway is not None else (),
             )
         return Summary(
             run_id=run_id,

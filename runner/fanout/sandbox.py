@@ -314,20 +314,6 @@ def gateway_url() -> str:
     return f"http://127.0.0.1:{GATEWAY_PORT}"
 
 
-def apis_refusal(kind: str) -> str | None:
-    """Why sandboxes of ``kind`` cannot have network "apis", None if they can.  Plain
-    directories share the host's network (an unshared one would need a user namespace
-    with CAP_NET_ADMIN kept for the worker to bring its loopback up), and podman's
-    network is its own business."""
-    if kind == "bwrap":
-        return None
-    return (
-        f'runtime.network = "apis" needs bwrap sandboxes (a network namespace of their own '
-        f"in which only the gateway is reachable); sandbox {kind!r} cannot limit a worker's "
-        "network: install bubblewrap, or set runtime.network = true"
-    )
-
-
 def hidden_entries(paths: Iterable[Path]) -> tuple[str, ...]:
     """``Place.hidden`` for ``paths`` on this machine: directories end in ``/`` (bwrap
     mounts an empty tmpfs on them), files do not (bwrap binds /dev/null on them), and

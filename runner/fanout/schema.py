@@ -225,6 +225,13 @@ _PATTERN_MESSAGES: dict[str, Callable[[str], str]] = {
     "#/definitions/envName": lambda v: (
         f"{v!r} is not an environment variable name (letters, digits and '_')"
     ),
+    # What is written where a secret's name belongs may be the secret itself, pasted:
+    # never repeated (the message goes to consoles and CI logs).
+    "#/definitions/secretName": lambda v: (
+        "is not an environment variable name (letters, digits and '_'): write the name of"
+        f" the coordinator's variable that holds the secret, never the secret ({len(v)}"
+        " characters, not shown)"
+    ),
     "#/definitions/limitName": lambda v: (
         f"{v!r} is not a limit name (lowercase letters, digits, '_' and '-')"
     ),

@@ -1,6 +1,7 @@
 """What ``[[apis]]`` must satisfy beyond the schema: the sandbox can reach the gateway,
 the real key stays out of the sandbox, the gateway's variables are its own, and each
-API's settings mean something for its style."""
+API's settings mean something for its style.  And what the sandbox must hide when
+workers get tokens or ``task.secrets`` (``exposure``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..apistyles import FACTS, Style
 from ..errors import Problem
+from ..exposure import Handed, hides, network_refusal
 from ..presets import PRESETS
 from ..tomlpos import KeyPath
 from .context import Context, list_of, repeated_names, table_of
@@ -34,7 +36,7 @@ _COSTING_AGENTS = frozenset({"claude", "aider"})
 
 def check_apis(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     apis = [(i, api) for i, api in enumerate(list_of(doc, "apis")) if isinstance(api, dict)]
-    unit_budget = _check_unit_budget(doc, apis, ctx)
+    unit_budget = _check_unit_budget(doc, apis, ctx) + _check_sandbox(doc, ctx)
     if not apis:
         return unit_budget + _check_apis_network(doc, ctx)
     problems = unit_budget + _check_network(doc, ctx)
@@ -99,6 +101,28 @@ def _check_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     if "network" in runtime:
         return [ctx.at_value(("runtime", "network"), message)]
     return [ctx.at_key(("apis", 0), message)]
+
+
+def _check_sandbox(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
+    """A sandbox written in the file that cannot do what the job needs of it: hide the
+    other units from workers given tokens or secrets (``exposure``), or give network
+    "apis".  ``auto`` is decided where the run starts (``commands``, the transports)."""
+    runtime = table_of(doc, "runtime")
+    kind = runtime.get("sandbox")
+    if kind not in ("none", "podman"):
+        return []  # auto and bwrap, or a value the schema refused
+    problems = []
+    secrets = list_of(table_of(doc, "task"), "secrets")
+    handed = Handed(tokens=bool(list_of(doc, "apis")), secrets=bool(secrets))
+    if handed and not hides(kind) and runtime.get("unsandboxedSecrets") is not True:
+        where = f"sandbox {kind!r} runs workers in plain directories"
+        fix = "use sandbox 'bwrap' (or 'auto' where bubblewrap works)"
+        problems.append(ctx.at_value(("runtime", "sandbox"), handed.refusal(where, fix)))
+    # With runtime.ray, network "apis" is refused for the cluster's own reason.
+    refusal = network_refusal(kind, fix="use sandbox 'bwrap' (or 'auto' where bubblewrap works)")
+    if runtime.get("network") == "apis" and refusal is not None and "ray" not in runtime:
+        problems.append(ctx.at_value(("runtime", "network"), refusal))
+    return problems
 
 
 def _check_apis_network(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:

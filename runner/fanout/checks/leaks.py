@@ -36,9 +36,19 @@ def check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
         for pattern, what in _SECRET_FORMATS:
             if pattern.search(value):
                 flagged.add(path)
+                # A secret pasted where its variable's name goes (the gateway's key
+                # must not be in task.secrets: see checks.apis).
+                names_one = path[:2] == ("task", "secrets") or (
+                    path[:1] == ("apis",) and path[-1:] == ("keySecret",)
+                )
+                where = (
+                    "put its variable's name here"
+                    if names_one
+                    else ("list its name in task.secrets")
+                )
                 message = (
                     f"looks like {what}; never write a secret in a job file: export it on "
-                    "the coordinator and list its name in task.secrets"
+                    f"the coordinator and {where}"
                 )
                 problems.append(ctx.at_value(path, message))
                 break

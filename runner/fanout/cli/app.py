@@ -8,10 +8,10 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from typer import _click
@@ -21,6 +21,9 @@ from typer.models import CommandFunctionType
 from .. import __version__
 from ..errors import INTERNAL_ERROR_EXIT, FanoutError, NothingSelected
 from .console import closed_console
+
+if TYPE_CHECKING:
+    from ..spec import Spec
 
 # A command whose console closed under it (`fanout status | head`): 128 + SIGPIPE, what a
 # shell tool killed by SIGPIPE reports.  (`fanout run` stops its run instead: 130.)
@@ -232,6 +235,58 @@ def environ() -> dict[str, str]:
     tools = os.path.dirname(sys.executable)
     values["PATH"] = os.pathsep.join([tools, values.get("PATH", os.defpath)])
     return values
+
+
+# prctl(2): PR_SET_DUMPABLE, PR_GET_DUMPABLE.
+_PR_SET_DUMPABLE = 4
+_PR_GET_DUMPABLE = 3
+
+
+def sealed_environ(jobs: Iterable[Spec]) -> dict[str, str]:
+    """The coordinator's environment (``environ``) for runs of ``jobs``, after which the
+    keys and secrets leave this process's own: the variables their [[apis]]
+    ``keySecret`` and ``task.secrets`` name are unset, and the returned mapping is the
+    only place they live (the gateway and the workers get them from it, each fire of
+    ``fanout schedule`` too), so no process fanout starts inherits them.
+
+    unsetenv leaves the environment block the kernel shows in /proc/PID/environ as it
+    was at exec, and the mapping is in memory (/proc/PID/mem): so the process is made
+    non-dumpable, which makes both readable by root alone, not by a worker of the same
+    user (and writes no core dump).  Its children are dumpable again after their exec;
+    fanout reads only their /proc entries and its own, which it still may."""
+    from ..apikeys import secret_names
+
+    values = environ()
+    for name in {name for job in jobs for name in secret_names(job)}:
+        os.environ.pop(name, None)
+    problem = set_dumpable(False)
+    if problem is not None:
+        _say(
+            f"fanout: cannot make this process non-dumpable ({problem}): a worker running"
+            " as this user could read the keys and secrets in its /proc entries"
+        )
+    return values
+
+
+def set_dumpable(dumpable: bool) -> str | None:
+    """PR_SET_DUMPABLE on Linux (a no-op elsewhere): why it failed, or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, int(dumpable), 0, 0, 0) != 0:
+        return os.strerror(ctypes.get_errno())
+    return None
+
+
+def dumpable() -> bool:
+    """Whether this process is dumpable (True off Linux, where nothing was changed)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    import ctypes
+
+    return bool(ctypes.CDLL(None).prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
 
 
 def _version(value: bool) -> None:

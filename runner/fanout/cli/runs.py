@@ -18,8 +18,8 @@ from .app import (
     StateDir,
     app,
     call,
-    environ,
     nothing_selected,
+    sealed_environ,
 )
 
 
@@ -143,6 +143,7 @@ def _execute(
     from .console import ConsoleStream
 
     job = spec.load(file, hosts_file=hosts)
+    coordinator_env = sealed_environ([job])
     # A closed console (``| head``, a dropped terminal) stops the run (running attempts
     # finish) and silences everything after it: see cli/console.py and launch.Drain.
     drain = launch.Drain()
@@ -151,7 +152,7 @@ def _execute(
     display = Display(console, verbose=verbose)
     with display:
         summary = launch.run_blocking(
-            job, environ(), [display], action, overlap=overlap, drain=drain
+            job, coordinator_env, [display], action, overlap=overlap, drain=drain
         )
     console.print(summary.describe())
     if summary.wall_seconds > 0 and summary.worker_seconds > 0:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .app import HostsOption, JobFile, app, call, environ
+from .app import HostsOption, JobFile, app, call, sealed_environ
 
 
 @app.command(rich_help_panel="Schedules")
@@ -77,7 +77,8 @@ def schedule(
     from ..schedule import Fire, Scheduler
 
     jobs = [call(lambda f=f: spec.load(f, hosts_file=hosts)) for f in files]  # type: ignore[misc]
-    coordinator_env = environ()
+    # Read once, for every fire: the keys and secrets leave the process's environment.
+    coordinator_env = sealed_environ(jobs)
     console = Console(highlight=False, soft_wrap=True)
 
     def log(message: str) -> None:

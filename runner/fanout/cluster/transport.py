@@ -41,6 +41,7 @@ from ..attempt import LAYOUT, Attempt, execute
 from ..capture import OutputCapture
 from ..collecting import Entry
 from ..errors import EnvironmentProblem, HostsUnavailable
+from ..exposure import NOTHING, Handed
 from ..outcome import AttemptResult
 from ..transport import Command, Lost, Place, Sandbox, StagedFile
 from .facts import Gone, NodeReport, Opened, Opening, Piece
@@ -93,10 +94,15 @@ class RayTransport:
         memory: int | None = None,
         notice: Callable[[str], None] = lambda message: None,
         emit: Callable[..., None] | None = None,
+        handed: Handed = NOTHING,
     ) -> None:
         self._ray = ray
         self._slots = slots
         self._requested = sandbox_kind
+        # What workers get that a node's sandboxes must hide from its other units: then
+        # auto means bwrap, and a node without it is refused like one under "bwrap".
+        self._handed = handed
+        self._kind = "bwrap" if sandbox_kind == "auto" and handed else sandbox_kind
         self._hidden = tuple(str(path) for path in hidden)
         self._network = network
         self._gateway = (
@@ -134,8 +140,16 @@ class RayTransport:
         wrong = [r for r in alive if r.version and r.version != __version__]
         if wrong:
             raise EnvironmentProblem(_mismatch(wrong[0].node, wrong[0].version))
-        if self._requested == "bwrap":
+        if self._kind == "bwrap":
             plain = [r.node for r in alive if r.version and not r.bwrap]
+            if plain and len(plain) == len(alive) and self._requested == "auto":
+                raise EnvironmentProblem(
+                    self._handed.refusal(
+                        f"no node of the Ray cluster has a working bwrap ({', '.join(plain)}):"
+                        " its units would run in plain directories",
+                        "install bubblewrap on the nodes",
+                    )
+                )
             if plain and len(plain) == len(alive):
                 raise EnvironmentProblem(
                     f"runtime.sandbox is 'bwrap' but no node of the Ray cluster has a"
@@ -248,7 +262,7 @@ class RayTransport:
         otherwise it is killed and its node cleaned."""
         opening = Opening(
             version=__version__,
-            sandbox=self._requested,
+            sandbox=self._kind,
             root=self._ray.sandbox_root,
             hidden=self._hidden,
             network=self._network,

@@ -80,6 +80,7 @@ class Gateway:
                 raise
         self._stop = stop
         self._stopped: SpendStopped | None = None
+        self._keys = tuple(dict.fromkeys(key for key in keys.values() if key))
         self._complaints = Complaints(events)
         self._connections = Connections(complaints=self._complaints, idle_timeout=idle_timeout)
         self._proxy = Proxy(
@@ -97,6 +98,11 @@ class Gateway:
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The real keys it sends upstream: what every output redacts (``Round.keys``)."""
+        return self._keys
 
     @property
     def socket_path(self) -> Path | None:

@@ -1,9 +1,11 @@
 """Per-attempt tokens: the "API key" a worker is given instead of the real one.
 
-A token is ``secrets.token_urlsafe(32)`` (256 random bits), good for every API of the
-job from ``grant`` until ``revoke``; after that, and for any string never granted, the
-gateway answers 401.  A token is only ever a dictionary key here: never logged, never
-in an event, never in an error message.
+A token is ``redact.TOKEN_PREFIX`` followed by ``secrets.token_urlsafe(32)`` (256
+random bits), good for every API of the job from ``grant`` until ``revoke``; after
+that, and for any string never granted, the gateway answers 401.  A token is only ever
+a dictionary key here: never logged, never in an event, never in an error message.
+The prefix is what lets every output redact any token by its shape (``redact``),
+another unit's and a revoked one included, without a registry of the tokens made.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..outcome import ApiUsage, unit_budget_spent
+from ..redact import TOKEN_PREFIX
 from .usage import Ledger
 
 
@@ -54,7 +57,7 @@ class Grants:
         spent_usd: float = 0.0,
         round: int = 1,
     ) -> str:
-        token = secrets.token_urlsafe(32)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         self._live[token] = Grant(
             unit=unit,
             attempt=attempt,

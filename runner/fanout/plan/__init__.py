@@ -88,9 +88,11 @@ class Plan:
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
     """Select the units and render the first task, without running anything but the
     input command."""
+    from ..apikeys import without_keys
     from ..commands import plan_lines
 
-    selection = select(spec, environ=environ, count_all=True)
+    # The input command runs as in `fanout run`: without the [[apis]] keys.
+    selection = select(spec, environ=without_keys(spec, environ), count_all=True)
     shown: list[Unit] = []
     for unit in selection:
         if len(shown) < SHOWN_UNITS:

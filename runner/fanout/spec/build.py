@@ -130,6 +130,7 @@ def build(
     runtime = Runtime(
         max_concurrent_tasks=raw_runtime["maxConcurrentTasks"],
         sandbox=raw_runtime["sandbox"],
+        unsandboxed_secrets=raw_runtime["unsandboxedSecrets"],
         image=raw_runtime.get("image"),
         network=raw_runtime["network"],
         hosts=hosts,

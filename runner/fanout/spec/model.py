@@ -144,6 +144,9 @@ class Ray:
 class Runtime:
     max_concurrent_tasks: int = _default(_RUNTIME, "maxConcurrentTasks")
     sandbox: Literal["auto", "bwrap", "podman", "none"] = _default(_RUNTIME, "sandbox")
+    # True: workers may get tokens and secrets in sandboxes that do not hide the other
+    # units from them (``exposure``).
+    unsandboxed_secrets: bool = _default(_RUNTIME, "unsandboxedSecrets")
     image: str | None = None
     # True: the host's network; "apis": a network namespace of its own in which only the
     # API gateway is reachable (``sandbox``); False: no network at all.

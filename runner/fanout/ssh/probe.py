@@ -13,7 +13,8 @@ from pathlib import Path
 import asyncssh
 
 from ..errors import EnvironmentProblem
-from ..sandbox import _INIT, apis_refusal
+from ..exposure import network_refusal
+from ..sandbox import _INIT
 from ..spec import Host
 from . import forward
 from .connection import (
@@ -227,7 +228,7 @@ async def gateway_socket(conn: asyncssh.SSHClientConnection, name: str, kind: st
     """What a run with network "apis" would meet on this host: sandbox ``kind`` must be
     bwrap, and a unix-socket forward is made and closed again; GATEWAY_SOCKET_OK or
     the refusal."""
-    refusal = apis_refusal(kind)
+    refusal = network_refusal(kind)
     if refusal is not None:
         return refusal
     try:

@@ -17,8 +17,8 @@ from typing import Literal
 from .. import sandbox, transport
 from ..attempt import Attempt, execute
 from ..errors import EnvironmentProblem, HostsUnavailable
+from ..exposure import NOTHING, Handed, hides, network_refusal
 from ..outcome import AttemptResult
-from ..sandbox import apis_refusal
 from ..spec import Host
 from ..transport import Place, Sandbox
 from .connection import Connection, Connector, Lost, Refused
@@ -45,6 +45,7 @@ class SshTransport(HostPool):
         commands: Sequence[str] = (),
         gateway_port: int | None = None,
         network: bool | Literal["apis"] = False,
+        handed: Handed = NOTHING,
     ) -> None:
         super().__init__(
             hosts,
@@ -61,6 +62,8 @@ class SshTransport(HostPool):
             network=network,
         )
         self._requested = sandbox_kind
+        # What workers get that a host's sandboxes must hide from its other units.
+        self._handed = handed
         # The job's argv[0]s: a host that cannot start one is refused (``commands``).
         self._commands = tuple(commands)
 
@@ -103,8 +106,11 @@ class SshTransport(HostPool):
         if self._requested == "bwrap" and not offered.bwrap:
             raise Refused(f"{state.name} has no bwrap and runtime.sandbox is 'bwrap'")
         sandbox = chosen_sandbox(self._requested, offered)
+        if self._handed and not hides(sandbox):
+            where = f"{state.name} has no bwrap: its units would run in plain directories"
+            raise Refused(self._handed.refusal(where, "install bubblewrap there"))
         if self._network == "apis":
-            refusal = apis_refusal(sandbox)
+            refusal = network_refusal(sandbox)
             if refusal is not None:
                 raise Refused(f"{state.name}: {refusal}")
             if offered.python is None:
