@@ -8,6 +8,11 @@ its own in a registry (``${XDG_STATE_HOME:-~/.local/state}/fanout/state-dirs``, 
 absolute path a line) and every later run, of any job, hides all of them.  The registry
 is per user: a worker can only read another user's state through permissions that
 user chose, and a root worker has no capabilities to override them (``sandbox``).
+
+A state directory is made in one place (``make_state_dir``): private to its user, and
+with ignore files that keep git and the tools that walk a tree (ruff, ripgrep, fd)
+out of it, so an input command run over the workspace does not list fanout's own
+copies of files.
 """
 
 from __future__ import annotations
@@ -32,6 +37,34 @@ def home(environ: Mapping[str, str]) -> Path:
         return Path(pwd.getpwuid(os.getuid()).pw_dir)
     except KeyError:
         return Path("/nonexistent")
+
+
+# ``*``: nothing in here is source.  git reads ``.gitignore`` (as virtualenv's, pytest's
+# and ruff's own cache directories rely on); ripgrep, fd and ruff read it only inside a
+# git repository, and ``.ignore`` (the ``ignore`` crate's own file) everywhere: measured
+# with ruff 0.17 over a workspace that is not a repository (an unpacked sdist), which
+# listed the collected copies with ``.gitignore`` alone and skipped them with ``.ignore``.
+_IGNORE_FILES = (".gitignore", ".ignore")
+_IGNORE_TEXT = b"# Created by fanout: its state directory (journal, logs, copies of files).\n*\n"
+
+
+def make_state_dir(state_dir: Path) -> None:
+    """Create ``state_dir`` (and its parents) if it is missing: 0700, since it holds the
+    journal, worker logs and reports, which other users on the machine must not read,
+    and with the ignore files above.  Only at creation, as pytest does for its cache: a
+    user who removed them (to commit a journal) keeps it that way.  Raises OSError."""
+    try:
+        # Without exist_ok: of two runs starting at once, only the one that made it
+        # writes the files.
+        state_dir.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        return
+    for name in _IGNORE_FILES:
+        descriptor = os.open(state_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(descriptor, _IGNORE_TEXT)
+        finally:
+            os.close(descriptor)
 
 
 def registry(environ: Mapping[str, str]) -> Path:
