@@ -12,7 +12,7 @@ user chose, and a root worker has no capabilities to override them (``sandbox``)
 A state directory is made in one place (``make_state_dir``): private to its user, and
 with ignore files that keep git and the tools that walk a tree (ruff, ripgrep, fd)
 out of it, so an input command run over the workspace does not list fanout's own
-copies of files.
+copies of files.  It is told by its contents (``is_state_dir``), not its name.
 """
 
 from __future__ import annotations
@@ -65,6 +65,37 @@ def make_state_dir(state_dir: Path) -> None:
             os.write(descriptor, _IGNORE_TEXT)
         finally:
             os.close(descriptor)
+
+
+def is_state_dir(directory: Path) -> bool:
+    """Whether ``directory`` is a fanout state directory: one holding a journal and a
+    locks folder (``launch`` and ``lock`` create both before any unit runs).  Told by
+    its contents, not its name: ``runtime.stateDir`` can be anything, and another
+    job's state directory in the same workspace must be recognised too."""
+    # os.path, not pathlib: a selection asks this of every unit's staged file.
+    return os.path.isfile(os.path.join(directory, "journal.sqlite")) and os.path.isdir(
+        os.path.join(directory, "locks")
+    )
+
+
+def state_dir_on_the_way(
+    root: Path, relative: str, known: dict[str, bool] | None = None
+) -> str | None:
+    """The folder of ``relative`` (a plain path under ``root``, or ``root`` itself) that
+    is a state directory, relative to ``root``; None if no folder on the way is one.
+    ``known``: what earlier calls found, by folder (a selection asks of 100,000 paths in
+    a few folders: one look at each folder, not one per path)."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join(parts[:depth])
+        found = known.get(folder) if known is not None else None
+        if found is None:
+            found = is_state_dir(Path(os.path.join(root, folder)))
+            if known is not None:
+                known[folder] = found
+        if found:
+            return folder
+    return None
 
 
 def registry(environ: Mapping[str, str]) -> Path:
