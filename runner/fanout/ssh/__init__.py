@@ -32,11 +32,12 @@ channels), ``transport`` the transport on top of it (start, each host's sandbox,
 format, ``agent`` one agent channel and its retirement, ``connection`` how a connection
 is made and how asyncssh's errors become fanout's, ``forward`` the remote port forward
 each connection makes to the API gateway (a job with APIs), ``probe`` what ``fanout
-hosts check`` and ``fanout hosts trust`` ask a host.
+hosts check`` asks a host, ``hostkey`` what ``fanout hosts trust`` asks.
 """
 
 from .connection import KnownEntry
-from .probe import HostKey, Probe, fetch_host_key
+from .hostkey import HostKey, fetch_host_key
+from .probe import Probe
 from .transport import SshTransport
 
 __all__ = ["HostKey", "KnownEntry", "Probe", "SshTransport", "fetch_host_key"]
