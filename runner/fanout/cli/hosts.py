@@ -23,15 +23,17 @@ def _inventory(file: Path | None, hosts: Path | None) -> Any:
     return _runtime(file, hosts)[0]
 
 
-def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool, Any]:
+def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool, Any, Any]:
     """The job's hosts, the sandbox its units ask for, whether it has APIs (its
-    workers then reach the gateway through a forward on each host), and its network."""
-    from .. import spec
+    workers then reach the gateway through a forward on each host), its network, and
+    the commands its workers start (each host must start them)."""
+    from .. import commands, spec
 
     if file is not None:
         job = spec.load(file, hosts_file=hosts)
-        return job.runtime.hosts, job.runtime.sandbox, bool(job.apis), job.runtime.network
-    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False, False
+        runtime = job.runtime
+        return runtime.hosts, runtime.sandbox, bool(job.apis), runtime.network, commands.names(job)
+    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False, False, ()
 
 
 @hosts_app.command("check")
@@ -43,10 +45,11 @@ def hosts_check(
 
     Reachable, authenticated, remote shell, bwrap, what keeps the job's units from
     outliving them there (containment), free disk in the sandbox root and round-trip
-    time; for a job with [[apis]], whether sshd forwards a port to the API gateway and
-    binds it to loopback only.  For a job with runtime.ray, every node of the cluster:
-    alive, its resources and labels, fanout's version, bwrap and containment there (a
-    probe pinned to each node).  Exit 4 if any is not usable.
+    time; whether the job's worker commands start there, looked up inside a sandbox as
+    a unit's are; for a job with [[apis]], whether sshd forwards a port to the API
+    gateway and binds it to loopback only.  For a job with runtime.ray, every node of
+    the cluster: alive, its resources and labels, fanout's version, bwrap and
+    containment there (a probe pinned to each node).  Exit 4 if any is not usable.
     """
     import asyncio
 
@@ -64,7 +67,7 @@ def hosts_check(
         _ray_check(job)
 
     def probe() -> tuple[Any, bool]:
-        pool, sandbox, apis, network = _runtime(file, hosts)
+        pool, sandbox, apis, network, commands = _runtime(file, hosts)
         if not pool:
             raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
         transport = SshTransport(
@@ -72,6 +75,7 @@ def hosts_check(
             known_hosts=inventory.known_hosts_files(environ()),
             sandbox_kind=sandbox,
             network=network,
+            commands=commands,
         )
         return asyncio.run(transport.probe_all(gateway=apis)), apis
 
