@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -147,6 +148,47 @@ async def test_an_unknown_key_is_refused_naming_the_name_looked_up_and_the_key(
         "no SSH host can run units: host key of ecobox (ecobox) is not trusted: no known_hosts"
         f" entry for [127.0.0.1]:{server.port} trusts its ssh-ed25519 key {fingerprint};"
         " check it and run `fanout hosts trust ecobox`"
+    )
+
+
+@pytest.mark.slow
+def test_the_trust_advice_for_an_inventory_name_runs_as_printed(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """Issue 20: `hosts check` said to run `fanout hosts trust a`, which took the
+    inventory name for an address and failed; the advice names the hosts file."""
+    server = ssh_pool.add("h1")
+    job = _job(
+        tmp_path,
+        f'[[hosts]]\nname = "a"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{_sandboxes(ssh_pool)}"\n',
+    )
+    refused = _fanout("hosts", "check", job.name, cwd=tmp_path)
+    assert refused.returncode == 4
+    advice = re.search(r"run `(fanout hosts trust [^`]*)`", " ".join(refused.stdout.split()))
+    assert advice is not None, refused.stdout
+    assert advice[1] == "fanout hosts trust a --hosts hosts.toml"
+    trusted = _fanout(*shlex.split(advice[1])[1:], "--yes", cwd=tmp_path)
+    assert trusted.returncode == 0, trusted.stderr
+    checked = _fanout("hosts", "check", job.name, cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_the_trust_command_names_the_inventory_only_where_the_name_is_not_an_address() -> None:
+    job = ("--job", "jobs/sweep.toml")
+    assert knownhosts.trust_command(Host(name="a", address="10.0.0.7"), job) == (
+        "fanout hosts trust a --job jobs/sweep.toml"
+    )
+    assert knownhosts.trust_command(Host(name="ecobox", address="ecobox"), job) == (
+        "fanout hosts trust ecobox"
+    )
+    named = Host(name="10.0.0.7:2222", address="10.0.0.7", port=2222)
+    assert knownhosts.trust_command(named, job) == "fanout hosts trust 10.0.0.7:2222"
+    # Same name and address, another port: the name alone would reach port 22.
+    ported = Host(name="box", address="box", port=2222)
+    assert knownhosts.trust_command(ported, ("--hosts", "my hosts.toml")) == (
+        "fanout hosts trust box --hosts 'my hosts.toml'"
     )
 
 

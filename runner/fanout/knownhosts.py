@@ -12,11 +12,12 @@ theirs to remove.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .errors import FanoutError
-from .spec import Host
+from .spec import Host, Spec
 
 
 def fanout_known_hosts(environ: Mapping[str, str]) -> Path:
@@ -42,6 +43,26 @@ def find(hosts: Sequence[Host], wanted: str) -> Host:
         raise FanoutError(f"{wanted!r} is not a host name from the inventory or ADDRESS[:PORT]")
     address = address or wanted
     return Host(name=wanted, address=address, port=int(port) if port else None)
+
+
+def inventory_options(job: Spec) -> tuple[str, ...]:
+    """The options that make ``fanout hosts trust`` find ``job``'s hosts: the hosts file
+    they came from (``--hosts``, a run's override included), else the job file."""
+    if job.runtime.hosts_file is not None:
+        return ("--hosts", str(job.runtime.hosts_file))
+    return ("--job", str(job.file))
+
+
+def trust_command(host: Host, inventory: Sequence[str]) -> str:
+    """The ``fanout hosts trust`` command line that finds ``host`` as its run does: its
+    name alone where ``find`` makes the same address and port of it (an address, or
+    ADDRESS:PORT), else with ``inventory`` (``inventory_options``), without which an
+    inventory name is taken for an address and never reached."""
+    alone = find((), host.name)
+    words = ["fanout", "hosts", "trust", host.name]
+    if (alone.address, alone.port) != (host.address, host.port):
+        words += inventory
+    return shlex.join(words)
 
 
 def record(line: str, environ: Mapping[str, str], replacing: Mapping[int, str] = {}) -> Path:

@@ -82,6 +82,7 @@ def transport_for(
         return SshTransport(
             job.runtime.hosts,
             known_hosts=hosts.known_hosts_files(environ),
+            inventory=hosts.inventory_options(job),
             sandbox_kind=job.runtime.sandbox,
             notice=notice,
             commands=commands.names(job),

@@ -76,6 +76,7 @@ def hosts_check(
             sandbox_kind=sandbox,
             network=network,
             commands=commands,
+            inventory=inventory.inventory_options(job),
         )
         return asyncio.run(transport.probe_all(gateway=apis)), apis
 

@@ -24,6 +24,7 @@ import asyncssh
 if TYPE_CHECKING:
     from .forward import Forward
 
+from ..knownhosts import trust_command
 from ..spec import Host
 
 # sshd drops unauthenticated connections beyond MaxStartups (10 by default).
@@ -72,6 +73,9 @@ class Connector:
     """
 
     known_hosts: Sequence[Path]
+    # What ``fanout hosts trust`` needs besides a host's name to find it (its hosts file
+    # or job file), for the advice a refused host key comes with.
+    inventory: tuple[str, ...] = ()
     keepalive_interval: float = 5.0
     keepalive_count: int = 3  # intervals of silence tolerated, at least 2
     connect_timeout: float = 15.0
@@ -116,9 +120,10 @@ class Connector:
                 )
             except asyncssh.HostKeyNotVerifiable as exc:
                 old = witness.entries(self.known_hosts)
+                trust = trust_command(host, self.inventory)
                 if witness.presented is not None and old:
-                    raise Refused(changed_key_warning(host, witness, old)) from None
-                raise Refused(unknown_key_refusal(host, witness, exc.reason)) from None
+                    raise Refused(changed_key_warning(host, witness, old, trust)) from None
+                raise Refused(unknown_key_refusal(host, witness, exc.reason, trust)) from None
             except asyncssh.PermissionDenied:
                 user = host.user or "the default user"
                 raise Refused(f"{host.name}: authentication refused for {user}") from None
@@ -242,19 +247,22 @@ def read_known_hosts(files: Sequence[Path]) -> asyncssh.SSHKnownHosts:
     return asyncssh.read_known_hosts([str(p) for p in files if p.is_file()])
 
 
-def unknown_key_refusal(host: Host, witness: KeyWitness, reason: str) -> str:
-    """Why a host whose key no known_hosts line names is refused, and what to do."""
+def unknown_key_refusal(host: Host, witness: KeyWitness, reason: str, trust: str) -> str:
+    """Why a host whose key no known_hosts line names is refused, and what to do
+    (``trust``: the command that trusts it)."""
     if witness.presented is not None and witness.looked_up is not None:
         kind = witness.presented.get_algorithm()
         fingerprint = witness.presented.get_fingerprint("sha256")
         reason = f"no known_hosts entry for {witness.name} trusts its {kind} key {fingerprint}"
     return (
         f"host key of {host.name} ({where(host)}) is not trusted: {reason};"
-        f" check it and run `fanout hosts trust {host.name}`"
+        f" check it and run `{trust}`"
     )
 
 
-def changed_key_warning(host: Host, witness: KeyWitness, old: Sequence[KnownEntry]) -> str:
+def changed_key_warning(
+    host: Host, witness: KeyWitness, old: Sequence[KnownEntry], trust: str
+) -> str:
     """OpenSSH's REMOTE HOST IDENTIFICATION HAS CHANGED, in fanout's words, on one line
     (it is shown in a table cell, a notice and the run's log alike)."""
     assert witness.presented is not None
@@ -267,7 +275,7 @@ def changed_key_warning(host: Host, witness: KeyWitness, old: Sequence[KnownEntr
         f" {witness.name}, but {trusted} there.  Someone could be eavesdropping on you"
         f" right now (a man-in-the-middle attack), or the host was reinstalled with a new"
         f" key.  Confirm {new} with the host's administrator, then run"
-        f" `fanout hosts trust {host.name}` to replace the old key"
+        f" `{trust}` to replace the old key"
     )
 
 

@@ -52,11 +52,13 @@ class SshTransport(HostPool):
         commands: Sequence[str] = (),
         gateway_port: int | None = None,
         network: bool | Literal["apis"] = False,
+        inventory: Sequence[str] = (),
     ) -> None:
         super().__init__(
             hosts,
             connector=Connector(
                 known_hosts=list(known_hosts),
+                inventory=tuple(inventory),
                 keepalive_interval=keepalive_interval,
                 keepalive_count=keepalive_count,
                 connect_timeout=connect_timeout,
