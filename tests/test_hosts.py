@@ -5,6 +5,7 @@ loopback, the real CLI, a real ``~/.ssh/config`` in the test's private HOME)."""
 from __future__ import annotations
 
 import os
+import pwd
 import random
 import re
 import shlex
@@ -19,6 +20,7 @@ from fanout import knownhosts
 from fanout.errors import HostsUnavailable
 from fanout.spec import Host
 from fanout.ssh import SshTransport
+from fanout.ssh.connection import user_known_hosts
 
 from helpers import make_attempt, write_job
 
@@ -190,6 +192,74 @@ def test_the_trust_command_names_the_inventory_only_where_the_name_is_not_an_add
     assert knownhosts.trust_command(ported, ("--hosts", "my hosts.toml")) == (
         "fanout hosts trust box --hosts 'my hosts.toml'"
     )
+
+
+# ~/.ssh/config's UserKnownHostsFile --------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_user_known_hosts_file_of_ssh_config_is_where_keys_are_looked_up(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """Issue 20: fanout read ~/.ssh/known_hosts whatever ~/.ssh/config said.  Like
+    OpenSSH, it reads the files UserKnownHostsFile names for the host (tokens expanded),
+    and not ~/.ssh/known_hosts then."""
+    server = ssh_pool.add("h1")
+    ssh = _home() / ".ssh"
+    (ssh / "fleet").mkdir(parents=True)
+    fleet = ssh / "fleet" / f"hosts-{server.port}"
+    fleet.write_text(f"# the fleet's keys\n{server.known_hosts_line}\n")
+    (ssh / "config").write_text(
+        "Host 127.0.0.1\n  UserKnownHostsFile ~/.ssh/none-here %d/.ssh/fleet/hosts-%p\n"
+    )
+    job = _job(
+        tmp_path,
+        f'[[hosts]]\nname = "h1"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{_sandboxes(ssh_pool)}"\n',
+    )
+    checked = _fanout("hosts", "check", str(job))
+    assert checked.returncode == 0, checked.stdout
+    trusted = _fanout("hosts", "trust", "h1", "--job", str(job), "--yes")
+    assert trusted.returncode == 0, trusted.stderr
+    assert f"is already trusted ({fleet}:2)" in trusted.stdout
+    ran = _fanout("run", str(job), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    # The key in ~/.ssh/known_hosts, the configured file empty: refused, as by OpenSSH.
+    (ssh / "known_hosts").write_text(server.known_hosts_line + "\n")
+    fleet.write_text("")
+    refused = _fanout("hosts", "check", str(job))
+    assert refused.returncode == 4
+    assert "host key of h1 (127.0.0.1:" in refused.stdout
+
+
+def test_user_known_hosts_files_are_found_as_openssh_finds_them() -> None:
+    home = _home()
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(
+        "Host box\n  HostName 10.0.0.9\n  Port 2200\n  User deploy\n"
+        "  UserKnownHostsFile ~/.ssh/a %d/.ssh/%h-%p-%r-%n %d/%k%% ~/.ssh/%C ${HOME}/x"
+        " ~nobody-such-user/y ~root/z\n"
+        "Host quiet\n  UserKnownHostsFile none\n"
+        "Host aliased\n  HostKeyAlias fleet-key\n  UserKnownHostsFile %d/%k\n"
+    )
+    box = Host(name="b", address="box")
+    assert user_known_hosts(box, home) == [
+        home / ".ssh" / "a",
+        home / ".ssh" / "10.0.0.9-2200-deploy-box",
+        home / "10.0.0.9%",  # %k without a HostKeyAlias is the host name
+        # %C and ${HOME}: left out (fanout does not expand them), as is an unknown user.
+        Path(pwd.getpwnam("root").pw_dir) / "z",
+    ]
+    # The inventory's port and user win over the config's, as they do for the login.
+    ported = Host(name="b", address="box", port=2222, user="ops")
+    assert user_known_hosts(ported, home)[1] == home / ".ssh" / "10.0.0.9-2222-ops-box"
+    assert user_known_hosts(Host(name="q", address="quiet"), home) == []
+    assert user_known_hosts(Host(name="k", address="aliased"), home) == [home / "fleet-key"]
+    assert user_known_hosts(Host(name="o", address="other"), home) == [
+        home / ".ssh" / "known_hosts",
+        home / ".ssh" / "known_hosts2",
+    ]
 
 
 # A changed key ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Host keys (known_hosts): where fanout looks them up, its own known_hosts file, trusting
 a host's key, and finding the host a key is asked for by name.
 
-Host keys are always verified.  fanout reads the user's ``~/.ssh/known_hosts`` and its
-own file (``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``);
+Host keys are always verified.  fanout reads its own file
+(``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``) and the user's
+files for the host, as OpenSSH finds them (``UserKnownHostsFile`` in ``~/.ssh/config``,
+else ``~/.ssh/known_hosts`` and ``known_hosts2``);
 ``fanout hosts trust`` shows a key's fingerprint and, once confirmed, records it in
 fanout's own file, never in the user's.  A changed key replaces the old line of
 fanout's file (two lines would keep the old key trusted); a line in the user's file is
@@ -16,6 +18,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from . import hidden
 from .errors import FanoutError
 from .spec import Host, Spec
 
@@ -27,10 +30,10 @@ def fanout_known_hosts(environ: Mapping[str, str]) -> Path:
     return Path(config) / "fanout" / "known_hosts"
 
 
-def known_hosts_files(environ: Mapping[str, str]) -> list[Path]:
-    """Where host keys are looked up, fanout's own file first."""
-    home = Path(environ.get("HOME", "/nonexistent"))
-    return [fanout_known_hosts(environ), home / ".ssh" / "known_hosts"]
+def home(environ: Mapping[str, str]) -> Path:
+    """The home whose ``~/.ssh/config`` and known_hosts files a host's key is looked up
+    in, besides fanout's own file (the ssh package reads them per host, as OpenSSH)."""
+    return hidden.home(environ)
 
 
 def find(hosts: Sequence[Host], wanted: str) -> Host:

@@ -72,7 +72,8 @@ def hosts_check(
             raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
         transport = SshTransport(
             pool,
-            known_hosts=inventory.known_hosts_files(environ()),
+            known_hosts=[inventory.fanout_known_hosts(environ())],
+            home=inventory.home(environ()),
             sandbox_kind=sandbox,
             network=network,
             commands=commands,
@@ -172,9 +173,10 @@ def hosts_trust(
     from ..ssh import fetch_host_key
 
     coordinator_env = environ()
-    files = inventory.known_hosts_files(coordinator_env)
+    own = inventory.fanout_known_hosts(coordinator_env)
+    home = inventory.home(coordinator_env)
     target = call(lambda: inventory.find(_inventory(job, hosts), host))
-    key = call(lambda: asyncio.run(fetch_host_key(target, files)))
+    key = call(lambda: asyncio.run(fetch_host_key(target, [own], home)))
     print(f"{target.name} (known_hosts name {key.name})")
     if key.trusted_by:
         where = ", ".join(f"{e.path}:{e.line}" for e in key.trusted_by)
@@ -206,7 +208,6 @@ def hosts_trust(
     if not yes and not typer.confirm(question, default=False):
         print("not trusted", file=sys.stderr)
         raise typer.Exit(1)
-    own = inventory.fanout_known_hosts(coordinator_env)
     path = inventory.record(
         key.line, coordinator_env, {e.line: e.text for e in key.replaced if e.path == own}
     )

@@ -12,7 +12,16 @@ import asyncssh
 
 from ..errors import EnvironmentProblem
 from ..spec import Host
-from .connection import KeyWitness, KnownEntry, describe, host_key_alias, read_known_hosts, where
+from .connection import (
+    KeyWitness,
+    KnownEntry,
+    Refused,
+    describe,
+    host_key_alias,
+    known_hosts_of,
+    read_known_hosts,
+    where,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,11 +38,18 @@ class HostKey:
     replaced: tuple[KnownEntry, ...]  # lines trusting another key for ``name``
 
 
-async def fetch_host_key(host: Host, known_hosts: Sequence[Path], wait: float = 15.0) -> HostKey:
+async def fetch_host_key(
+    host: Host, known_hosts: Sequence[Path], home: Path | None = None, wait: float = 15.0
+) -> HostKey:
     """The key ``host`` presents, looked up exactly as a run looks it up (through
-    ``~/.ssh/config``), without authenticating: every auth method is off, so the
-    handshake ends once the host has shown its key."""
-    witness = KeyWitness(known=read_known_hosts(known_hosts))
+    ``~/.ssh/config``, in ``known_hosts`` and the user's files under ``home``), without
+    authenticating: every auth method is off, so the handshake ends once the host has
+    shown its key."""
+    try:
+        files = known_hosts_of(host, known_hosts, home)
+    except Refused as exc:
+        raise EnvironmentProblem(str(exc)) from None
+    witness = KeyWitness(known=read_known_hosts(files))
     options: dict[str, object] = {
         "known_hosts": witness.lookup,
         "client_factory": witness.client,
@@ -71,7 +87,7 @@ async def fetch_host_key(host: Host, known_hosts: Sequence[Path], wait: float = 
     # up [alias]:port first and then the bare alias, so both accept the line.
     name = witness.looked_up[0] if host_key_alias(host) else witness.name
     public = key.export_public_key("openssh").decode().split()
-    entries = witness.entries(known_hosts)
+    entries = witness.entries(files)
     fingerprint = key.get_fingerprint("sha256")
     trusted_by = tuple(e for e in entries if e.fingerprint == fingerprint)
     return HostKey(

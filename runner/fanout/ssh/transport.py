@@ -53,11 +53,13 @@ class SshTransport(HostPool):
         gateway_port: int | None = None,
         network: bool | Literal["apis"] = False,
         inventory: Sequence[str] = (),
+        home: Path | None = None,
     ) -> None:
         super().__init__(
             hosts,
             connector=Connector(
                 known_hosts=list(known_hosts),
+                home=home,
                 inventory=tuple(inventory),
                 keepalive_interval=keepalive_interval,
                 keepalive_count=keepalive_count,
