@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import re
@@ -286,11 +287,13 @@ def _host(pool: Any, server: Any) -> Host:
     return pool.host(server, slots=2)  # type: ignore[no-any-return]
 
 
-def _ssh_runner(pool: Any, job: spec.Spec, events: list[dict[str, Any]]) -> Runner:
+def _ssh_runner(
+    pool: Any, job: spec.Spec, events: list[dict[str, Any]], *, sandbox_kind: str = "none"
+) -> Runner:
     transport = SshTransport(
         [_host(pool, server) for server in pool.hosts],
         known_hosts=[pool.known_hosts],
-        sandbox_kind="none",
+        sandbox_kind=sandbox_kind,
         connect_timeout=3.0,
         rng=random.Random(3),
         commands=commands.names(job),
@@ -353,3 +356,95 @@ def test_plan_names_what_it_leaves_to_hosts_and_images(chdir_tmp: Path) -> None:
     assert _commands_lines(cli("plan", "job.toml").out) == [
         "Commands  not checked: the image (runtime.image) decides what is installed"
     ]
+
+
+def _problems(table: str) -> dict[str, str]:
+    """The problem column of `hosts check`'s table by host, its wrapped lines joined."""
+    problems: dict[str, list[str]] = {}
+    host = ""
+    for line in table.splitlines():
+        cells = line.split("│")
+        if len(cells) < 3:
+            continue
+        host = cells[1].strip() or host
+        problems.setdefault(host, []).append(cells[-2].strip())
+    return {name: " ".join(" ".join(parts).split()) for name, parts in problems.items()}
+
+
+@pytest.mark.slow
+@needs_bwrap
+async def test_ssh_hosts_whose_bwrap_sandboxes_hide_the_command_are_refused(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """Issue 20: the worker is on each host, at an absolute path under /tmp, which bwrap
+    replaces with a private /tmp.  Looked up outside the sandbox it was found; every unit
+    then failed with bwrap's ``execvp``, both hosts quarantined.  The probe looks inside
+    a sandbox made as a unit's is: the run stops before any unit starts, `hosts check`
+    says why, and on the PATH (whose /tmp directories fanout binds back) it runs."""
+    tools = ssh_pool.base / "tools"
+    _tool(tools, "fanout-test-tool")
+    tools.chmod(0o755)
+    tool = _tool(ssh_pool.base / "elsewhere", "fanout-test-tool")  # not on the PATH
+    tool.parent.chmod(0o755)
+    servers = [ssh_pool.add(name, extra=[f"SetEnv PATH={tools}:/usr/bin:/bin"]) for name in "ab"]
+    job = spec.load(_job(tmp_path, f'"{tool}"', sandbox_kind="bwrap"))
+    events: list[dict[str, Any]] = []
+    runner = _ssh_runner(ssh_pool, job, events, sandbox_kind="bwrap")
+    with pytest.raises(HostsUnavailable) as caught:
+        await runner.execute(Options())
+    why = (
+        f"cannot start {tool}: {tool} resolves to {tool}, under /tmp, which bwrap replaces"
+        " with a private /tmp"
+    )
+    assert str(caught.value).splitlines()[0] == f"no SSH host can run units: a {why}; b {why}"
+    (run,) = runner.journal.runs()
+    assert runner.journal.attempts(run.id) == []
+
+    hosts = "".join(
+        f'[[hosts]]\nname = "{server.name}"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{ssh_pool.host(server).sandbox_root}"\n'
+        for server in servers
+    )
+    (tmp_path / "hosts.toml").write_text(hosts)
+    config = Path(os.environ["HOME"]) / ".config" / "fanout"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "known_hosts").write_text(ssh_pool.known_hosts.read_text())
+    text = (tmp_path / "job.toml").read_text()
+    text = text.replace('sandbox = "bwrap"', 'sandbox = "bwrap"\nhosts = "hosts.toml"')
+    (tmp_path / "job.toml").write_text(text)
+    # The CLI runs its own event loop: in a thread, beside this test's.
+    checked = await asyncio.to_thread(cli, "hosts", "check", str(tmp_path / "job.toml"))
+    assert checked.code == 4, checked.out
+    assert _problems(checked.out) == {"a": why, "b": why}
+
+    (tmp_path / "job.toml").write_text(text.replace(f'"{tool}"', '"fanout-test-tool"'))
+    on_path = spec.load(tmp_path / "job.toml")
+    summary = await _ssh_runner(ssh_pool, on_path, [], sandbox_kind="bwrap").execute(Options())
+    assert summary.counts == {"succeeded": 2}
+    passed = await asyncio.to_thread(cli, "hosts", "check", str(tmp_path / "job.toml"))
+    assert passed.code == 0, passed.out
+
+
+@pytest.mark.slow
+async def test_an_ssh_host_whose_bwrap_cannot_make_a_sandbox_is_refused(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """A bwrap that is installed but cannot make namespaces for the login (a kernel
+    without unprivileged user namespaces) would fail every unit; the probe's sandbox
+    finds out at the start, with bwrap's own words."""
+    fake = ssh_pool.base / "fake"
+    fake.mkdir(mode=0o755)
+    (fake / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    (fake / "bwrap").chmod(0o755)
+    ssh_pool.add("a", extra=[f"SetEnv PATH={fake}:/usr/bin:/bin"])
+    job = spec.load(_job(tmp_path, '"true"', sandbox_kind="bwrap"))
+    runner = _ssh_runner(ssh_pool, job, [], sandbox_kind="bwrap")
+    with pytest.raises(HostsUnavailable) as caught:
+        await runner.execute(Options())
+    assert str(caught.value).splitlines()[0] == (
+        "no SSH host can run units: a bwrap cannot make a sandbox there"
+        " (bwrap: setting up uid map: Permission denied)"
+    )

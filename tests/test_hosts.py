@@ -5,7 +5,9 @@ loopback, the real CLI, a real ``~/.ssh/config`` in the test's private HOME)."""
 from __future__ import annotations
 
 import os
+import pwd
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from fanout import knownhosts
 from fanout.errors import HostsUnavailable
 from fanout.spec import Host
 from fanout.ssh import SshTransport
+from fanout.ssh.connection import user_known_hosts
 
 from helpers import make_attempt, write_job
 
@@ -148,6 +151,115 @@ async def test_an_unknown_key_is_refused_naming_the_name_looked_up_and_the_key(
         f" entry for [127.0.0.1]:{server.port} trusts its ssh-ed25519 key {fingerprint};"
         " check it and run `fanout hosts trust ecobox`"
     )
+
+
+@pytest.mark.slow
+def test_the_trust_advice_for_an_inventory_name_runs_as_printed(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """Issue 20: `hosts check` said to run `fanout hosts trust a`, which took the
+    inventory name for an address and failed; the advice names the hosts file."""
+    server = ssh_pool.add("h1")
+    job = _job(
+        tmp_path,
+        f'[[hosts]]\nname = "a"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{_sandboxes(ssh_pool)}"\n',
+    )
+    refused = _fanout("hosts", "check", job.name, cwd=tmp_path)
+    assert refused.returncode == 4
+    advice = re.search(r"run `(fanout hosts trust [^`]*)`", " ".join(refused.stdout.split()))
+    assert advice is not None, refused.stdout
+    assert advice[1] == "fanout hosts trust a --hosts hosts.toml"
+    trusted = _fanout(*shlex.split(advice[1])[1:], "--yes", cwd=tmp_path)
+    assert trusted.returncode == 0, trusted.stderr
+    checked = _fanout("hosts", "check", job.name, cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_the_trust_command_names_the_inventory_only_where_the_name_is_not_an_address() -> None:
+    job = ("--job", "jobs/sweep.toml")
+    assert knownhosts.trust_command(Host(name="a", address="10.0.0.7"), job) == (
+        "fanout hosts trust a --job jobs/sweep.toml"
+    )
+    assert knownhosts.trust_command(Host(name="ecobox", address="ecobox"), job) == (
+        "fanout hosts trust ecobox"
+    )
+    named = Host(name="10.0.0.7:2222", address="10.0.0.7", port=2222)
+    assert knownhosts.trust_command(named, job) == "fanout hosts trust 10.0.0.7:2222"
+    # Same name and address, another port: the name alone would reach port 22.
+    ported = Host(name="box", address="box", port=2222)
+    assert knownhosts.trust_command(ported, ("--hosts", "my hosts.toml")) == (
+        "fanout hosts trust box --hosts 'my hosts.toml'"
+    )
+
+
+# ~/.ssh/config's UserKnownHostsFile --------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_user_known_hosts_file_of_ssh_config_is_where_keys_are_looked_up(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """Issue 20: fanout read ~/.ssh/known_hosts whatever ~/.ssh/config said.  Like
+    OpenSSH, it reads the files UserKnownHostsFile names for the host (tokens expanded),
+    and not ~/.ssh/known_hosts then."""
+    server = ssh_pool.add("h1")
+    ssh = _home() / ".ssh"
+    (ssh / "fleet").mkdir(parents=True)
+    fleet = ssh / "fleet" / f"hosts-{server.port}"
+    fleet.write_text(f"# the fleet's keys\n{server.known_hosts_line}\n")
+    (ssh / "config").write_text(
+        "Host 127.0.0.1\n  UserKnownHostsFile ~/.ssh/none-here %d/.ssh/fleet/hosts-%p\n"
+    )
+    job = _job(
+        tmp_path,
+        f'[[hosts]]\nname = "h1"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        f'user = "{ssh_pool.user}"\nidentity = "{ssh_pool.client_key}"\n'
+        f'sandboxRoot = "{_sandboxes(ssh_pool)}"\n',
+    )
+    checked = _fanout("hosts", "check", str(job))
+    assert checked.returncode == 0, checked.stdout
+    trusted = _fanout("hosts", "trust", "h1", "--job", str(job), "--yes")
+    assert trusted.returncode == 0, trusted.stderr
+    assert f"is already trusted ({fleet}:2)" in trusted.stdout
+    ran = _fanout("run", str(job), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    # The key in ~/.ssh/known_hosts, the configured file empty: refused, as by OpenSSH.
+    (ssh / "known_hosts").write_text(server.known_hosts_line + "\n")
+    fleet.write_text("")
+    refused = _fanout("hosts", "check", str(job))
+    assert refused.returncode == 4
+    assert "host key of h1 (127.0.0.1:" in refused.stdout
+
+
+def test_user_known_hosts_files_are_found_as_openssh_finds_them() -> None:
+    home = _home()
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "config").write_text(
+        "Host box\n  HostName 10.0.0.9\n  Port 2200\n  User deploy\n"
+        "  UserKnownHostsFile ~/.ssh/a %d/.ssh/%h-%p-%r-%n %d/%k%% ~/.ssh/%C ${HOME}/x"
+        " ~nobody-such-user/y ~root/z\n"
+        "Host quiet\n  UserKnownHostsFile none\n"
+        "Host aliased\n  HostKeyAlias fleet-key\n  UserKnownHostsFile %d/%k\n"
+    )
+    box = Host(name="b", address="box")
+    assert user_known_hosts(box, home) == [
+        home / ".ssh" / "a",
+        home / ".ssh" / "10.0.0.9-2200-deploy-box",
+        home / "10.0.0.9%",  # %k without a HostKeyAlias is the host name
+        # %C and ${HOME}: left out (fanout does not expand them), as is an unknown user.
+        Path(pwd.getpwnam("root").pw_dir) / "z",
+    ]
+    # The inventory's port and user win over the config's, as they do for the login.
+    ported = Host(name="b", address="box", port=2222, user="ops")
+    assert user_known_hosts(ported, home)[1] == home / ".ssh" / "10.0.0.9-2222-ops-box"
+    assert user_known_hosts(Host(name="q", address="quiet"), home) == []
+    assert user_known_hosts(Host(name="k", address="aliased"), home) == [home / "fleet-key"]
+    assert user_known_hosts(Host(name="o", address="other"), home) == [
+        home / ".ssh" / "known_hosts",
+        home / ".ssh" / "known_hosts2",
+    ]
 
 
 # A changed key ----------------------------------------------------------------------

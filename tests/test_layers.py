@@ -99,6 +99,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ssh.connection",
             "ssh.forward",
             "ssh.probe",
+            "ssh.hostkey",
             "ssh.agent",
             "ssh.pool",
             "ssh.sandbox",

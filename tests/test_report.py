@@ -7,7 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from fanout import report
+from fanout import fleet, report
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
 from fanout.outcome import AttemptResult, CollectedFile, Outcome, RunState, Status, UnitState
@@ -385,3 +385,22 @@ def test_report_json_lists_each_unit_as_its_journal_row_has_it(tmp_path: Path) -
         assert record.pop("activeSeconds") == record["workerSeconds"]
         assert record == report.unit_record(row)
         assert [c["path"] for c in changes] == [c.path for c in row.collected]
+
+
+def test_a_quarantine_from_before_a_resume_lasts_until_the_host_shows_up(tmp_path: Path) -> None:
+    log = tmp_path / "events.jsonl"
+    events = [
+        {"event": "run.started", "run": "r"},
+        {"event": "host.up", "host": "back", "slots": 2},
+        {"event": "host.up", "host": "gone", "slots": 1},
+        {"event": "host.quarantined", "host": "back", "slots": 2, "reason": "back: key changed"},
+        {"event": "host.quarantined", "host": "gone", "slots": 1, "reason": "gone: no bwrap"},
+        {"event": "run.resumed", "run": "r", "round": 1},
+        {"event": "host.up", "host": "back", "slots": 2},
+    ]
+    log.write_text("".join(json.dumps(event) + "\n" for event in events))
+    attempts = {"back": {"succeeded": 3, "lost": 1}, "gone": {"lost": 1}}
+    assert [(r["host"], r["quarantined"], r["reason"]) for r in fleet.hosts(attempts, log)] == [
+        ("back", False, ""),
+        ("gone", True, "gone: no bwrap"),
+    ]

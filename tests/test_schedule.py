@@ -395,8 +395,38 @@ def test_schedule_command_logs_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert list(saved) == ["0:0 3 * * *@UTC"]
 
 
+_IGNORED = "# Created by fanout: its state directory (journal, logs, copies of files).\n*\n"
+
+
 def test_a_state_directory_is_created_private_to_its_user(tmp_path: Path) -> None:
     lock = JobLock(tmp_path / "state", "job")
     assert lock.try_acquire()
     lock.release()
     assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    # Ignored by git and the tools that walk a tree, as a virtualenv is.
+    assert (tmp_path / "state" / ".gitignore").read_text() == _IGNORED
+    assert (tmp_path / "state" / ".ignore").read_text() == _IGNORED
+
+
+def test_a_scheduler_makes_the_state_directory_the_same_way_before_any_run(
+    tmp_path: Path,
+) -> None:
+    """The fire log is written when a scheduler first sees a trigger, before its first
+    run takes the lock: the state directory it makes is just as private and ignored."""
+    job = _job(tmp_path, 'schedule = "0 3 * * *"')
+    FireLog(job).set(trigger_key(0, job.triggers[0]), ORIGIN)
+    state = job.runtime.state_dir
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert sorted(p.name for p in state.iterdir()) == [".gitignore", ".ignore", "schedule"]
+    assert (state / ".gitignore").read_text() == _IGNORED
+
+
+def test_an_existing_state_directory_is_left_as_its_user_made_it(tmp_path: Path) -> None:
+    """Only a state directory fanout makes gets the ignore files (pytest does the same
+    for its cache): one made before, or whose .gitignore was removed to commit the
+    journal, stays as it is."""
+    (tmp_path / "state").mkdir(mode=0o750)
+    lock = JobLock(tmp_path / "state", "job")
+    assert lock.try_acquire()
+    lock.release()
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["locks"]

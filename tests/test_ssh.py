@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import os
 import random
 import subprocess
@@ -826,3 +827,54 @@ async def test_a_sandbox_the_agent_cannot_remove_is_set_aside_and_said_once(
         f" it as root with: chattr -R -i -a {aside} && rm -rf {aside}"
     ]
     assert sum("cannot remove" in notice for notice in notices) == 1
+
+
+async def test_a_host_quarantined_before_a_resume_is_in_the_run_again_once_back(
+    ssh_pool: Any, tmp_path: Path
+) -> None:
+    """Issue 20: the report of a resumed run showed a host quarantined by the stretch
+    before, though it ran every unit since.  Its quarantine lasts until it shows up."""
+    server = ssh_pool.add("h1")
+    root = ssh_pool.base / "closed"
+    root.mkdir(mode=0o755)  # root's: the login cannot make a sandbox in it
+    job = spec.load(
+        write_job(
+            tmp_path,
+            'version = 1\nname = "back"\n[inputs]\nitems = ["a", "b"]\n[task]\n'
+            'command = ["true"]\n[runtime]\nsandbox = "none"\n',
+        )
+    )
+
+    def runner() -> Runner:
+        events = Events()
+        host = _host(ssh_pool, server, sandbox_root=str(root), slots=1)
+        return Runner(
+            spec=job,
+            transport=_transport(ssh_pool, [host], sandbox_kind="none", emit=events.emit),
+            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+            environ={},
+            events=events,
+        )
+
+    with pytest.raises(HostsUnavailable):
+        await runner().execute(Options())
+    (run,) = runner().journal.runs()
+    assert run.state == "stopped"
+    root.chmod(0o777)
+    summary = await runner().execute(Options(resume=True))
+    assert summary.run_id == run.id
+    assert summary.counts == {"succeeded": 2}
+    report = json.loads((summary.report_dir / "report.json").read_text())
+    assert report["hosts"] == [
+        {
+            "host": "h1",
+            "slots": 1,
+            "attempts": 3,
+            "lostAttempts": 1,
+            "timesLost": 0,
+            "quarantined": False,
+            "reason": "",
+        }
+    ]
+    table = (summary.report_dir / "report.md").read_text()
+    assert "| <code>h1</code> | 1 | 3 | 1 | 0 | no |\n" in table

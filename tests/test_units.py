@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from fanout import spec
 from fanout.errors import InputFailed, JobError
-from fanout.units import select
+from fanout.units import select, state_dir_drops
 
 from helpers import cli, write_job
 
@@ -436,3 +437,98 @@ def test_where_failing_mid_backlog_stops_the_run_resumably(
     done = out.read_text().split()
     assert sorted(done) == sorted(r["id"] for r in records if r["errors"] > 0)
     assert len(done) == 126
+
+
+_TOOLS = Path(sys.executable).parent
+
+
+def _linted_workspace(directory: Path, command: str, fmt: str) -> None:
+    """Three files with unused imports (not a git repository: an unpacked sdist), and a
+    job that lints the whole workspace and touches each file without fixing it, so the
+    copies a run collects keep the findings."""
+    for name in ("a.py", "b.py", "c.py"):
+        (directory / "src" / name).parent.mkdir(exist_ok=True)
+        (directory / "src" / name).write_text("import os\nimport sys\n")
+    write_job(
+        directory,
+        f"""
+        version = 1
+        name = "sweep"
+        [inputs]
+        command = {command}
+        format = "{fmt}"
+        [units]
+        groupBy = "{"filename" if fmt == "json" else "path"}"
+        id = "{{{{ unit.group | relpath }}}}"
+        stage = ["{{{{ unit.id }}}}"]
+        collect = ["{{{{ unit.id }}}}"]
+        [task]
+        command = ["sh", "-c", "echo '# seen' >> \\"$1\\"", "sh", "{{{{ unit.id }}}}"]
+        [runtime]
+        sandbox = "none"
+        """,
+    )
+
+
+def test_ruff_over_the_workspace_skips_the_copies_a_run_collected(chdir_tmp: Path) -> None:
+    """The state directory is born with ignore files: ruff outside a git repository reads
+    ``.ignore`` (and ``.gitignore`` inside one, as git does), so the next run selects the
+    workspace's three files and not the three copies under ``.fanout/runs/*/units/``."""
+    ruff = [str(_TOOLS / "ruff"), "check", "--isolated", "--no-cache", "--select=F401"]
+    _linted_workspace(chdir_tmp, json.dumps([*ruff, "--output-format=json", "."]), "json")
+    first = cli("run", "job.toml")
+    assert first.code == 0, first.err
+    assert len(list(chdir_tmp.glob(".fanout/runs/*/units/*/src/*.py"))) == 3
+    for name in (".gitignore", ".ignore"):
+        assert (chdir_tmp / ".fanout" / name).read_text() == (
+            "# Created by fanout: its state directory (journal, logs, copies of files).\n*\n"
+        )
+    listed = subprocess.run([*ruff, "--output-format=concise", "."], capture_output=True, text=True)
+    assert sorted({line.split(":")[0] for line in listed.stdout.splitlines() if ":" in line}) == [
+        "src/a.py",
+        "src/b.py",
+        "src/c.py",
+    ]
+    subprocess.run(["git", "init", "-q"], check=True)
+    (chdir_tmp / ".fanout" / ".ignore").unlink()  # git's own file alone, in a repository
+    in_git = subprocess.run([*ruff, "--output-format=concise", "."], capture_output=True, text=True)
+    assert in_git.stdout == listed.stdout
+    again = cli("run", "job.toml")
+    assert again.code == 0, again.err
+    assert "round 1: 3 unit(s) from 6 record(s)\n" in again.err
+    assert "dropped" not in again.err
+    assert "finished: 3 succeeded\n" in again.err
+
+
+def test_a_unit_inside_a_state_directory_is_dropped_with_one_warning(chdir_tmp: Path) -> None:
+    """flake8 reads no ignore file and lists the copies of the first run too: those
+    units are dropped, said once with how many and where, and the run succeeds."""
+    flake8 = [str(_TOOLS / "flake8"), "--isolated", "--select=F401", str(chdir_tmp)]
+    _linted_workspace(chdir_tmp, json.dumps(flake8), "lint")
+    assert cli("run", "job.toml").code == 0
+    plan = cli("plan", "job.toml")
+    assert plan.code == 0, plan.err
+    assert (
+        "Units     3 unit(s) from 12 record(s), dropped 3 unit(s) inside '.fanout', "
+        "a fanout state directory, grouped by path\n"
+    ) in plan.out
+    again = cli("run", "job.toml")
+    assert again.code == 0, again.err
+    warning = (
+        "job.toml:5:1: inputs.command: dropped 3 unit(s) inside '.fanout', a fanout state "
+        "directory: what they stage is fanout's own (copies and logs of earlier runs), "
+        "which no worker sees"
+    )
+    assert [line[9:] for line in again.err.splitlines() if "dropped" in line] == [warning]
+    assert "FAILED" not in again.err
+    assert "finished: 3 succeeded\n" in again.err
+
+
+def test_units_dropped_inside_several_state_directories_are_counted_by_each() -> None:
+    counts = {".fanout": 43, "jobs/state": 2}
+    assert state_dir_drops(counts) == (
+        "45 unit(s): 43 inside '.fanout' and 2 inside 'jobs/state', fanout state directories"
+    )
+    assert state_dir_drops({".fanout": 1, "a": 2, "b": 3}) == (
+        "6 unit(s): 1 inside '.fanout', 2 inside 'a' and 3 inside 'b', fanout state directories"
+    )

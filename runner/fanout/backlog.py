@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 
-from . import inputcommand, limits
+from . import inputcommand, invocation, limits
 from .ladder import Progress
 from .outcome import UnitState
 from .round import Round
@@ -88,7 +89,15 @@ async def _select_into_journal(
     batches = _Batches()
     try:
         async with _input_command(ctx, environ) as command:
-            selection = select(ctx.spec, environ=environ, trigger=ctx.trigger, command=command)
+            selection = select(
+                ctx.spec,
+                environ=environ,
+                trigger=ctx.trigger,
+                command=command,
+                stage_paths=functools.partial(
+                    invocation.stage_paths, ctx.spec, round_number=ctx.number, trigger=ctx.trigger
+                ),
+            )
             batches.stream = iter(selection)
             warned = 0
             while True:

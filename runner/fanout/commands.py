@@ -22,7 +22,9 @@ guard's ``fanout: cannot start X`` as its reason.
 - A relative path with a slash (``./fix.sh``) runs from the sandbox, which holds the
   unit's staged files: it is checked in the workspace, where those come from.
 - Podman: not checked (the image decides).  SSH hosts: ``names`` go to each host's
-  probe at the run's start (``ssh.probe``), which refuses a host that lacks one.
+  probe at the run's start and to ``fanout hosts check`` (``ssh.probe``), which refuse
+  a host that lacks one; on a bwrap host each is looked up inside a sandbox made as a
+  unit's is, and ``sandbox.unseen``, the rule this check predicts with, says why.
 
 Before the commands, the sandbox ``auto`` gives here: plain directories where bwrap is
 missing cannot hide the other units from workers given tokens or secrets
@@ -214,29 +216,11 @@ def _relative_path(command: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Masks:
-    """What a local sandbox does not show its worker."""
+    """What a local sandbox does not show its worker (``sandbox.unseen``'s rule)."""
 
     bwrap: bool
     tools: tuple[Path, ...]
     hidden: tuple[Path, ...]
-
-    def why(self, path: Path) -> tuple[Path, str] | None:
-        """The directory that hides ``path`` from a worker and why, or None."""
-        if not self.bwrap:
-            return None
-        # Hidden wins over a tool directory: the sandbox masks it after the tools.
-        for masked in self.hidden:
-            if path.is_relative_to(masked):
-                return (
-                    masked,
-                    "which the sandbox hides from workers (fanout's state, configuration and keys)",
-                )
-        if any(path.is_relative_to(tool) for tool in self.tools):
-            return None
-        for private in sandbox.PRIVATE:
-            if path.is_relative_to(private):
-                return private, f"which bwrap replaces with a private {private}"
-        return None
 
 
 def _locate(command: str, workers: Workers, masks: _Masks) -> tuple[str, str]:
@@ -276,14 +260,9 @@ def _locate(command: str, workers: Workers, masks: _Masks) -> tuple[str, str]:
 
 def _hidden(command: str, candidate: Path, masks: _Masks) -> str | None:
     """Why the sandbox does not show ``candidate``, or None where it does."""
-    for path in _links(candidate):
-        masked = masks.why(path)
-        if masked is None:
-            continue
-        directory, why = masked
-        via = "" if path == candidate else f" (through {candidate})"
-        return f"{command} resolves to {path}{via}, under {directory}, {why}"
-    return None
+    if not masks.bwrap:
+        return None
+    return sandbox.unseen_reason(command, _links(candidate), tools=masks.tools, hidden=masks.hidden)
 
 
 def _links(path: Path) -> list[Path]:

@@ -7,6 +7,11 @@ Attempts per host come from the journal.  Host states come from the run's event 
 ``host.quarantined`` events), the one place they are recorded; a log cut short by a
 crash only loses the states of its last half second.  A run on this machine has no
 hosts: its report has no hosts table.
+
+A resumed run appends to the same log, and its transport starts afresh: a host
+quarantined before the resume that comes up again (any event of it after
+``run.resumed``) is in the run again, so it is no longer shown quarantined; one that
+does not come back keeps its quarantine.  Attempts and times lost count every stretch.
 """
 
 from __future__ import annotations
@@ -40,8 +45,16 @@ def hosts(attempts: Mapping[str, Mapping[str, int]], events_log: Path) -> list[d
             },
         )
 
+    # Hosts quarantined in an earlier stretch of a resumed run, until they show up again.
+    earlier: set[str] = set()
     for event in _host_events(events_log):
+        if event["event"] == _RESUMED:
+            earlier = {name for name, record in found.items() if record["quarantined"]}
+            continue
         record = host(str(event["host"]))
+        if record["host"] in earlier:
+            earlier.discard(record["host"])
+            record["quarantined"], record["reason"] = False, ""
         if event.get("slots") is not None:
             record["slots"] = event["slots"]
         if event["event"] == "host.quarantined":
@@ -59,18 +72,25 @@ def hosts(attempts: Mapping[str, Mapping[str, int]], events_log: Path) -> list[d
     return list(found.values())
 
 
+_RESUMED = "run.resumed"
+
+
 def _host_events(events_log: Path) -> list[dict[str, Any]]:
+    """The host events of the log and each ``run.resumed`` between them, in order."""
     events = []
     try:
         with events_log.open(encoding="utf-8", errors="replace") as stream:
             for line in stream:
-                if '"event": "host.' not in line:  # most lines: skip without parsing
+                # Most lines: skipped without parsing.
+                if '"event": "host.' not in line and f'"event": "{_RESUMED}"' not in line:
                     continue
                 try:
                     event = json.loads(line)
                 except ValueError:  # the last line of a log a crash cut short
                     continue
-                if isinstance(event, dict) and "host" in event:
+                if not isinstance(event, dict):
+                    continue
+                if "host" in event or event.get("event") == _RESUMED:
                     events.append(event)
     except FileNotFoundError:
         pass

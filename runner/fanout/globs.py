@@ -196,3 +196,9 @@ def _class_regex(negated: bool, members: list[tuple[str, str]]) -> str:
         members = [*members, ("/", "/")]
     quoted = (re.escape(a) if a == b else f"{re.escape(a)}-{re.escape(b)}" for a, b in members)
     return "[" + ("^" if negated else "") + "".join(quoted) + "]"
+
+
+def check_relative(pattern: str) -> None:
+    """Raise ValueError for a path ``compile_glob`` refuses whatever it holds: absolute,
+    leaving the workspace (``..``) or with an empty component; cheaper than compiling."""
+    _parts(pattern)

@@ -8,6 +8,11 @@ its own in a registry (``${XDG_STATE_HOME:-~/.local/state}/fanout/state-dirs``, 
 absolute path a line) and every later run, of any job, hides all of them.  The registry
 is per user: a worker can only read another user's state through permissions that
 user chose, and a root worker has no capabilities to override them (``sandbox``).
+
+A state directory is made in one place (``make_state_dir``): private to its user, and
+with ignore files that keep git and the tools that walk a tree (ruff, ripgrep, fd)
+out of it, so an input command run over the workspace does not list fanout's own
+copies of files.  It is told by its contents (``is_state_dir``), not its name.
 """
 
 from __future__ import annotations
@@ -32,6 +37,65 @@ def home(environ: Mapping[str, str]) -> Path:
         return Path(pwd.getpwuid(os.getuid()).pw_dir)
     except KeyError:
         return Path("/nonexistent")
+
+
+# ``*``: nothing in here is source.  git reads ``.gitignore`` (as virtualenv's, pytest's
+# and ruff's own cache directories rely on); ripgrep, fd and ruff read it only inside a
+# git repository, and ``.ignore`` (the ``ignore`` crate's own file) everywhere: measured
+# with ruff 0.17 over a workspace that is not a repository (an unpacked sdist), which
+# listed the collected copies with ``.gitignore`` alone and skipped them with ``.ignore``.
+_IGNORE_FILES = (".gitignore", ".ignore")
+_IGNORE_TEXT = b"# Created by fanout: its state directory (journal, logs, copies of files).\n*\n"
+
+
+def make_state_dir(state_dir: Path) -> None:
+    """Create ``state_dir`` (and its parents) if it is missing: 0700, since it holds the
+    journal, worker logs and reports, which other users on the machine must not read,
+    and with the ignore files above.  Only at creation, as pytest does for its cache: a
+    user who removed them (to commit a journal) keeps it that way.  Raises OSError."""
+    try:
+        # Without exist_ok: of two runs starting at once, only the one that made it
+        # writes the files.
+        state_dir.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        return
+    for name in _IGNORE_FILES:
+        descriptor = os.open(state_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(descriptor, _IGNORE_TEXT)
+        finally:
+            os.close(descriptor)
+
+
+def is_state_dir(directory: Path) -> bool:
+    """Whether ``directory`` is a fanout state directory: one holding a journal and a
+    locks folder (``launch`` and ``lock`` create both before any unit runs).  Told by
+    its contents, not its name: ``runtime.stateDir`` can be anything, and another
+    job's state directory in the same workspace must be recognised too."""
+    # os.path, not pathlib: a selection asks this of every unit's staged file.
+    return os.path.isfile(os.path.join(directory, "journal.sqlite")) and os.path.isdir(
+        os.path.join(directory, "locks")
+    )
+
+
+def state_dir_on_the_way(
+    root: Path, relative: str, known: dict[str, bool] | None = None
+) -> str | None:
+    """The folder of ``relative`` (a plain path under ``root``, or ``root`` itself) that
+    is a state directory, relative to ``root``; None if no folder on the way is one.
+    ``known``: what earlier calls found, by folder (a selection asks of 100,000 paths in
+    a few folders: one look at each folder, not one per path)."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join(parts[:depth])
+        found = known.get(folder) if known is not None else None
+        if found is None:
+            found = is_state_dir(Path(os.path.join(root, folder)))
+            if known is not None:
+                known[folder] = found
+        if found:
+            return folder
+    return None
 
 
 def registry(environ: Mapping[str, str]) -> Path:

@@ -66,14 +66,7 @@ def render(
 ) -> Invocation:
     """Render the task of ``unit`` for one attempt.  Raises RenderError."""
     rung = spec.retry.ladder[rung_index]
-    context = {
-        **base_context(spec, trigger),
-        "unit": unit.context(),
-        "rung": rung_context(rung, rung_index, spec),
-        "attempt": attempt,
-        "round": round_number,
-        "last": dict(last),
-    }
+    context = _context(spec, unit, rung_index, attempt, round_number, last, trigger)
 
     rung_key = f"retry.ladder[{rung_index}]"
 
@@ -112,6 +105,39 @@ def render(
         stage=argv(spec.units.stage, "units.stage"),
         collect=argv(spec.units.collect, "units.collect"),
     )
+
+
+def stage_paths(
+    spec: Spec, unit: Unit, *, round_number: int = 1, trigger: Mapping[str, Any] | None = None
+) -> tuple[str, ...]:
+    """What the first attempt of ``unit`` stages (``units.stage`` rendered, and nothing
+    else of the task), for the selection to drop a unit inside a state directory.  A
+    template that fails gives nothing: the attempt fails with its reason."""
+    context = _context(spec, unit, 0, 1, round_number, NO_LAST_ATTEMPT, trigger)
+    try:
+        return tuple(part.render(context) for part in spec.units.stage)
+    except RenderError:
+        return ()
+
+
+def _context(
+    spec: Spec,
+    unit: Unit,
+    rung_index: int,
+    attempt: int,
+    round_number: int,
+    last: Mapping[str, Any],
+    trigger: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The variables an attempt's templates see."""
+    return {
+        **base_context(spec, trigger),
+        "unit": unit.context(),
+        "rung": rung_context(spec.retry.ladder[rung_index], rung_index, spec),
+        "attempt": attempt,
+        "round": round_number,
+        "last": dict(last),
+    }
 
 
 def _passable(value: str, key: str) -> str:

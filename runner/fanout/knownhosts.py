@@ -1,8 +1,10 @@
 """Host keys (known_hosts): where fanout looks them up, its own known_hosts file, trusting
 a host's key, and finding the host a key is asked for by name.
 
-Host keys are always verified.  fanout reads the user's ``~/.ssh/known_hosts`` and its
-own file (``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``);
+Host keys are always verified.  fanout reads its own file
+(``$XDG_CONFIG_HOME/fanout/known_hosts``, default ``~/.config/fanout``) and the user's
+files for the host, as OpenSSH finds them (``UserKnownHostsFile`` in ``~/.ssh/config``,
+else ``~/.ssh/known_hosts`` and ``known_hosts2``);
 ``fanout hosts trust`` shows a key's fingerprint and, once confirmed, records it in
 fanout's own file, never in the user's.  A changed key replaces the old line of
 fanout's file (two lines would keep the old key trusted); a line in the user's file is
@@ -12,11 +14,13 @@ theirs to remove.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from . import hidden
 from .errors import FanoutError
-from .spec import Host
+from .spec import Host, Spec
 
 
 def fanout_known_hosts(environ: Mapping[str, str]) -> Path:
@@ -26,10 +30,10 @@ def fanout_known_hosts(environ: Mapping[str, str]) -> Path:
     return Path(config) / "fanout" / "known_hosts"
 
 
-def known_hosts_files(environ: Mapping[str, str]) -> list[Path]:
-    """Where host keys are looked up, fanout's own file first."""
-    home = Path(environ.get("HOME", "/nonexistent"))
-    return [fanout_known_hosts(environ), home / ".ssh" / "known_hosts"]
+def home(environ: Mapping[str, str]) -> Path:
+    """The home whose ``~/.ssh/config`` and known_hosts files a host's key is looked up
+    in, besides fanout's own file (the ssh package reads them per host, as OpenSSH)."""
+    return hidden.home(environ)
 
 
 def find(hosts: Sequence[Host], wanted: str) -> Host:
@@ -42,6 +46,26 @@ def find(hosts: Sequence[Host], wanted: str) -> Host:
         raise FanoutError(f"{wanted!r} is not a host name from the inventory or ADDRESS[:PORT]")
     address = address or wanted
     return Host(name=wanted, address=address, port=int(port) if port else None)
+
+
+def inventory_options(job: Spec) -> tuple[str, ...]:
+    """The options that make ``fanout hosts trust`` find ``job``'s hosts: the hosts file
+    they came from (``--hosts``, a run's override included), else the job file."""
+    if job.runtime.hosts_file is not None:
+        return ("--hosts", str(job.runtime.hosts_file))
+    return ("--job", str(job.file))
+
+
+def trust_command(host: Host, inventory: Sequence[str]) -> str:
+    """The ``fanout hosts trust`` command line that finds ``host`` as its run does: its
+    name alone where ``find`` makes the same address and port of it (an address, or
+    ADDRESS:PORT), else with ``inventory`` (``inventory_options``), without which an
+    inventory name is taken for an address and never reached."""
+    alone = find((), host.name)
+    words = ["fanout", "hosts", "trust", host.name]
+    if (alone.address, alone.port) != (host.address, host.port):
+        words += inventory
+    return shlex.join(words)
 
 
 def record(line: str, environ: Mapping[str, str], replacing: Mapping[int, str] = {}) -> Path:

@@ -83,7 +83,9 @@ def transport_for(
 
         return SshTransport(
             job.runtime.hosts,
-            known_hosts=hosts.known_hosts_files(environ),
+            known_hosts=[hosts.fanout_known_hosts(environ)],
+            home=hosts.home(environ),
+            inventory=hosts.inventory_options(job),
             sandbox_kind=job.runtime.sandbox,
             notice=notice,
             commands=commands.names(job),

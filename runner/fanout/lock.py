@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from . import hidden
 from .errors import JobLocked, StateError
 
 Overlap = Literal["skip", "queue", "replace"]
@@ -40,10 +41,9 @@ class JobLock:
     def try_acquire(self, **info: Any) -> bool:
         """Take the lock if it is free; record who holds it (for the loser's message)."""
         try:
-            # Every run takes this lock first, so this is where a state directory is born:
-            # private to its user (it holds the journal, worker logs and reports; other
-            # users on the machine must not read them).
-            self.path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Every run takes this lock first, so this is where a state directory is born
+            # (the scheduler's fire log is the other place, before any run).
+            hidden.make_state_dir(self.path.parent.parent)
             self.path.parent.mkdir(exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:

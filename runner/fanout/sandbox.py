@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Literal
 
 from .errors import EnvironmentProblem
@@ -370,6 +370,45 @@ def preexec(kind: Kind) -> Callable[[], None] | None:
 
 # What bwrap replaces with an empty tmpfs.
 PRIVATE = (Path("/tmp"), Path("/var/tmp"))
+HIDDEN_WHY = "which the sandbox hides from workers (fanout's state, configuration and keys)"
+
+
+def unseen(
+    path: PurePath, *, tools: Sequence[PurePath], hidden: Sequence[PurePath]
+) -> tuple[PurePath, str] | None:
+    """The directory that keeps ``path`` out of a bwrap worker's sight, and why; None
+    where the sandbox shows it.  ``command``'s mounts as a rule, for the start checks
+    (locally they predict with it, an SSH host's probe explains what it found): what
+    ``hidden`` names is masked, after the ``tools`` (PATH directories under the private
+    /tmp, bound back), so hidden wins; the rest of /tmp and /var/tmp is a fresh tmpfs."""
+    for masked in hidden:
+        if path.is_relative_to(masked):
+            return masked, HIDDEN_WHY
+    if any(path.is_relative_to(tool) for tool in tools):
+        return None
+    for private in PRIVATE:
+        if path.is_relative_to(private):
+            return private, f"which bwrap replaces with a private {private}"
+    return None
+
+
+def unseen_reason(
+    command: str,
+    hops: Sequence[PurePath],
+    *,
+    tools: Sequence[PurePath],
+    hidden: Sequence[PurePath],
+) -> str | None:
+    """Why a bwrap worker cannot start ``command``, found at ``hops[0]`` (then each
+    symlink on the way, and where it finally leads), or None where each hop shows."""
+    for path in hops:
+        masked = unseen(path, tools=tools, hidden=hidden)
+        if masked is None:
+            continue
+        directory, why = masked
+        via = "" if path == hops[0] else f" (through {hops[0]})"
+        return f"{command} resolves to {path}{via}, under {directory}, {why}"
+    return None
 
 
 def bound_tools(path: str) -> tuple[Path, ...]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from . import hidden
 from .errors import JobLocked, Parked
 from .spec import Spec, Trigger
 
@@ -138,7 +139,10 @@ class FireLog:
         self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A scheduler records its first fires before any run: the state directory may be
+        # born here.
+        hidden.make_state_dir(self.path.parent.parent)
+        self.path.parent.mkdir(exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
         temporary.write_text(json.dumps(self._data, indent=2) + "\n")
         os.replace(temporary, self.path)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from . import globs
+from . import globs, hidden
 from .collecting import PathRefused
 from .outcome import CollectedFile
 from .transport import StagedFile
@@ -51,14 +51,6 @@ def inside(path: Path, root: Path) -> bool:
     return True
 
 
-def is_state_dir(directory: Path) -> bool:
-    """Whether ``directory`` is a fanout state directory: one holding a journal and a
-    locks folder (``launch`` and ``lock`` create both before any unit runs).  Told by
-    its contents, not its name: ``runtime.stateDir`` can be anything, and another
-    job's state directory in the same workspace must be recognised too."""
-    return (directory / "journal.sqlite").is_file() and (directory / "locks").is_dir()
-
-
 def _regular_files(root: Path, top: Path, *, skip_state: bool = False) -> Iterator[Path]:
     """Regular files under ``top`` (a directory or file inside ``root``), no symlinks;
     with ``skip_state``, nothing inside a fanout state directory."""
@@ -80,7 +72,7 @@ def _regular_files(root: Path, top: Path, *, skip_state: bool = False) -> Iterat
         for entry in entries:
             path = Path(entry.path)
             if entry.is_dir(follow_symlinks=False):
-                if not (skip_state and is_state_dir(path)):
+                if not (skip_state and hidden.is_state_dir(path)):
                     below.append(path)
             elif entry.is_file(follow_symlinks=False):
                 yield path
@@ -115,15 +107,6 @@ def select_files(root: Path, patterns: Iterable[str], *, skip_state: bool = Fals
     return list(chosen)
 
 
-def _state_dir_on_the_way(root: Path, pattern: str) -> str | None:
-    """The folder of ``pattern`` (a plain path under ``root``) that is a state dir."""
-    parts = Path(pattern).parts
-    for depth in range(1, len(parts) + 1):
-        if is_state_dir(root.joinpath(*parts[:depth])):
-            return Path(*parts[:depth]).as_posix()
-    return None
-
-
 def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
     """The workspace files a unit stages.  A named path that does not exist is an error.
 
@@ -138,7 +121,8 @@ def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
             names = select_files(workspace, [pattern], skip_state=True)
         except PathRefused as exc:
             raise PathRefused(f"stage: {exc}") from None
-        if not globs.is_glob(pattern) and (state := _state_dir_on_the_way(workspace, pattern)):
+        state = None if globs.is_glob(pattern) else hidden.state_dir_on_the_way(workspace, pattern)
+        if state is not None:
             where = "is" if state == Path(pattern).as_posix() else f"is inside {state!r},"
             raise PathRefused(
                 f"stage: {pattern!r} {where} a fanout state directory; "

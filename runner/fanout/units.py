@@ -11,17 +11,23 @@ It sees ``record`` (plus ``job`` and ``trigger``), not ``unit``: there is no uni
 Its value must be a boolean; anything else (``record.messages``, a list) is an error
 rather than Python's truthiness, because ``record.severity == 'error' or 'warning'``
 is always truthy and would keep every record without a word.
+
+A unit that would stage a file inside a fanout state directory is dropped, after its id
+and before ``units.limit`` and the duplicate check: a linter run over the workspace
+finds the copies a run collected (``.fanout/runs/*/units/``), which are fanout's, and
+no worker may see them (``staging`` refuses them), so failing each such unit only
+buried the real ones.  The round says once how many were dropped and where.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import sources
+from . import globs, hidden, sources
 from .errors import JobError, Problem
 from .inputcommand import Started
 from .schema import key_name
@@ -73,6 +79,9 @@ class Selection:
     # 'lib/**/*.py' matches no file in /srv/repo"; known once the stream ends): why a
     # selection of nothing is empty, for the message that says so.
     unmatched: list[str] = field(default_factory=list)
+    # Units dropped for staging a file inside a state directory, by that directory
+    # (workspace-relative), in the order found.
+    in_state_dirs: dict[str, int] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Unit]:
         return self.units
@@ -95,13 +104,16 @@ def select(
     trigger: Mapping[str, Any] | None = None,
     count_all: bool = False,
     command: Started | None = None,
+    stage_paths: Callable[[Unit], Sequence[str]] = lambda unit: (),
 ) -> Selection:
     """The units ``spec`` selects now.  With ``count_all`` the stream keeps reading past
     ``units.limit`` so ``records`` counts the whole backlog (``fanout plan`` shows it).
-    ``command``: the input command, started by a caller that owns it (see sources)."""
+    ``command``: the input command, started by a caller that owns it (see sources).
+    ``stage_paths``: what a unit's first attempt stages (``invocation.stage_paths``);
+    a unit naming a path inside a state directory is dropped (see above)."""
     context = base_context(spec, trigger)
     selection = Selection(units=iter(()))
-    selection.units = _select(spec, environ, context, selection, count_all, command)
+    selection.units = _select(spec, environ, context, selection, count_all, command, stage_paths)
     return selection
 
 
@@ -112,6 +124,7 @@ def _select(
     selection: Selection,
     count_all: bool,
     command: Started | None,
+    stage_paths: Callable[[Unit], Sequence[str]],
 ) -> Iterator[Unit]:
     limit = spec.units.limit
 
@@ -137,19 +150,68 @@ def _select(
         command=command,
     )
     seen: dict[str, str] = {}
+    state_dirs: dict[str, bool] = {}  # folders looked at: whether each is a state dir
     kept = _kept(spec, stream, selection, context)
-    for draft in _drafts(spec, kept, selection):
-        if limit is not None and selection.selected >= limit:
-            selection.truncated = True
-            if not count_all:
-                return
+    try:
+        for draft in _drafts(spec, kept, selection):
+            if limit is not None and selection.selected >= limit:
+                selection.truncated = True
+                if not count_all:
+                    return
+                continue
+            unit = _finish(spec, draft, selection.selected, context)
+            state = _state_dir_staged(spec, stage_paths(unit), state_dirs)
+            if state is not None:
+                selection.in_state_dirs[state] = selection.in_state_dirs.get(state, 0) + 1
+                continue
+            if unit.id in seen:
+                raise _duplicate(spec, unit, seen[unit.id])
+            seen[unit.id] = unit.origin
+            selection.selected += 1
+            yield unit
+    finally:
+        # Said once, when the stream ends (a run emits it with the last batch).
+        if selection.in_state_dirs:
+            selection.warnings.append(state_dir_warning(spec, selection.in_state_dirs))
+
+
+def _state_dir_staged(spec: Spec, paths: Sequence[str], known: dict[str, bool]) -> str | None:
+    """The state directory (workspace-relative) that one of ``paths`` lies in, if any.
+    Only named paths: a glob already skips every state directory (``staging``)."""
+    workspace = spec.runtime.workspace
+    for path in paths:
+        if globs.is_glob(path):
             continue
-        unit = _finish(spec, draft, selection.selected, context)
-        if unit.id in seen:
-            raise _duplicate(spec, unit, seen[unit.id])
-        seen[unit.id] = unit.origin
-        selection.selected += 1
-        yield unit
+        try:
+            globs.check_relative(path)
+        except ValueError:
+            continue  # absolute, or with '..': refused at the attempt, with its reason
+        state = hidden.state_dir_on_the_way(workspace, path, known)
+        if state is not None:
+            return state
+    return None
+
+
+def state_dir_warning(spec: Spec, counts: Mapping[str, int]) -> str:
+    """The one warning for units dropped inside state directories, located at the
+    input that selected them."""
+    line, col = spec.positions.key(("inputs", spec.inputs.source))
+    return (
+        f"{spec.file}:{line}:{col}: inputs.{spec.inputs.source}: dropped "
+        f"{state_dir_drops(counts)}: what they stage is fanout's own (copies and logs "
+        "of earlier runs), which no worker sees"
+    )
+
+
+def state_dir_drops(counts: Mapping[str, int]) -> str:
+    """How many units were dropped inside which state directories, in words:
+    "43 unit(s) inside '.fanout', a fanout state directory"."""
+    first, *rest = (f"{count:,} inside {path!r}" for path, count in counts.items())
+    if not rest:
+        return f"{first.replace(' inside', ' unit(s) inside', 1)}, a fanout state directory"
+    listed = ", ".join([first, *rest[:-1]]) + f" and {rest[-1]}"
+    total = sum(counts.values())
+    return f"{total:,} unit(s): {listed}, fanout state directories"
 
 
 @dataclass(slots=True)

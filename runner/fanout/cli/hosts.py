@@ -23,15 +23,17 @@ def _inventory(file: Path | None, hosts: Path | None) -> Any:
     return _runtime(file, hosts)[0]
 
 
-def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool, Any]:
+def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool, Any, Any]:
     """The job's hosts, the sandbox its units ask for, whether it has APIs (its
-    workers then reach the gateway through a forward on each host), and its network."""
-    from .. import spec
+    workers then reach the gateway through a forward on each host), its network, and
+    the commands its workers start (each host must start them)."""
+    from .. import commands, spec
 
     if file is not None:
         job = spec.load(file, hosts_file=hosts)
-        return job.runtime.hosts, job.runtime.sandbox, bool(job.apis), job.runtime.network
-    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False, False
+        runtime = job.runtime
+        return runtime.hosts, runtime.sandbox, bool(job.apis), runtime.network, commands.names(job)
+    return (spec.load_hosts_file(hosts) if hosts is not None else ()), "auto", False, False, ()
 
 
 @hosts_app.command("check")
@@ -43,10 +45,11 @@ def hosts_check(
 
     Reachable, authenticated, remote shell, bwrap, what keeps the job's units from
     outliving them there (containment), free disk in the sandbox root and round-trip
-    time; for a job with [[apis]], whether sshd forwards a port to the API gateway and
-    binds it to loopback only.  For a job with runtime.ray, every node of the cluster:
-    alive, its resources and labels, fanout's version, bwrap and containment there (a
-    probe pinned to each node).  Exit 4 if any is not usable.
+    time; whether the job's worker commands start there, looked up inside a sandbox as
+    a unit's are; for a job with [[apis]], whether sshd forwards a port to the API
+    gateway and binds it to loopback only.  For a job with runtime.ray, every node of
+    the cluster: alive, its resources and labels, fanout's version, bwrap and
+    containment there (a probe pinned to each node).  Exit 4 if any is not usable.
     """
     import asyncio
 
@@ -64,14 +67,17 @@ def hosts_check(
         _ray_check(job)
 
     def probe() -> tuple[Any, bool]:
-        pool, sandbox, apis, network = _runtime(file, hosts)
+        pool, sandbox, apis, network, commands = _runtime(file, hosts)
         if not pool:
             raise EnvironmentProblem(f"{file} declares no SSH hosts; its units run on this machine")
         transport = SshTransport(
             pool,
-            known_hosts=inventory.known_hosts_files(environ()),
+            known_hosts=[inventory.fanout_known_hosts(environ())],
+            home=inventory.home(environ()),
             sandbox_kind=sandbox,
             network=network,
+            commands=commands,
+            inventory=inventory.inventory_options(job),
         )
         return asyncio.run(transport.probe_all(gateway=apis)), apis
 
@@ -167,9 +173,10 @@ def hosts_trust(
     from ..ssh import fetch_host_key
 
     coordinator_env = environ()
-    files = inventory.known_hosts_files(coordinator_env)
+    own = inventory.fanout_known_hosts(coordinator_env)
+    home = inventory.home(coordinator_env)
     target = call(lambda: inventory.find(_inventory(job, hosts), host))
-    key = call(lambda: asyncio.run(fetch_host_key(target, files)))
+    key = call(lambda: asyncio.run(fetch_host_key(target, [own], home)))
     print(f"{target.name} (known_hosts name {key.name})")
     if key.trusted_by:
         where = ", ".join(f"{e.path}:{e.line}" for e in key.trusted_by)
@@ -201,7 +208,6 @@ def hosts_trust(
     if not yes and not typer.confirm(question, default=False):
         print("not trusted", file=sys.stderr)
         raise typer.Exit(1)
-    own = inventory.fanout_known_hosts(coordinator_env)
     path = inventory.record(
         key.line, coordinator_env, {e.line: e.text for e in key.replaced if e.path == own}
     )

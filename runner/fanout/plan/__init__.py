@@ -8,6 +8,7 @@ the CLI prints.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import shutil
@@ -25,7 +26,7 @@ from ..invocation import Invocation
 from ..quantities import duration_text, size_text, usd_text
 from ..spec import Rung, Spec
 from ..templates import RenderError
-from ..units import Unit, select
+from ..units import Unit, select, state_dir_drops
 from . import apis
 from .document import to_document
 
@@ -69,6 +70,8 @@ class Plan:
     commands: tuple[str, ...] = ()
     # Records ``units.where`` dropped.
     dropped: int = 0
+    # Units dropped inside state directories, by directory (``units``).
+    in_state_dirs: tuple[tuple[str, int], ...] = ()
     # The first unit's stage and collect paths that every unit's attempt would refuse.
     path_problems: tuple[Problem, ...] = ()
     # The [[apis]] keySecret variables the environment lacks (``fanout run`` refuses).
@@ -92,7 +95,10 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
     from ..commands import plan_lines
 
     # The input command runs as in `fanout run`: without the [[apis]] keys.
-    selection = select(spec, environ=without_keys(spec, environ), count_all=True)
+    stage_paths = functools.partial(invocation.stage_paths, spec)
+    selection = select(
+        spec, environ=without_keys(spec, environ), count_all=True, stage_paths=stage_paths
+    )
     shown: list[Unit] = []
     for unit in selection:
         if len(shown) < SHOWN_UNITS:
@@ -110,6 +116,7 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
     return Plan(
         spec=spec,
         dropped=selection.dropped,
+        in_state_dirs=tuple(selection.in_state_dirs.items()),
         path_problems=path_problems,
         records=selection.records,
         units=selection.selected,
@@ -218,6 +225,8 @@ def render_text(plan: Plan) -> str:
     count = f"{plan.units:,} unit(s) from {plan.records:,} record(s)"
     if spec.units.where is not None:
         count += f", {plan.dropped:,} dropped by units.where"
+    if plan.in_state_dirs:
+        count += f", dropped {state_dir_drops(dict(plan.in_state_dirs))}"
     if spec.units.group_by:
         count += f", grouped by {spec.units.group_by}"
     if plan.truncated:

@@ -31,12 +31,14 @@ channels), ``transport`` the transport on top of it (start, each host's sandbox,
 ``sandbox`` one attempt's sandbox spoken through an agent, ``wire`` the agent's wire
 format, ``agent`` one agent channel and its retirement, ``connection`` how a connection
 is made and how asyncssh's errors become fanout's, ``forward`` the remote port forward
-each connection makes to the API gateway (a job with APIs), ``probe`` what ``fanout
-hosts check`` and ``fanout hosts trust`` ask a host.
+each connection makes to the API gateway (a job with APIs), ``probe`` what a run's
+start and ``fanout hosts check`` ask a host, ``hostkey`` what ``fanout hosts trust``
+asks.
 """
 
 from .connection import KnownEntry
-from .probe import HostKey, Probe, fetch_host_key
+from .hostkey import HostKey, fetch_host_key
+from .probe import Probe
 from .transport import SshTransport
 
 __all__ = ["HostKey", "KnownEntry", "Probe", "SshTransport", "fetch_host_key"]

@@ -2,7 +2,10 @@
 ``Refused`` (retrying will not help: host key, authentication, missing tools),
 ``Unreachable`` (not this time) and ``Lost`` (a connection under an attempt went away).
 
-Host keys: asyncssh applies ``~/.ssh/config`` (``HostName``, ``Port``, ``User``,
+Host keys are checked against fanout's own known_hosts and the user's files for that
+host, which ``user_known_hosts`` finds as OpenSSH does (``~/.ssh/config``'s
+``UserKnownHostsFile``, else ``~/.ssh/known_hosts`` and ``known_hosts2``).
+asyncssh applies ``~/.ssh/config`` (``HostName``, ``Port``, ``User``,
 ``IdentityFile``, ``HostKeyAlias``) and looks the key up under the name OpenSSH uses:
 the ``HostKeyAlias`` if set, else the real ``HostName``, as ``[name]:port`` for a port
 other than 22 (and the peer's IP address the same way).  ``KeyWitness`` sits in that
@@ -14,6 +17,9 @@ old key).
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +30,7 @@ import asyncssh
 if TYPE_CHECKING:
     from .forward import Forward
 
+from ..knownhosts import trust_command
 from ..spec import Host
 
 # sshd drops unauthenticated connections beyond MaxStartups (10 by default).
@@ -71,7 +78,13 @@ class Connector:
     given up: a frozen host is noticed in 15 s (``silence_limit``).
     """
 
-    known_hosts: Sequence[Path]
+    known_hosts: Sequence[Path]  # fanout's own: consulted for every host
+    # The user's home, whose ~/.ssh/config says which of the user's files each host's
+    # keys are looked up in too (``user_known_hosts``); None: ``known_hosts`` alone.
+    home: Path | None = None
+    # What ``fanout hosts trust`` needs besides a host's name to find it (its hosts file
+    # or job file), for the advice a refused host key comes with.
+    inventory: tuple[str, ...] = ()
     keepalive_interval: float = 5.0
     keepalive_count: int = 3  # intervals of silence tolerated, at least 2
     connect_timeout: float = 15.0
@@ -105,7 +118,8 @@ class Connector:
 
     async def connect(self, host: Host, handshakes: asyncio.Semaphore, room: int) -> Connection:
         """A new authenticated connection to ``host`` that may carry ``room`` channels."""
-        witness = KeyWitness(known=read_known_hosts(self.known_hosts))
+        files = known_hosts_of(host, self.known_hosts, self.home)
+        witness = KeyWitness(known=read_known_hosts(files))
         async with handshakes:
             try:
                 conn = await asyncssh.connect(
@@ -115,10 +129,11 @@ class Connector:
                     **self.options(host),
                 )
             except asyncssh.HostKeyNotVerifiable as exc:
-                old = witness.entries(self.known_hosts)
+                old = witness.entries(files)
+                trust = trust_command(host, self.inventory)
                 if witness.presented is not None and old:
-                    raise Refused(changed_key_warning(host, witness, old)) from None
-                raise Refused(unknown_key_refusal(host, witness, exc.reason)) from None
+                    raise Refused(changed_key_warning(host, witness, old, trust)) from None
+                raise Refused(unknown_key_refusal(host, witness, exc.reason, trust)) from None
             except asyncssh.PermissionDenied:
                 user = host.user or "the default user"
                 raise Refused(f"{host.name}: authentication refused for {user}") from None
@@ -238,23 +253,95 @@ def host_key_alias(host: Host) -> str | None:
     return options.host_key_alias
 
 
+# OpenSSH's UserKnownHostsFile where ~/.ssh/config sets none (ssh_config(5)).
+DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+_TOKEN = re.compile(r"%(.)")
+
+
+def known_hosts_of(host: Host, own: Sequence[Path], home: Path | None) -> list[Path]:
+    """Every file ``host``'s key is looked up in: ``own`` (fanout's), then the user's
+    (``user_known_hosts``) when ``home`` is given."""
+    files = [*own, *(user_known_hosts(host, home) if home is not None else [])]
+    return list(dict.fromkeys(files))
+
+
+def user_known_hosts(host: Host, home: Path) -> list[Path]:
+    """The user's known_hosts files for ``host``, as OpenSSH finds them: the
+    ``UserKnownHostsFile`` that ``~/.ssh/config`` gives this host (as asyncssh reads the
+    file: ``Host`` and ``Match`` blocks, ``Include``; several files; ``none`` for none),
+    else OpenSSH's default.  ``~`` and ``%d`` are ``home``; ``%u`` the local user, ``%i``
+    their uid, ``%h`` the host name after ``HostName``, ``%n`` the address as written,
+    ``%p`` the port, ``%r`` the remote user, ``%k`` the ``HostKeyAlias`` (else ``%h``),
+    ``%%`` a percent sign.  A file naming another token or a variable (``%C``,
+    ``${X}``) is left out: fanout cannot say which file OpenSSH would read, and one key
+    fewer refuses a host, where a wrong file could trust one.  Raises Refused for a
+    ``~/.ssh/config`` that asyncssh cannot read."""
+    try:
+        options = asyncssh.SSHClientConnectionOptions(
+            host=host.address,
+            port=host.port if host.port is not None else (),
+            username=host.user if host.user is not None else (),
+            config=(),
+            known_hosts=None,
+            client_keys=None,
+            agent_path=None,
+        )
+    except asyncssh.ConfigParseError as exc:
+        raise Refused(f"{host.name}: cannot read ~/.ssh/config: {exc}") from None
+    config = options.config
+    configured = config.get("UserKnownHostsFile")
+    written = DEFAULT_USER_KNOWN_HOSTS if not isinstance(configured, list) else configured
+    name = str(config.get("Hostname") or host.address)
+    local = pwd.getpwuid(os.getuid()).pw_name
+    tokens = {
+        "%": "%",
+        "d": str(home),
+        "u": local,
+        "i": str(os.getuid()),
+        "h": name,
+        "n": host.address,
+        "p": str(host.port or config.get("Port") or 22),
+        "r": host.user or str(config.get("User") or local),
+        "k": options.host_key_alias or name,
+    }
+    files = []
+    for value in map(str, written):
+        # As OpenSSH: the tilde first (``~`` is the user's home, ``~name`` another's),
+        # then the tokens.
+        head, slash, rest = value.partition("/")
+        if head == "~":
+            value = f"{home}{slash}{rest}"
+        elif head.startswith("~"):
+            try:
+                value = f"{pwd.getpwnam(head[1:]).pw_dir}{slash}{rest}"
+            except KeyError:
+                continue
+        if "${" in value or any(t not in tokens for t in _TOKEN.findall(value)):
+            continue
+        files.append(Path(_TOKEN.sub(lambda match: tokens[match[1]], value)))
+    return files
+
+
 def read_known_hosts(files: Sequence[Path]) -> asyncssh.SSHKnownHosts:
     return asyncssh.read_known_hosts([str(p) for p in files if p.is_file()])
 
 
-def unknown_key_refusal(host: Host, witness: KeyWitness, reason: str) -> str:
-    """Why a host whose key no known_hosts line names is refused, and what to do."""
+def unknown_key_refusal(host: Host, witness: KeyWitness, reason: str, trust: str) -> str:
+    """Why a host whose key no known_hosts line names is refused, and what to do
+    (``trust``: the command that trusts it)."""
     if witness.presented is not None and witness.looked_up is not None:
         kind = witness.presented.get_algorithm()
         fingerprint = witness.presented.get_fingerprint("sha256")
         reason = f"no known_hosts entry for {witness.name} trusts its {kind} key {fingerprint}"
     return (
         f"host key of {host.name} ({where(host)}) is not trusted: {reason};"
-        f" check it and run `fanout hosts trust {host.name}`"
+        f" check it and run `{trust}`"
     )
 
 
-def changed_key_warning(host: Host, witness: KeyWitness, old: Sequence[KnownEntry]) -> str:
+def changed_key_warning(
+    host: Host, witness: KeyWitness, old: Sequence[KnownEntry], trust: str
+) -> str:
     """OpenSSH's REMOTE HOST IDENTIFICATION HAS CHANGED, in fanout's words, on one line
     (it is shown in a table cell, a notice and the run's log alike)."""
     assert witness.presented is not None
@@ -267,7 +354,7 @@ def changed_key_warning(host: Host, witness: KeyWitness, old: Sequence[KnownEntr
         f" {witness.name}, but {trusted} there.  Someone could be eavesdropping on you"
         f" right now (a man-in-the-middle attack), or the host was reinstalled with a new"
         f" key.  Confirm {new} with the host's administrator, then run"
-        f" `fanout hosts trust {host.name}` to replace the old key"
+        f" `{trust}` to replace the old key"
     )
 
 

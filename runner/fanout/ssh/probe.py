@@ -1,32 +1,41 @@
-"""What ``fanout hosts check`` and ``fanout hosts trust`` ask a host."""
+"""What a run's start and ``fanout hosts check`` ask a host: its tools, containment and
+login facts (``facilities``), the place its sandboxes are made in (``host_place``), and
+whether the job's workers start inside one (``unseen_commands``); the gateway forward a
+job with APIs needs; (``hostkey`` is what ``fanout hosts trust`` asks).
+
+The start check runs where the unit will: on a bwrap host, a sandbox is made with the
+very argv a unit's step gets (``sandbox.command`` on the host's place) and each command
+is looked up inside it.  A lookup outside only (``command -v``) passed a worker at an
+absolute path under /tmp, which bwrap replaces with a private /tmp, and every unit then
+failed with bwrap's ``execvp``; ``sandbox.unseen`` says why, in the local check's words.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import re
+import secrets
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 
 import asyncssh
 
-from ..errors import EnvironmentProblem
+from .. import sandbox
 from ..exposure import network_refusal
 from ..sandbox import _INIT
 from ..spec import Host
+from ..transport import Place
 from . import forward
 from .connection import (
     Connector,
-    KeyWitness,
-    KnownEntry,
     Lost,
     Refused,
     Unreachable,
     describe,
-    host_key_alias,
-    read_known_hosts,
     where,
 )
 
@@ -51,6 +60,15 @@ _PROBE_CONTAINMENT = (
     ' then echo "unshare $flags"; break; fi; done;'
     ' printf "uid %s\\n" "$(id -u)"; printf "home %s\\n" "$HOME";'
     ' [ -d "$HOME/.ssh" ] && printf "keys %s\\n" "$HOME/.ssh"; printf "path %s\\n" "$PATH"'
+)
+# execvp's lookup, in builtins (sets $where): a name with a slash is that file, any
+# other the first executable regular file in an absolute PATH entry.  Not ``command -v``,
+# which also answers a builtin's name and a path that is not executable.
+_FOUND = (
+    'found() { case $1 in */*) where=$1; [ -f "$where" ] && [ -x "$where" ]; return ;; esac;'
+    " set -f; saved=$IFS; IFS=:; for dir in $PATH; do case $dir in /*) ;; *) continue ;; esac;"
+    ' where=$dir/$1; if [ -f "$where" ] && [ -x "$where" ]; then IFS=$saved; set +f; return 0;'
+    " fi; done; IFS=$saved; set +f; return 1; }"
 )
 _UNSHARE_FLAGS = re.compile(
     r"(--user (--map-user=[0-9]+ --map-group=[0-9]+|--map-root-user) )?" + re.escape(PID_NAMESPACE)
@@ -85,6 +103,12 @@ class Facilities:
             return "pid namespace (unshare)"
         return GROUP_ONLY
 
+    def lacking_problem(self) -> str:
+        """The commands of ``lacking`` as a problem ("" for none)."""
+        if not self.lacking:
+            return ""
+        return f"cannot start {', '.join(self.lacking)}: not found on its PATH ({self.path})"
+
     def step_namespace(self) -> tuple[str, ...]:
         """The unshare prefix that gives a step its own PID namespace there, or ()."""
         if self.unshare is None:
@@ -106,14 +130,10 @@ async def facilities(
     if commands:
         # The PATH a login's non-interactive shell has is the one the agent keeps.
         script += (
-            f"; for cmd in {shlex.join(commands)};"
-            ' do command -v "$cmd" >/dev/null 2>&1 || printf "lacks %s\\n" "$cmd"; done'
+            f"; {_FOUND}; for cmd in {shlex.join(commands)};"
+            ' do found "$cmd" || printf "lacks %s\\n" "$cmd"; done'
         )
-    try:
-        answer = await conn.run(script, check=False)
-    except (OSError, asyncssh.Error) as exc:
-        raise Lost(describe(exc)) from None
-    lines = str(answer.stdout or "").splitlines()
+    lines = await _ask(conn, script)
     found = {line.rsplit("/", 1)[-1]: line for line in lines if line.startswith("/")}
     flags = [line.removeprefix("unshare ") for line in lines if line.startswith("unshare ")]
 
@@ -135,9 +155,104 @@ async def facilities(
     )
 
 
+async def _ask(conn: asyncssh.SSHClientConnection, script: str) -> list[str]:
+    """The lines a host's shell prints for ``script``."""
+    try:
+        answer = await conn.run(script, check=False)
+    except (OSError, asyncssh.Error) as exc:
+        raise Lost(describe(exc)) from None
+    return str(answer.stdout or "").splitlines()
+
+
 def chosen_sandbox(requested: str, offered: Facilities) -> str:
     """The sandbox ``auto`` and ``bwrap`` give on a host (the caller refuses the rest)."""
     return "bwrap" if requested != "none" and offered.bwrap else "none"
+
+
+def host_place(name: str, sandbox_root: str, kind: str, offered: Facilities) -> tuple[str, Place]:
+    """The host's sandbox root as the kernel names it (resolved on the host; a missing
+    one made absolute against the login's home, as a login shell would read it) and
+    the facts its sandboxes' commands are built from."""
+    root = offered.root_path or sandbox_root
+    if not root.startswith("/"):
+        root = f"{offered.home.rstrip('/')}/{root}"
+    root = posixpath.normpath(root)
+    path = offered.path or "/usr/bin:/bin"
+    if kind == "bwrap":
+        containment = sandbox.Containment.BWRAP
+    elif offered.unshare is not None:
+        containment = sandbox.Containment.UNSHARE
+    else:
+        containment = sandbox.Containment.GROUP
+    return root, Place(
+        host=name,
+        kind="bwrap" if kind == "bwrap" else "none",
+        base="",  # each sandbox's own
+        path=path,
+        # Workers never see the login's keys (bwrap mounts an empty tmpfs on them).
+        hidden=(f"{offered.keys}/",) if offered.keys else (),
+        tools=tuple(str(tool) for tool in sandbox.tool_dirs(path)),
+        namespace=offered.step_namespace() if kind == "none" else (),
+        root=offered.root,
+        containment=containment,
+    )
+
+
+async def unseen_commands(
+    conn: asyncssh.SSHClientConnection, root: str, place: Place, commands: Sequence[str]
+) -> tuple[str, ...]:
+    """What keeps a unit's worker from starting on a bwrap host, each as "cannot start
+    X: why": a sandbox is made in ``root`` as a unit's is (``place``, the argv of
+    ``sandbox.command``) and each of ``commands`` is looked up inside it as well as
+    outside, which says where it is and so why the sandbox hides it.  A bwrap that
+    cannot make a sandbox at all is said too.  Nothing for a root that cannot hold a
+    sandbox: the agent refuses that itself, with its own words, at the first attempt."""
+    base = f"{root}/fanout-probe-{secrets.token_hex(8)}"
+    inside = f'{_FOUND}; n=0; for cmd; do n=$((n + 1)); found "$cmd" || echo "unseen $n"; done'
+    argv = sandbox.command(
+        replace(place, base=base),
+        ["/bin/sh", "-c", inside, "fanout-probe", *commands],
+        network=False,
+    )
+    quoted = shlex.quote(base)
+    script = (
+        f"base={quoted}; trap 'rm -rf \"$base\"' EXIT; trap 'exit 129' HUP INT TERM;"
+        ' mkdir -m 700 "$base" "$base/work" 2>/dev/null || { echo unmade; exit 0; };'
+        f" {_FOUND}; n=0; for cmd in {shlex.join(commands)};"
+        ' do n=$((n + 1)); found "$cmd" || continue; printf "at %s %s\\n" "$n" "$where";'
+        ' printf "real %s %s\\n" "$n" "$(readlink -f -- "$where" 2>/dev/null)"; done;'
+        f' {shlex.join(argv)} 2>"$base/stderr" ||'
+        ' printf "failed %s\\n" "$(head -c 300 "$base/stderr" | tr "\\n" " ")"'
+    )
+    lines = await _ask(conn, script)
+    if "unmade" in lines:
+        return ()
+    for line in lines:
+        if line.startswith("failed "):
+            said = line.removeprefix("failed ").strip() or "no message"
+            return (f"bwrap cannot make a sandbox there ({said})",)
+
+    def fact(name: str, index: str) -> str:
+        prefix = f"{name} {index} "
+        return next((line[len(prefix) :] for line in lines if line.startswith(prefix)), "")
+
+    tools = [PurePosixPath(tool) for tool in place.tools]
+    hidden = [PurePosixPath(entry.rstrip("/")) for entry in place.hidden]
+    problems = []
+    for index in (line.removeprefix("unseen ") for line in lines if line.startswith("unseen ")):
+        if not index.isdigit() or not 0 < int(index) <= len(commands):
+            continue
+        command = commands[int(index) - 1]
+        where, real = fact("at", index), fact("real", index)
+        if not where:
+            continue  # not found outside either: ``facilities`` says so
+        hops = [PurePosixPath(where)] + ([PurePosixPath(real)] if real and real != where else [])
+        why = sandbox.unseen_reason(command, hops, tools=tools, hidden=hidden)
+        problems.append(
+            f"cannot start {command}: "
+            + (why or f"{command} resolves to {where}, which its bwrap sandboxes do not show")
+        )
+    return tuple(problems)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,11 +281,14 @@ async def probe(
     *,
     gateway: bool = False,
     network: bool | str = False,
+    commands: Sequence[str] = (),
 ) -> Probe:
     """Reachability, authentication, shell, bwrap, containment (for units run under
     ``sandbox``), free disk in the sandbox root and round-trip time of one host, and
     (``gateway``: the job has APIs) whether a gateway forward works there: for
-    ``network = "apis"`` a unix-socket forward, bwrap and python3 (its forwarder)."""
+    ``network = "apis"`` a unix-socket forward, bwrap and python3 (its forwarder).
+    ``commands`` (the job's argv[0]s) are looked up as a run's start does: inside a
+    sandbox on a bwrap host (``unseen_commands``)."""
     base = {"name": host.name, "address": where(host)}
     empty = {"shell": "", "bwrap": False, "containment": "", "free_disk": "", "rtt_ms": None}
     try:
@@ -190,10 +308,15 @@ async def probe(
             f" test -d {root} -a -w {root} && echo writable || echo read-only",
             check=False,
         )
-        offered = await facilities(conn)
+        offered = await facilities(conn, commands, host.sandbox_root)
+        kind = chosen_sandbox(sandbox, offered)
+        problems = [offered.lacking_problem()]
+        if kind == "bwrap" and not offered.lacking:
+            root, place = host_place(host.name, host.sandbox_root, kind, offered)
+            problems += await unseen_commands(conn, root, place, commands)
         forwarded = ""
         if gateway and network == "apis":
-            forwarded = await gateway_socket(conn, host.name, chosen_sandbox(sandbox, offered))
+            forwarded = await gateway_socket(conn, host.name, kind)
             if forwarded == GATEWAY_SOCKET_OK and offered.python is None:
                 forwarded = 'no python3 (runtime.network = "apis" runs a forwarder in each sandbox)'
         elif gateway:
@@ -207,10 +330,17 @@ async def probe(
             auth=True,
             shell=lines[0],
             bwrap=lines[1] != "-",
-            containment=offered.containment(chosen_sandbox(sandbox, offered)),
+            containment=offered.containment(kind),
             free_disk=free,
             rtt_ms=rtt,
-            error="" if lines[3] == "writable" else f"{host.sandbox_root} is not writable",
+            error="; ".join(
+                problem
+                for problem in (
+                    "" if lines[3] == "writable" else f"{host.sandbox_root} is not writable",
+                    *problems,
+                )
+                if problem
+            ),
             gateway=forwarded,
         )
     except Lost as exc:
@@ -255,73 +385,3 @@ async def gateway_forward(conn: asyncssh.SSHClientConnection, name: str) -> str:
     finally:
         await made.close()
     return GATEWAY_OK
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HostKey:
-    """What ``fanout hosts trust`` shows before it records anything: the key a host
-    presented, the known_hosts name it is looked up under, and which lines already
-    trust a key there (this one, or another: a changed key)."""
-
-    name: str  # as OpenSSH writes it: [host]:port, HostKeyAlias or HostName
-    line: str  # the known_hosts line that trusts this key under ``name``
-    kind: str
-    fingerprint: str
-    trusted_by: tuple[KnownEntry, ...]  # lines trusting this very key
-    replaced: tuple[KnownEntry, ...]  # lines trusting another key for ``name``
-
-
-async def fetch_host_key(host: Host, known_hosts: Sequence[Path], wait: float = 15.0) -> HostKey:
-    """The key ``host`` presents, looked up exactly as a run looks it up (through
-    ``~/.ssh/config``), without authenticating: every auth method is off, so the
-    handshake ends once the host has shown its key."""
-    witness = KeyWitness(known=read_known_hosts(known_hosts))
-    options: dict[str, object] = {
-        "known_hosts": witness.lookup,
-        "client_factory": witness.client,
-        "connect_timeout": wait,
-        # Never authenticate: no key, agent, password, keyboard or GSS attempt.
-        "client_keys": None,
-        "agent_path": None,
-        "password_auth": False,
-        "kbdint_auth": False,
-        "gss_auth": False,
-        "host_based_auth": False,
-    }
-    if host.port is not None:
-        options["port"] = host.port
-    if host.user is not None:
-        options["username"] = host.user
-    try:
-        conn = await asyncio.wait_for(asyncssh.connect(host.address, **options), wait)
-        conn.close()
-        await conn.wait_closed()
-    except asyncssh.HostKeyNotVerifiable as exc:
-        if witness.presented is None:  # a revoked key: never offered for trust
-            raise EnvironmentProblem(f"{host.name} ({where(host)}): {exc.reason}") from None
-    except asyncssh.PermissionDenied:
-        pass  # a trusted key, and no authentication tried
-    except (OSError, asyncssh.Error, TimeoutError) as exc:
-        if witness.presented is None:
-            raise EnvironmentProblem(
-                f"cannot reach {host.name} ({where(host)}): {describe(exc)}"
-            ) from None
-    key = witness.presented
-    if key is None or witness.looked_up is None:
-        raise EnvironmentProblem(f"{host.name} ({where(host)}) offered no host key")
-    # OpenSSH records a HostKeyAlias bare (it never adds the port to it); asyncssh looks
-    # up [alias]:port first and then the bare alias, so both accept the line.
-    name = witness.looked_up[0] if host_key_alias(host) else witness.name
-    public = key.export_public_key("openssh").decode().split()
-    entries = witness.entries(known_hosts)
-    fingerprint = key.get_fingerprint("sha256")
-    trusted_by = tuple(e for e in entries if e.fingerprint == fingerprint)
-    return HostKey(
-        name=name,
-        line=f"{name} {public[0]} {public[1]}",
-        kind=key.get_algorithm(),
-        fingerprint=fingerprint,
-        trusted_by=trusted_by,
-        # A trusted key next to keys of other types is not a change (hosts have several).
-        replaced=() if trusted_by else tuple(entries),
-    )

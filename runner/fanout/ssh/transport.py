@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import posixpath
 import random
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -14,16 +13,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from .. import sandbox, transport
+from .. import transport
 from ..attempt import Attempt, execute
 from ..errors import EnvironmentProblem, HostsUnavailable
 from ..exposure import NOTHING, Handed, hides, network_refusal
 from ..outcome import AttemptResult
 from ..spec import Host
-from ..transport import Place, Sandbox
+from ..transport import Sandbox
 from .connection import Connection, Connector, Lost, Refused
 from .pool import HostPool, HostState
-from .probe import GROUP_ONLY, Facilities, Probe, chosen_sandbox, facilities, probe
+from .probe import (
+    GROUP_ONLY,
+    Probe,
+    chosen_sandbox,
+    facilities,
+    host_place,
+    probe,
+    unseen_commands,
+)
 from .sandbox import SshSandbox
 
 
@@ -46,11 +53,15 @@ class SshTransport(HostPool):
         gateway_port: int | None = None,
         network: bool | Literal["apis"] = False,
         handed: Handed = NOTHING,
+        inventory: Sequence[str] = (),
+        home: Path | None = None,
     ) -> None:
         super().__init__(
             hosts,
             connector=Connector(
                 known_hosts=list(known_hosts),
+                home=home,
+                inventory=tuple(inventory),
                 keepalive_interval=keepalive_interval,
                 keepalive_count=keepalive_count,
                 connect_timeout=connect_timeout,
@@ -99,10 +110,7 @@ class SshTransport(HostPool):
             missing = ", ".join(offered.missing)
             raise Refused(f"{state.name} lacks {missing} (needed by fanout's agent)")
         if offered.lacking:
-            raise Refused(
-                f"{state.name} cannot start {', '.join(offered.lacking)}: not found on its"
-                f" PATH ({offered.path})"
-            )
+            raise Refused(f"{state.name} {offered.lacking_problem()}")
         if self._requested == "bwrap" and not offered.bwrap:
             raise Refused(f"{state.name} has no bwrap and runtime.sandbox is 'bwrap'")
         sandbox = chosen_sandbox(self._requested, offered)
@@ -121,7 +129,12 @@ class SshTransport(HostPool):
         if self._requested == "auto" and sandbox == "none" and not state.warned:
             self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
         state.unshare = offered.unshare
-        state.root, state.place = _host_place(state, sandbox, offered)
+        root, place = host_place(state.name, state.host.sandbox_root, sandbox, offered)
+        if sandbox == "bwrap":
+            unseen = await unseen_commands(connection.conn, root, place, self._commands)
+            if unseen:
+                raise Refused("; ".join(f"{state.name} {problem}" for problem in unseen))
+        state.root, state.place = root, place
         if self._network == "apis":
             state.place = replace(state.place, python=offered.python)
         if offered.containment(sandbox) == GROUP_ONLY and not state.warned:
@@ -189,37 +202,9 @@ class SshTransport(HostPool):
                         self._requested,
                         gateway=gateway,
                         network=self._network,
+                        commands=self._commands,
                     )
                     for h in self._hosts
                 )
             )
         )
-
-
-def _host_place(state: HostState, kind: str, offered: Facilities) -> tuple[str, Place]:
-    """The host's sandbox root as the kernel names it (resolved on the host; a missing
-    one made absolute against the login's home, as a login shell would read it) and
-    the facts its sandboxes' commands are built from."""
-    root = offered.root_path or state.host.sandbox_root
-    if not root.startswith("/"):
-        root = f"{offered.home.rstrip('/')}/{root}"
-    root = posixpath.normpath(root)
-    path = offered.path or "/usr/bin:/bin"
-    if kind == "bwrap":
-        containment = sandbox.Containment.BWRAP
-    elif offered.unshare is not None:
-        containment = sandbox.Containment.UNSHARE
-    else:
-        containment = sandbox.Containment.GROUP
-    return root, Place(
-        host=state.name,
-        kind="bwrap" if kind == "bwrap" else "none",
-        base="",  # each sandbox's own
-        path=path,
-        # Workers never see the login's keys (bwrap mounts an empty tmpfs on them).
-        hidden=(f"{offered.keys}/",) if offered.keys else (),
-        tools=tuple(str(tool) for tool in sandbox.tool_dirs(path)),
-        namespace=offered.step_namespace() if kind == "none" else (),
-        root=offered.root,
-        containment=containment,
-    )
