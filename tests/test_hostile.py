@@ -1,7 +1,7 @@
 """Hostile unit values: NUL bytes and lone surrogates are refused per unit, the same way
-on every transport, before any process starts; so are paths longer than a file system
-takes (a stage path, a command), where they once passed validate and plan and failed
-at run time, or exited 70."""
+on every transport, before any process starts; so are values longer than a program or
+a file system takes (an argument, a stage path), where they once passed validate and
+plan and failed at run time, or exited 70."""
 
 from __future__ import annotations
 
@@ -160,6 +160,35 @@ def test_a_path_no_file_system_takes_fails_its_unit_with_a_reason(
         ("a", reason),
         ("b", reason),
     }
+
+
+def test_an_argument_too_long_for_a_program_is_a_located_problem(chdir_tmp: Path) -> None:
+    # It failed at run time only, with the worker's "Argument list too long".
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "long-argument"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["echo", "{{ range(100000) | join(',') }}"]
+        env = { LONG = "{{ 'x' * 200000 }}" }
+        """,
+    )
+    planned = cli("plan", "job.toml")
+    assert planned.code == 2
+    assert planned.err.splitlines()[-1] == (
+        "job.toml:8:16: task.env.LONG: the value is 200,005 bytes; an environment variable"
+        " can be 131,071 at most (rendering for unit 'a')"
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 1
+    (unit,) = run_report(chdir_tmp)["units"]
+    assert unit["reason"] == (
+        "template: task.env.LONG: the value is 200,005 bytes; an environment variable can be"
+        " 131,071 at most"
+    )
 
 
 def test_a_command_name_too_long_for_a_file_system_is_not_found(chdir_tmp: Path) -> None:
