@@ -486,6 +486,11 @@ fragments = st.sampled_from(
         "{{ [1, 2][5] }}",
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(1) }}",
         "{% for i in unit.items %}{{ i }}{% endfor %}",
+        # Each once hung plan for seconds or minutes, or failed every unit at run time.
+        "{{ unit.id | center(10**7) }}",
+        "{{ lipsum(10**6) }}",
+        "{{ 'x' * 300 }}",
+        "{{ range(100000) | join(',') }}",
         "{% for %}",
         "{% if unit.id %}",
         "{% endif %}",

@@ -9,6 +9,8 @@ used to vanish silently, locally it was an internal error) or a string that is n
 valid UTF-8 (a lone surrogate from JSON ``"\\ud800"``, which no pipe can carry), or an
 argument or environment value longer than the kernel passes to a program, is refused
 as a RenderError, a per-unit ``template:`` failure, before any process starts.
+
+All the templates of one attempt render under one Budget (``templates.bounds``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .spec import Rung, Spec
-from .templates import RenderError, Template
+from .templates import RenderError, Template, bounded
 from .units import Unit, base_context
 
 NO_LAST_ATTEMPT: Mapping[str, Any] = MappingProxyType(
@@ -65,7 +67,21 @@ def render(
     last: Mapping[str, Any] = NO_LAST_ATTEMPT,
     trigger: Mapping[str, Any] | None = None,
 ) -> Invocation:
-    """Render the task of ``unit`` for one attempt.  Raises RenderError."""
+    """Render the task of ``unit`` for one attempt, every template under one Budget
+    (the active one, else its own).  Raises RenderError."""
+    with bounded():
+        return _render(spec, unit, rung_index, attempt, round_number, last, trigger)
+
+
+def _render(
+    spec: Spec,
+    unit: Unit,
+    rung_index: int,
+    attempt: int,
+    round_number: int,
+    last: Mapping[str, Any],
+    trigger: Mapping[str, Any] | None,
+) -> Invocation:
     rung = spec.retry.ladder[rung_index]
     context = _context(spec, unit, rung_index, attempt, round_number, last, trigger)
 
