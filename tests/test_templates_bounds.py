@@ -1,20 +1,34 @@
 """Templates are bounded (templates/bounds.py): a step that could make far more than it
-is given is refused before it runs, a render's time and what it makes are bounded, and
-all of one attempt's templates share one Budget."""
+is given is refused before it runs, a render's time and what it makes are bounded, all
+of one attempt's templates share one Budget, and a unit's render runs off the event
+loop, where a cancel stops it.  The real runs: a unit whose prompt loops without end
+fails alone while the other units and the gateway go on, and a SIGTERM stops such a run
+at once."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fanout import invocation, spec
-from fanout.templates import RenderError, Templates, bounded
+from fanout.templates import RenderError, Templates, bounded, render_off_loop
 from fanout.templates.bounds import Budget
 from fanout.units import Unit
 
-from helpers import cli, write_job
+from helpers import cli, run_report, write_job
+from mockapi import MockApi
 
+FANOUT = [sys.executable, "-m", "fanout"]
 SIZE = "rendering makes more than 16,777,216 characters or items"
 # A loop that calls nothing and writes nothing: only the loop's own steps bound it.
 ENDLESS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -213,3 +227,137 @@ def test_an_attempts_templates_share_one_budget(tmp_path: Path) -> None:
     with pytest.raises(RenderError) as caught:
         invocation.render(job, unit)
     assert str(caught.value) == f"retry.ladder[0].promptSuffix: {SIZE}"
+
+
+async def test_a_render_runs_off_the_loop_and_a_cancel_stops_it(tmp_path: Path) -> None:
+    template = Templates(tmp_path).compile(ENDLESS)
+    started = threading.Event()
+    threads: list[str] = []
+
+    def render() -> str:
+        threads.append(threading.current_thread().name)
+        started.set()
+        return template.render({})
+
+    # An hour of CPU time: only the cancel ends this render within the test.
+    rendering = asyncio.create_task(render_off_loop(render, Budget(seconds=3600)))
+    await asyncio.to_thread(started.wait)
+    ticks = 0
+    for _ in range(5):  # the loop goes on while the render does
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert (ticks, rendering.done()) == (5, False)
+    rendering.cancel()
+    done, _ = await asyncio.wait([rendering], timeout=60)
+    assert done == {rendering}
+    assert rendering.cancelled()
+    assert threads != [threading.current_thread().name]
+
+
+# --- real runs ---------------------------------------------------------------------------
+
+KEY = "sk-ant-real-7c1e9b3a5d2f8e4c6a0b"
+# One request to the gateway, as an Anthropic SDK would make it.
+WORKER = r"""
+import json, os, urllib.request
+body = json.dumps({"model": "claude-test-1", "max_tokens": 8,
+                   "messages": [{"role": "user", "content": "hi"}]}).encode()
+request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",
+    data=body, headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"],
+    "content-type": "application/json", "anthropic-version": "2023-06-01"})
+with urllib.request.urlopen(request) as answer:
+    json.load(answer)
+"""
+
+
+def _endless_for(directory: Path, units: list[str], upstream: str) -> Path:
+    """A job whose unit 'b' has a prompt that loops without end; each unit's worker
+    makes one request through the gateway."""
+    items = ", ".join(json.dumps(unit) for unit in units)
+    prompt = "{% if unit.id == 'b' %}" + ENDLESS + "{% endif %}Fix {{ unit.id }}."
+    return write_job(
+        directory,
+        f"""
+        version = 1
+        name = "endless-prompt"
+        [inputs]
+        items = [{items}]
+        [task]
+        prompt = "{prompt}"
+        command = {json.dumps(["python3", "-c", WORKER])}
+        timeout = "1s"
+        [runtime]
+        network = true
+        [[apis]]
+        name = "anthropic"
+        upstream = "{upstream}"
+        style = "anthropic"
+        keySecret = "FANOUT_TEST_ANTHROPIC_KEY"
+        """,
+    )
+
+
+def _environ() -> dict[str, str]:
+    return {**os.environ, "FANOUT_TEST_ANTHROPIC_KEY": KEY}
+
+
+@pytest.mark.slow
+def test_a_prompt_that_loops_without_end_fails_its_unit_while_the_others_run(
+    mock_api: MockApi, tmp_path: Path
+) -> None:
+    # It once ran on the event loop: the gateway froze, the 1 s timeout never fired and
+    # the unit "succeeded in 0.0s" after 10.9 s.  Here the loop would take hours.
+    job = _endless_for(tmp_path, ["a", "b", "c"], mock_api.url)
+    ran = subprocess.run(
+        [*FANOUT, "run", str(job)], capture_output=True, text=True, env=_environ(), timeout=60
+    )
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    report = run_report(tmp_path)
+    outcomes = {u["unit"]: (u["state"], u["reason"]) for u in report["units"]}
+    assert outcomes == {
+        "a": ("succeeded", "ok"),
+        "b": (
+            "failed",
+            "template: task.prompt: rendering took more than 2 s of CPU time (a loop too long?)",
+        ),
+        "c": ("succeeded", "ok"),
+    }
+    # The gateway answered the others' requests while b rendered (on the event loop,
+    # the render held their answers back until it ended); b never started a worker.
+    assert [p.status for p in mock_api.posts()] == [200, 200]
+    assert [e["unit"] for e in _events(tmp_path) if e["event"] == "unit.settled"][-1] == "b"
+
+
+@pytest.mark.slow
+def test_a_sigterm_stops_a_run_whose_unit_is_rendering(mock_api: MockApi, tmp_path: Path) -> None:
+    # It once took effect 11 s after it was sent, when the render ended.  The 10 s
+    # allowed here are far more than a run needs to stop; what tells is b's state.
+    job = _endless_for(tmp_path, ["b"], mock_api.url)
+    process = subprocess.Popen(
+        [*FANOUT, "run", str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_environ(),
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # the unit is selected: its render is under way
+        if "1 unit(s) from 1 record(s)" in line:
+            break
+    time.sleep(0.3)
+    process.send_signal(signal.SIGTERM)
+    try:
+        rest = process.communicate(timeout=10)[0]
+    finally:
+        process.kill()
+    assert process.returncode == 130, rest
+    # Stopped mid-render, left to resume (a render on the event loop would have run to
+    # its bound first, and b would have failed before the signal was seen).
+    assert [(e["event"], e.get("unit")) for e in _events(tmp_path) if "unit" in e] == [
+        ("unit.interrupted", "b")
+    ]
+
+
+def _events(directory: Path) -> list[dict[str, Any]]:
+    (path,) = (directory / ".fanout" / "runs").glob("*/events.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -37,7 +37,7 @@ from .analysis import (
     Shape,
     TemplateProblem,
 )
-from .bounds import bounded
+from .bounds import bounded, render_off_loop
 from .rendering import Environment, Expression, RenderError, Template, describe
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "bounded",
     "for_workspace",
     "is_template",
+    "render_off_loop",
 ]
 
 _TOO_DEEP = "the template is nested too deeply to check"
