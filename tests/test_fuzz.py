@@ -395,13 +395,19 @@ def wrong_types(draw: st.DrawFn) -> Case:
     new = draw(values)
     assume(_kind(new) != _kind(old))
     put_value(doc, path, new)
-    return _case(doc, draw(headers_strategy), path, also=_selection(path))
+    return _case(doc, draw(headers_strategy), path, also=_reported_at(path))
 
 
-def _selection(path: KeyPath) -> KeyPath:
-    """A record of inline data that breaks selection is reported by ``units`` (which
-    decides what a unit's id is), not at the record."""
-    return ("units",) if path[:2] == ("inputs", "items") else ()
+def _reported_at(path: KeyPath) -> KeyPath:
+    """Where a hostile value at ``path`` may be reported instead of at its own line.  A
+    record of inline data that breaks selection is reported by ``units`` (which decides
+    what a unit's id is), not at the record; a rung's var that no program can be given
+    (a NUL byte) by the first template that renders it, the prompt."""
+    if path[:2] == ("inputs", "items"):
+        return ("units",)
+    if path[:2] == ("retry", "ladder") and "vars" in path:
+        return ("task", "prompt")
+    return ()
 
 
 @st.composite
@@ -409,7 +415,7 @@ def hostile_values(draw: st.DrawFn) -> Case:
     doc = copy.deepcopy(BASE)
     path = draw(st.sampled_from(sorted(paths(doc), key=str)))
     put_value(doc, path, draw(hostile))
-    return _case(doc, draw(headers_strategy), path, also=_selection(path))
+    return _case(doc, draw(headers_strategy), path, also=_reported_at(path))
 
 
 glob_text = st.text(alphabet="ab*?[]!^-/.z\\", min_size=1, max_size=12)
@@ -480,6 +486,11 @@ fragments = st.sampled_from(
         "{{ [1, 2][5] }}",
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(1) }}",
         "{% for i in unit.items %}{{ i }}{% endfor %}",
+        # Each once hung plan for seconds or minutes, or failed every unit at run time.
+        "{{ unit.id | center(10**7) }}",
+        "{{ lipsum(10**6) }}",
+        "{{ 'x' * 300 }}",
+        "{{ range(100000) | join(',') }}",
         "{% for %}",
         "{% if unit.id %}",
         "{% endif %}",

@@ -42,12 +42,27 @@ def test_matching(pattern: str, path: str, matches: bool) -> None:
         ("src/**.py", "'src/**.py': '**' must be a whole path component, as in 'src/**/*.py'"),
         ("src//a.py", "'src//a.py' has an empty path component ('//' or a trailing '/')"),
         ("a[bc", "'a[bc': '[' at position 2 is never closed"),
+        (
+            "src/" + "x" * 256,
+            "'src/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…' has a name of 256 bytes; a"
+            " file name can be 255 at most",
+        ),
+        (
+            "a/" * 2048,
+            "'a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/…' is 4,096 bytes long; a path"
+            " can be 4,095 at most",
+        ),
     ],
 )
 def test_malformed(pattern: str, message: str) -> None:
     with pytest.raises(ValueError) as caught:
         compile_glob(pattern)
     assert str(caught.value) == message
+
+
+def test_a_glob_may_have_long_components_a_name_may_not() -> None:
+    # A class matches one character: 300 bytes of them can match a short name.
+    assert compile_glob("[ab]" * 75).match("ab" * 37 + "a")
 
 
 @pytest.mark.parametrize(

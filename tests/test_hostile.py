@@ -1,5 +1,7 @@
 """Hostile unit values: NUL bytes and lone surrogates are refused per unit, the same way
-on every transport, before any process starts."""
+on every transport, before any process starts; so are values longer than a program or
+a file system takes (an argument, a stage path), where they once passed validate and
+plan and failed at run time, or exited 70."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from fanout.local import LocalTransport
 from fanout.run import Options, Runner
 from fanout.transport import Transport
 
-from helpers import write_job
+from helpers import cli, run_report, write_job
 from procs import pids_with, short_marker
 
 NUL_REASON = (
@@ -112,3 +114,99 @@ async def test_hostile_values_are_refused_over_ssh_the_same_way(
         [host], known_hosts=[ssh_pool.known_hosts], sandbox_kind="none", rng=random.Random(3)
     )
     await _run_and_check(job, transport, token, shared / "done.txt")
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        (
+            "{{ 'x' * 300 }}",
+            "stage: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…' has a name of 300"
+            " bytes; a file name can be 255 at most",
+        ),
+        (
+            "{{ range(100000) | join(',') }}",
+            "stage: '0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,…' is 588,889 bytes"
+            " long; a path can be 4,095 at most",
+        ),
+    ],
+)
+def test_a_path_no_file_system_takes_fails_its_unit_with_a_reason(
+    chdir_tmp: Path, path: str, reason: str
+) -> None:
+    # Both passed validate and plan, then failed every unit with "fanout internal
+    # error: OSError: [Errno 36] File name too long".
+    write_job(
+        chdir_tmp,
+        f"""
+        version = 1
+        name = "long-paths"
+        [inputs]
+        items = ["a", "b"]
+        [units]
+        stage = ["{path}"]
+        [task]
+        command = ["true"]
+        """,
+    )
+    planned = cli("plan", "job.toml")
+    assert planned.code == 2
+    assert planned.err.splitlines()[-1] == (
+        f"job.toml:7:10: units.stage[0]: {reason.removeprefix('stage: ')} (rendered for unit 'a')"
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 1, ran.out + ran.err
+    assert {(u["unit"], u["reason"]) for u in run_report(chdir_tmp)["units"]} == {
+        ("a", reason),
+        ("b", reason),
+    }
+
+
+def test_an_argument_too_long_for_a_program_is_a_located_problem(chdir_tmp: Path) -> None:
+    # It failed at run time only, with the worker's "Argument list too long".
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "long-argument"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["echo", "{{ range(100000) | join(',') }}"]
+        env = { LONG = "{{ 'x' * 200000 }}" }
+        """,
+    )
+    planned = cli("plan", "job.toml")
+    assert planned.code == 2
+    assert planned.err.splitlines()[-1] == (
+        "job.toml:8:16: task.env.LONG: the value is 200,005 bytes; an environment variable"
+        " can be 131,071 at most (rendering for unit 'a')"
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 1
+    (unit,) = run_report(chdir_tmp)["units"]
+    assert unit["reason"] == (
+        "template: task.env.LONG: the value is 200,005 bytes; an environment variable can be"
+        " 131,071 at most"
+    )
+
+
+def test_a_command_name_too_long_for_a_file_system_is_not_found(chdir_tmp: Path) -> None:
+    # The start check exited 70 ("internal error: OSError: File name too long").
+    write_job(
+        chdir_tmp,
+        """
+        version = 1
+        name = "long-command"
+        [inputs]
+        items = ["a"]
+        [task]
+        command = ["{{ 'x' * 300 }}"]
+        """,
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 4, ran.err
+    assert ran.err.splitlines()[0] == (
+        f"task.command: cannot start {'x' * 300}: it has a name of 300 bytes; a file name can"
+        " be 255 at most"
+    )

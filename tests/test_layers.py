@@ -46,7 +46,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("fates", ("outcome",)),
-    ("job language", ("templates.rendering", "templates.analysis", "templates", "schema")),
+    (
+        "job language",
+        ("templates.bounds", "templates.rendering", "templates.analysis", "templates", "schema"),
+    ),
     (
         "checks",
         (

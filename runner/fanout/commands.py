@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import hidden, sandbox
+from . import globs, hidden, sandbox
 from .apikeys import handed
 from .errors import EnvironmentProblem
 from .exposure import hides, network_refusal
@@ -227,6 +227,12 @@ def _locate(command: str, workers: Workers, masks: _Masks) -> tuple[str, str]:
     """(the file ``command`` starts, "") or ("", why it cannot start)."""
     if not command:
         return "", "the command is empty"
+    longest = max(len(part.encode("utf-8", "surrogatepass")) for part in command.split("/"))
+    if longest > globs.NAME_MAX:  # the system refuses to look it up (ENAMETOOLONG)
+        return (
+            "",
+            f"it has a name of {longest:,} bytes; a file name can be {globs.NAME_MAX} at most",
+        )
     if _relative_path(command):
         file = workers.workspace / command
         if not _executable(file):

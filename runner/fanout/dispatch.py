@@ -39,7 +39,7 @@ from .ladder import Progress
 from .outcome import AttemptResult, Outcome, Status, UnitState
 from .round import Round
 from .slots import Lane, Slots
-from .templates import RenderError
+from .templates import RenderError, render_off_loop
 from .units import Unit
 
 
@@ -191,14 +191,19 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         progress = replace(progress, attempts=number)
         staged_hashes: dict[str, str] = {}
         try:
-            task = invocation.render(
-                spec,
-                unit,
-                rung_index=progress.rung,
-                attempt=number,
-                round_number=ctx.number,
-                last=progress.last or invocation.NO_LAST_ATTEMPT,
-                trigger=ctx.trigger,
+            # Off the event loop, bounded (templates.bounds): a prompt's long loop runs
+            # in a worker thread while the gateway and the other units go on.
+            task = await render_off_loop(
+                functools.partial(
+                    invocation.render,
+                    spec,
+                    unit,
+                    rung_index=progress.rung,
+                    attempt=number,
+                    round_number=ctx.number,
+                    last=progress.last or invocation.NO_LAST_ATTEMPT,
+                    trigger=ctx.trigger,
+                )
             )
             staged = staging.stage(spec.runtime.workspace, task.stage)
             staged_hashes = staging.staged_hashes(staged)

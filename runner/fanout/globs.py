@@ -29,7 +29,19 @@ def compile_glob(pattern: str, *, hidden: bool = False) -> re.Pattern[str]:
     return re.compile(_translate(pattern, parts, hidden=hidden) + r"\Z")
 
 
+# What a file name and a path can be (bytes): Linux's NAME_MAX and PATH_MAX, which
+# counts the NUL that ends it.  Longer, a path can never name a file: the system
+# refuses it (ENAMETOOLONG), and a glob that long is only slow to compile.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
 def _parts(pattern: str) -> list[str]:
+    size = _bytes(pattern)
+    if size >= PATH_MAX:
+        raise ValueError(
+            f"{_shown(pattern)} is {size:,} bytes long; a path can be {PATH_MAX - 1:,} at most"
+        )
     if pattern.startswith("/"):
         raise ValueError(f"{pattern!r} is absolute; patterns are relative to the workspace")
     parts = pattern.split("/")
@@ -37,7 +49,22 @@ def _parts(pattern: str) -> list[str]:
         raise ValueError(f"{pattern!r} leaves the workspace ('..' is not allowed)")
     if "" in parts:
         raise ValueError(f"{pattern!r} has an empty path component ('//' or a trailing '/')")
+    for part in parts:
+        if not is_glob(part) and (size := _bytes(part)) > NAME_MAX:
+            raise ValueError(
+                f"{_shown(pattern)} has a name of {size:,} bytes; a file name can be"
+                f" {NAME_MAX} at most"
+            )
     return parts
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _shown(pattern: str) -> str:
+    """``pattern`` quoted for a message, cut short if it is long."""
+    return repr(pattern if len(pattern) <= 60 else pattern[:50] + "…")
 
 
 def _translate(pattern: str, parts: list[str], *, hidden: bool) -> str:

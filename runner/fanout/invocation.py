@@ -6,8 +6,11 @@ The argv lists are rendered element by element, so a unit value such as
 What a program can receive is decided here, once, for every transport: a rendered
 value holding a NUL byte (argv, environment and C strings end at NUL; over SSH it
 used to vanish silently, locally it was an internal error) or a string that is not
-valid UTF-8 (a lone surrogate from JSON ``"\\ud800"``, which no pipe can carry) is
-refused as a RenderError, a per-unit ``template:`` failure, before any process starts.
+valid UTF-8 (a lone surrogate from JSON ``"\\ud800"``, which no pipe can carry), or an
+argument or environment value longer than the kernel passes to a program, is refused
+as a RenderError, a per-unit ``template:`` failure, before any process starts.
+
+All the templates of one attempt render under one Budget (``templates.bounds``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .spec import Rung, Spec
-from .templates import RenderError, Template
+from .templates import RenderError, Template, bounded
 from .units import Unit, base_context
 
 NO_LAST_ATTEMPT: Mapping[str, Any] = MappingProxyType(
@@ -64,26 +67,44 @@ def render(
     last: Mapping[str, Any] = NO_LAST_ATTEMPT,
     trigger: Mapping[str, Any] | None = None,
 ) -> Invocation:
-    """Render the task of ``unit`` for one attempt.  Raises RenderError."""
+    """Render the task of ``unit`` for one attempt, every template under one Budget
+    (the active one, else its own).  Raises RenderError."""
+    with bounded():
+        return _render(spec, unit, rung_index, attempt, round_number, last, trigger)
+
+
+def _render(
+    spec: Spec,
+    unit: Unit,
+    rung_index: int,
+    attempt: int,
+    round_number: int,
+    last: Mapping[str, Any],
+    trigger: Mapping[str, Any] | None,
+) -> Invocation:
     rung = spec.retry.ladder[rung_index]
     context = _context(spec, unit, rung_index, attempt, round_number, last, trigger)
 
     rung_key = f"retry.ladder[{rung_index}]"
 
     def argv(parts: tuple[Template, ...], key: str) -> tuple[str, ...]:
-        return tuple(_passable(part.render(context), f"{key}[{i}]") for i, part in enumerate(parts))
+        return tuple(
+            _rendered(part, context, f"{key}[{i}]", argument=True) for i, part in enumerate(parts)
+        )
 
-    prompt = spec.task.prompt.render(context) if spec.task.prompt else ""
-    _passable(prompt, "task.prompt")
+    def paths(parts: tuple[Template, ...], key: str) -> tuple[str, ...]:
+        return tuple(_rendered(part, context, f"{key}[{i}]") for i, part in enumerate(parts))
+
+    prompt = _rendered(spec.task.prompt, context, "task.prompt") if spec.task.prompt else ""
     if rung.prompt_suffix is not None:
-        prompt += _passable(rung.prompt_suffix.render(context), f"{rung_key}.promptSuffix")
+        prompt += _rendered(rung.prompt_suffix, context, f"{rung_key}.promptSuffix")
     env = {
-        name: _passable(value.render(context), f"task.env.{name}")
+        name: _rendered(value, context, f"task.env.{name}", variable=name)
         for name, value in spec.task.env.items()
     }
     env.update(
         {
-            name: _passable(value.render(context), f"{rung_key}.env.{name}")
+            name: _rendered(value, context, f"{rung_key}.env.{name}", variable=name)
             for name, value in rung.env.items()
         }
     )
@@ -102,8 +123,8 @@ def render(
         secrets=spec.task.secrets,
         timeout=rung.timeout if rung.timeout is not None else spec.task.timeout,
         memory=rung.memory if rung.memory is not None else spec.task.memory,
-        stage=argv(spec.units.stage, "units.stage"),
-        collect=argv(spec.units.collect, "units.collect"),
+        stage=paths(spec.units.stage, "units.stage"),
+        collect=paths(spec.units.collect, "units.collect"),
     )
 
 
@@ -140,18 +161,45 @@ def _context(
     }
 
 
-def _passable(value: str, key: str) -> str:
-    """``value`` if a program can be given it; else RenderError naming ``key``."""
+# What one argument of a program, or one NAME=value of its environment, can be: Linux's
+# MAX_ARG_STRLEN (32 pages), with the NUL that ends it.  Past it the program does not
+# start (E2BIG, "Argument list too long"), on this machine or on a host alike.
+ARGUMENT_MAX = 131072
+
+
+def _rendered(
+    template: Template,
+    context: Mapping[str, Any],
+    key: str,
+    *,
+    argument: bool = False,
+    variable: str = "",
+) -> str:
+    """``template`` rendered, if a program can be given the value (as an ``argument``, or
+    as the environment ``variable``, if it is one); else a RenderError naming ``key``,
+    at the template's place in the job file."""
+    value = template.render(context)
+    reason = _unpassable(value)
+    if reason is None and (argument or variable):
+        size = len(value.encode()) + (len(variable.encode()) + 1 if variable else 0)
+        if size >= ARGUMENT_MAX:
+            what = "an environment variable" if variable else "an argument"
+            reason = f"the value is {size:,} bytes; {what} can be {ARGUMENT_MAX - 1:,} at most"
+    if reason is not None:
+        raise RenderError(reason, key=key, at=template.at)
+    return value
+
+
+def _unpassable(value: str) -> str | None:
+    """Why a program cannot be given ``value``, or None if it can."""
     if "\0" in value:
-        raise RenderError(
-            f"{key}: the value contains a NUL byte (unit values cannot pass NUL to a program)"
-        )
+        return "the value contains a NUL byte (unit values cannot pass NUL to a program)"
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         char = value[exc.start]
-        raise RenderError(
-            f"{key}: the value is not valid UTF-8 (a lone surrogate U+{ord(char):04X} at"
+        return (
+            f"the value is not valid UTF-8 (a lone surrogate U+{ord(char):04X} at"
             f" character {exc.start}; unit values must be text)"
-        ) from None
-    return value
+        )
+    return None

@@ -107,6 +107,13 @@ def select_files(root: Path, patterns: Iterable[str], *, skip_state: bool = Fals
     return list(chosen)
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # longer than a path can be, with the workspace's in front
+        return False
+
+
 def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
     """The workspace files a unit stages.  A named path that does not exist is an error.
 
@@ -115,7 +122,11 @@ def stage(workspace: Path, patterns: Iterable[str]) -> tuple[StagedFile, ...]:
     named inside one is refused."""
     staged = []
     for pattern in patterns:
-        if not globs.is_glob(pattern) and not (workspace / pattern).exists():
+        try:  # the glob's rules first: a name longer than a file name can be, say
+            globs.compile_glob(pattern)
+        except ValueError as exc:
+            raise PathRefused(f"stage: {exc}") from None
+        if not globs.is_glob(pattern) and not _exists(workspace / pattern):
             raise PathRefused(f"stage: {pattern!r} does not exist in the workspace")
         try:
             names = select_files(workspace, [pattern], skip_state=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import json
 import os
 import re
 import shlex
@@ -38,6 +37,7 @@ from .analysis import (
     Shape,
     TemplateProblem,
 )
+from .bounds import bounded, render_off_loop
 from .rendering import Environment, Expression, RenderError, Template, describe
 
 __all__ = [
@@ -51,23 +51,28 @@ __all__ = [
     "Template",
     "TemplateProblem",
     "Templates",
+    "bounded",
     "for_workspace",
     "is_template",
+    "render_off_loop",
 ]
 
 _TOO_DEEP = "the template is nested too deeply to check"
 
 
 @contextlib.contextmanager
-def _uncollected() -> Iterator[None]:
-    """No garbage collection while Jinja compiles: a template nested too deeply is
-    found by Python's recursion limit (RecursionError, a problem, not a crash), and a
-    collection that ran at that depth would run other objects' finalizers there, which
-    then fail on the same limit (pytest saw them as unraisable exceptions)."""
+def _compiling() -> Iterator[None]:
+    """How Jinja compiles here.  Bounded as a render is, since compiling folds constant
+    filters (``'x' | center(10000000)`` runs while ``fanout validate`` compiles).  And no
+    garbage collection: a template nested too deeply is found by Python's recursion
+    limit (RecursionError, a problem, not a crash), and a collection that ran at that
+    depth would run other objects' finalizers there, which then fail on the same limit
+    (pytest saw them as unraisable exceptions)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        with bounded():
+            yield
     finally:
         if enabled:
             gc.enable()
@@ -78,23 +83,18 @@ class Templates:
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
-        env = Environment(
-            undefined=jinja2.StrictUndefined,
-            autoescape=False,
-            keep_trailing_newline=True,
-        )
         filters: dict[str, Callable[..., Any]] = {
             "relpath": self._relpath,
             "basename": os.path.basename,
             "dirname": os.path.dirname,
             "shquote": shlex.quote,
-            # Jinja's own tojson escapes <, > and & for HTML; prompts want plain JSON.
-            "tojson": lambda value, indent=None: json.dumps(
-                value, indent=indent, ensure_ascii=False, default=str
-            ),
         }
-        env.filters.update(filters)
-        self.env = env
+        self.env = Environment(
+            filters=filters,
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+        )
         self._compiled: dict[str, Template] = {}
         self._expressions: dict[str, Expression] = {}
         self._analyses: dict[str, Analysis] = {}
@@ -125,7 +125,7 @@ class Templates:
         if not is_template(source):
             return Template(source=source, compiled=None)
         try:
-            with _uncollected():
+            with _compiling():
                 return Template(source=source, compiled=self.env.from_string(source))
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateProblem(self._syntax_message(exc), exc.lineno or 1) from None
@@ -158,7 +158,7 @@ class Templates:
                 'e.g. where = "record.errorCount > 0"'
             )
         try:
-            with _uncollected():
+            with _compiling():
                 compiled = self.env.compile_expression(source, undefined_to_none=False)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateProblem(
