@@ -463,12 +463,20 @@ def test_a_duplicate_id_mid_backlog_stops_the_run_and_the_next_run_continues(
     assert _tail(first.err, 2) == expected
     assert "Traceback" not in first.err
     assert "ExceptionGroup" not in first.err
-    # The first batch of 200 had been dispatched: those units ran, once, and settled.
-    assert sorted(_done(chdir_tmp)) == sorted(ids[:200])
-    # The duplicate is still there: it stops again at the same record, running nothing.
+    # The first batch of 200 had been selected: those units ran, once, and settled, but
+    # for those still in hand when the stop came (at most a slot's worth: waiting for a
+    # slot or rendering their templates, which is no paid work to keep).
+    done = _done(chdir_tmp)
+    assert len(done) == len(set(done))
+    assert set(done) <= set(ids[:200])
+    assert len(done) >= 200 - 4
+    # The duplicate is still there: it stops again at the same record, running nothing
+    # that had settled (what was left in hand may run now).
     again = cli("run", "job.toml")
     assert (again.code, _tail(again.err, 2)) == (2, expected)
-    assert len(_done(chdir_tmp)) == 200
+    done = _done(chdir_tmp)
+    assert len(done) == len(set(done))
+    assert set(done) <= set(ids[:200])
     # Fixed: the same run continues and runs only what had not settled.
     ids[250] = "u251"
     data.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
