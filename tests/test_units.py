@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fanout import spec
+from fanout import removal, spec
 from fanout.errors import InputFailed, JobError
 from fanout.units import select, state_dir_drops
 
@@ -61,6 +61,25 @@ def test_gitignore_false_and_no_git_repository_walk_the_tree(tmp_path: Path) -> 
     (tmp_path / "gen" / "d.py").write_text("")
     (tmp_path / ".gitignore").write_text("gen/\n")
     assert _ids(_job(tmp_path, 'files = ["**/*.py"]')) == ["gen/d.py"]
+
+
+def test_a_workspace_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> None:
+    """Outside a git repository the workspace is walked; os.walk recurses on Python 3.11,
+    so a tree 1,200 deep (a worker's write-back can make one) stopped the selection
+    with a RecursionError.  Symlinks to folders are not followed, as os.walk's are not."""
+    deep = tmp_path
+    for _ in range(1200):  # os.makedirs recurses too
+        deep /= "d"
+        deep.mkdir()
+    (deep / "a.py").write_text("")
+    (tmp_path / "b.py").write_text("")
+    (tmp_path / "loop").symlink_to(tmp_path)
+    (tmp_path / "c.py").symlink_to(tmp_path / "b.py")
+    try:
+        ids = _ids(_job(tmp_path, 'files = ["**/*.py"]\ngitignore = false'))
+    finally:  # pytest's own clean-up (shutil.rmtree) recurses
+        removal.remove(tmp_path / "d", deadline=time.monotonic() + 60)
+    assert ids == ["b.py", "c.py", "/".join(["d"] * 1200) + "/a.py"]
 
 
 def test_group_by_a_nested_field_keeps_first_seen_order(tmp_path: Path) -> None:

@@ -16,7 +16,10 @@ means every one of them, also inside a hidden folder an include named explicitly
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 def compile_glob(pattern: str, *, hidden: bool = False) -> re.Pattern[str]:
@@ -229,3 +232,30 @@ def check_relative(pattern: str) -> None:
     """Raise ValueError for a path ``compile_glob`` refuses whatever it holds: absolute,
     leaving the workspace (``..``) or with an empty component; cheaper than compiling."""
     _parts(pattern)
+
+
+def walk(top: Path, descend: Callable[[Path], bool] = lambda _: True) -> Iterator[os.DirEntry[str]]:
+    """Every entry under the directory ``top`` that is not a directory, in ``os.walk``'s
+    order (each folder's entries by name, then its folders), without recursion: a
+    worker's write-back or a workspace sets the depth, and ``os.walk`` recurses on
+    Python 3.11 (a tree 1,000 deep met its recursion limit).  A symlink to a directory
+    is neither yielded nor followed, as ``os.walk`` does; a directory is descended
+    into when ``descend(path)``; one that cannot be read is left out."""
+    folders = [top]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        below = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                yield entry
+            elif not entry.is_symlink() and descend(Path(entry.path)):
+                below.append(Path(entry.path))
+        folders.extend(reversed(below))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -212,12 +211,8 @@ def _candidates(workspace: Path, gitignore: bool) -> list[str]:
         listed = _git_files(workspace)
         if listed is not None:
             return [p for p in listed if (workspace / p).is_file()]
-    found: list[str] = []
-    for root, dirs, files in os.walk(workspace):
-        dirs[:] = sorted(d for d in dirs if d != ".git")
-        base = Path(root).relative_to(workspace)
-        found.extend((base / name).as_posix() for name in files)
-    return found
+    entries = globs.walk(workspace, lambda path: path.name != ".git")
+    return [Path(entry.path).relative_to(workspace).as_posix() for entry in entries]
 
 
 def _git_files(workspace: Path) -> list[str] | None:

@@ -59,24 +59,13 @@ def _regular_files(root: Path, top: Path, *, skip_state: bool = False) -> Iterat
     if top.is_file():
         yield top
         return
-    # os.walk's order (each folder's files, then its folders, by name), with a stack of
-    # folders still to read: os.walk recurses, and a unit's write-back sets the depth.
-    folders = [top]
-    while folders:
-        try:
-            with os.scandir(folders.pop()) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError:
-            continue  # as os.walk: a folder that cannot be read is left out
-        below = []
-        for entry in entries:
-            path = Path(entry.path)
-            if entry.is_dir(follow_symlinks=False):
-                if not (skip_state and hidden.is_state_dir(path)):
-                    below.append(path)
-            elif entry.is_file(follow_symlinks=False):
-                yield path
-        folders.extend(reversed(below))
+
+    def descend(path: Path) -> bool:
+        return not (skip_state and hidden.is_state_dir(path))
+
+    for entry in globs.walk(top, descend):
+        if entry.is_file(follow_symlinks=False):
+            yield Path(entry.path)
 
 
 def select_files(root: Path, patterns: Iterable[str], *, skip_state: bool = False) -> list[str]:
