@@ -275,7 +275,6 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
             )
         if ctx.journal.storage_error is not None:  # the journal used its reserve
             ctx.stop(ctx.journal.storage_error)
-        ctx.gate.report(result)
         usage: dict[str, object] = {"kind": result.kind} if result.kind else {}
         if result.usage:
             usage["usage"] = [u.as_dict() for u in result.usage]
@@ -312,7 +311,8 @@ def _clear(folder: Path) -> None:
 async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> AttemptResult:
     await slot.take(lane)
     try:
-        await ctx.gate.acquire()
+        start = await ctx.gate.acquire()
+        result: AttemptResult | None = None
         try:
             if attempt.collect_dir.exists():  # what an earlier attempt collected
                 await removal.off_loop(functools.partial(_clear, attempt.collect_dir))
@@ -331,9 +331,10 @@ async def _attempt(ctx: Round, attempt: Attempt, slot: _Slot, lane: Lane) -> Att
                 attempt=attempt.number,
                 rung=attempt.invocation.rung,
             )
-            return await spending.run(ctx, attempt)
+            result = await spending.run(ctx, attempt)
+            return result
         finally:
-            ctx.gate.release()
+            ctx.gate.finish(start, result)
     finally:
         slot.give()
 

@@ -32,12 +32,14 @@ queued unit never started (issue 9, defect 5).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .apistyles import FACTS
+from .ceiling import Admission, Ceiling, Learned, Pause, describe
 from .events import Events
 from .outcome import AttemptResult, Status
 from .spec import Limit, Spec, Throttle, Window
@@ -178,54 +180,66 @@ def concurrency(spec: Spec) -> int:
     return cap
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A start the gate let through: what each limit admitted, and the in-flight
+    places it holds (given back by ``Gate.finish``)."""
+
+    admissions: Mapping[str, Admission]
+    held: tuple[asyncio.Semaphore, ...] = ()
+
+
 class Gate(Protocol):
-    """Rate capacity for task starts: ``acquire`` before a worker starts, ``release``
-    when it ends, ``report`` every result so throttle signals pause the fleet."""
+    """Rate capacity for task starts: ``acquire`` before a worker starts, ``finish``
+    when it ends, with its result (None: it never ran), so throttle signals pause the
+    fleet and teach each limit its ceiling."""
 
-    async def acquire(self) -> None: ...
+    async def acquire(self) -> Start: ...
 
-    def release(self) -> None: ...
-
-    def report(self, result: AttemptResult) -> None: ...
+    def finish(self, start: Start, result: AttemptResult | None) -> None: ...
 
     def stats(self) -> dict[str, dict[str, Any]]: ...
+
+    def learned(self) -> dict[str, Learned]: ...
 
 
 class OpenGate:
     """No limits and no pauses: every start is allowed at once."""
 
-    async def acquire(self) -> None:
-        return None
+    async def acquire(self) -> Start:
+        return Start({})
 
-    def release(self) -> None:
-        return None
-
-    def report(self, result: AttemptResult) -> None:
+    def finish(self, start: Start, result: AttemptResult | None) -> None:
         return None
 
     def stats(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def learned(self) -> dict[str, Learned]:
         return {}
 
 
 @dataclass(eq=False)
 class _State:
     name: str
-    # Seconds between two starts, and the earliest moment of the next one (None: no pace).
+    ceiling: Ceiling
+    # Seconds between two starts at the declared pace, and the earliest moment of the
+    # next one (None: nothing declared).
     interval: float | None
     in_flight: asyncio.Semaphore | None
     configured_per_second: float | None
     next_start: float = float("-inf")
-    paused_until: float = 0.0
-    throttles_in_a_row: int = 0
     throttles: int = 0
     paused_seconds: float = 0.0
     starts: int = 0
     first_start: float = 0.0
     last_start: float = 0.0
+    version: int = 0  # the ceiling's, when last told
 
 
 class RateGate:
-    """Paces task starts to every limit a task uses and pauses them on throttle signals."""
+    """Paces task starts to every limit a task uses, declared and learned, and pauses
+    them on throttle signals (one pause per episode: see ``ceiling``)."""
 
     def __init__(
         self,
@@ -234,26 +248,43 @@ class RateGate:
         *,
         events: Events | None = None,
         rng: random.Random | None = None,
+        slots: int | None = None,
+        learned: Mapping[str, Learned] | None = None,
     ) -> None:
-        self._throttle = throttle
         self._events = events or Events()
         self._rng = rng or random.Random()
         self._states: dict[str, _State] = {}
         self._turn = asyncio.Lock()  # FIFO: starts pass the pauses in arrival order
+        self._changed = asyncio.Event()
+        kept = learned or {}
         for limit in limits:
             pace = Pace(limit)
             self._states[limit.name] = _State(
                 name=limit.name,
+                ceiling=Ceiling(
+                    throttle,
+                    self._rng,
+                    declared=(pace.tasks_per_window, limit.per),
+                    learned=kept.get(limit.name),
+                    slow_start=False,
+                    slots=slots,
+                ),
                 interval=limit.per / pace.tasks_per_window * _SAFETY + 2 * _DUST,
                 in_flight=asyncio.Semaphore(limit.max_in_flight) if limit.max_in_flight else None,
                 configured_per_second=pace.tasks_per_second,
             )
         if not self._states:
             self._states[ALL] = _State(
-                name=ALL, interval=None, in_flight=None, configured_per_second=None
+                name=ALL,
+                ceiling=Ceiling(throttle, self._rng, learned=kept.get(ALL), slots=slots),
+                interval=None,
+                in_flight=None,
+                configured_per_second=None,
             )
+        for state in self._states.values():
+            state.version = state.ceiling.version
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> Start:
         loop = asyncio.get_running_loop()
         held: list[asyncio.Semaphore] = []
         try:
@@ -268,6 +299,7 @@ class RateGate:
                 semaphore.release()
             raise
         now = loop.time()
+        admissions = {}
         for state in self._states.values():
             if state.interval is not None:
                 # From the moment it was due, so a start let through _DUST early does
@@ -277,64 +309,134 @@ class RateGate:
                 state.first_start = now
             state.starts += 1
             state.last_start = now
+            admissions[state.name] = state.ceiling.start(now)
+        return Start(admissions, tuple(held))
 
     async def _due(self) -> None:
-        """Sleep until no limit is paused and every limit's next start is due.  A pause
-        may begin (or grow) during the sleep, so the moment is recomputed after each."""
+        """Sleep until no limit is paused, every limit's next start is due and no
+        ceiling's flight is full.  A pause may begin (or grow), a flight empty or a
+        probe raise the pace during the sleep, so the moment is recomputed after each
+        wake, by the clock or by a ``finish``."""
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            due = max(max(s.paused_until, s.next_start) for s in self._states.values())
+            dues: list[float | None] = []
+            for state in self._states.values():
+                learned = state.ceiling.due(now)
+                self._tell(state)
+                dues.append(None if learned is None else max(learned, state.next_start))
+            changed = self._changed
+            if None in dues:
+                await changed.wait()
+                continue
+            due = max(d for d in dues if d is not None)
             if due - now <= _DUST:
                 return
-            await asyncio.sleep(due - now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), due - now)
 
-    def release(self) -> None:
-        for state in self._states.values():
-            if state.in_flight is not None:
-                state.in_flight.release()
-
-    def report(self, result: AttemptResult) -> None:
-        throttled = result.status is Status.THROTTLED or result.retry_after is not None
-        if not throttled:
-            if result.status is Status.SUCCEEDED:
-                for state in self._states.values():
-                    state.throttles_in_a_row = 0
-            return
-        named = self._states.get(result.throttled_limit or "")
-        targets = [named] if named is not None else list(self._states.values())
-        for state in targets:
-            self.pause(state.name, result.retry_after, reason=result.reason)
-
-    def pause(self, name: str, retry_after: float | None, *, reason: str = "throttled") -> float:
-        """Pause ``name`` as a throttle signal asks; returns the pause in seconds."""
-        state = self._states[name]
-        throttle = self._throttle
-        state.throttles += 1
-        state.throttles_in_a_row += 1
-        backoff = min(throttle.max, throttle.initial * 2.0 ** (state.throttles_in_a_row - 1))
-        floor = retry_after or 0.0
-        seconds = max(floor, backoff) * (1 + self._rng.uniform(0, throttle.jitter))
-        seconds = max(floor, min(seconds, throttle.max))
+    def finish(self, start: Start, result: AttemptResult | None) -> None:
+        for semaphore in start.held:
+            semaphore.release()
         now = asyncio.get_running_loop().time()
-        until = now + seconds
-        if until > state.paused_until:
-            state.paused_seconds += until - max(now, state.paused_until)
-            state.paused_until = until
+        throttled = result is not None and (
+            result.status is Status.THROTTLED or result.retry_after is not None
+        )
+        named = self._states.get((result.throttled_limit or "") if result else "")
+        for name, admission in start.admissions.items():
+            state = self._states.get(name)
+            if state is None:
+                continue
+            ceiling = state.ceiling
+            if result is None or (throttled and named is not None and named is not state):
+                ceiling.cancel(admission)
+            elif not throttled:
+                ceiling.finish(admission, now, throttled=False)
+            else:
+                assert result is not None
+                state.throttles += 1
+                before = ceiling.paused_until
+                pause = ceiling.finish(
+                    admission, now, throttled=True, retry_after=result.retry_after
+                )
+                if pause is not None and pause.seconds > 0:
+                    state.paused_seconds += pause.until - max(now, before)
+                    self._paused(state, pause, result)
+            self._tell(state)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _paused(self, state: _State, pause: Pause, result: AttemptResult) -> None:
+        known = state.ceiling.known()
         self._events.emit(
             "limit.paused",
-            limit=name if name != ALL else "all dispatch",
-            seconds=round(seconds, 3),
-            retryAfter=retry_after,
-            reason=reason,
+            limit=_label(state.name),
+            seconds=round(pause.seconds, 3),
+            retryAfter=result.retry_after,
+            reason=result.reason,
+            episode="new" if pause.new_episode else "same",
+            level=pause.level,
+            learned=None if known is None else describe(known, declared=state.ceiling.declared),
         )
+
+    def _tell(self, state: _State) -> None:
+        """Say a change of a limit's learned pace (``limit.learned``) or of slow start's
+        flight (``limit.ramp``)."""
+        ceiling = state.ceiling
+        if ceiling.version == state.version:
+            return
+        state.version = ceiling.version
+        known = ceiling.known()
+        if known is not None:
+            self._events.emit(
+                "limit.learned",
+                limit=_label(state.name),
+                perWindow=round(known.per_window, 3),
+                window=round(known.window, 3),
+                throttles=known.throttles,
+                concurrency=known.concurrency,
+                text=describe(known, declared=ceiling.declared),
+            )
+        else:
+            self._events.emit("limit.ramp", limit=_label(state.name), ramping=ceiling.ramping)
+
+    def pause(self, name: str, retry_after: float | None, *, reason: str = "throttled") -> float:
+        """Pause ``name`` as a throttle signal from outside any start asks (a new
+        episode); returns the pause in seconds."""
+        state = self._states[name]
+        loop = asyncio.get_running_loop()
+        admission = state.ceiling.start(loop.time())
+        before = state.ceiling.paused_until
+        pause = state.ceiling.finish(
+            admission, loop.time(), throttled=True, retry_after=retry_after
+        )
+        state.throttles += 1
+        seconds = 0.0 if pause is None else pause.seconds
+        if pause is not None and pause.seconds > 0:
+            state.paused_seconds += pause.until - max(loop.time(), before)
+            self._events.emit(
+                "limit.paused",
+                limit=_label(name),
+                seconds=round(seconds, 3),
+                retryAfter=retry_after,
+                reason=reason,
+                episode="new" if pause.new_episode else "same",
+                level=pause.level,
+                learned=None,
+            )
+        self._wake()
         return seconds
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per limit: starts, achieved and configured starts per minute, throttles, pause."""
+        """Per limit: starts, achieved and configured starts per minute, throttles,
+        pause, and what its ceiling learned."""
         found = {}
         for state in self._states.values():
-            if state.name == ALL and not state.throttles:
+            known = state.ceiling.known()
+            if state.name == ALL and not state.throttles and known is None:
                 continue
             span = state.last_start - state.first_start
             achieved = (state.starts - 1) / span * 60 if span > 0 else None
@@ -346,12 +448,40 @@ class RateGate:
                 else round(state.configured_per_second * 60, 3),
                 "throttles": state.throttles,
                 "pausedSeconds": round(state.paused_seconds, 3),
+                "learned": None if known is None else known.as_dict(),
+                "learnedText": None
+                if known is None
+                else describe(known, declared=state.ceiling.declared),
             }
         return found
 
+    def learned(self) -> dict[str, Learned]:
+        """What each limit's ceiling knows, to keep for the next run."""
+        found = {}
+        for name, state in self._states.items():
+            known = state.ceiling.known()
+            if known is not None:
+                found[name] = known
+        return found
+
+
+def _label(name: str) -> str:
+    return "all dispatch" if name == ALL else name
+
 
 def gate_for(
-    spec: Spec, events: Events | None = None, rng: random.Random | None = None
+    spec: Spec,
+    events: Events | None = None,
+    rng: random.Random | None = None,
+    *,
+    learned: Mapping[str, Learned] | None = None,
 ) -> RateGate:
-    """The rate gate ``spec`` needs."""
-    return RateGate(spec.task_limits(), spec.retry.throttle, events=events, rng=rng)
+    """The rate gate ``spec`` needs, starting from what earlier runs ``learned``."""
+    return RateGate(
+        spec.task_limits(),
+        spec.retry.throttle,
+        events=events,
+        rng=rng,
+        slots=concurrency(spec),
+        learned=learned,
+    )

@@ -1,0 +1,394 @@
+"""The learned ceiling of one limit: how fast starts may go, and how many may run at
+once, when nobody said how much the upstream allows.  Pure logic on a clock it is given.
+
+A *start* is what the limit counts: a task start for the rate gate (``limits``), a
+request for the gateway (``gateway.limiter``).  The upstream's only word is a throttle
+(a 429, exit 75), often with an honest Retry-After.
+
+The controller (README "How fanout learns a limit nobody declared" says why this one):
+
+- **Slow start** (TCP, RFC 5681), while nothing is known: at most ``INITIAL_WINDOW``
+  starts in flight, one more for each that gets through (so it doubles per round trip)
+  and double after ``RAMP_S`` without a throttle (so a limit on units that run for
+  minutes still opens up).  It ends at the first throttle, or when it reaches the slots.
+- **Decrease to what got through**, not by a fixed factor.  On a throttle with
+  Retry-After R the upstream's window is at least R long (an honest R is the time until
+  its oldest counted request leaves), so the window learned is the longest R seen, and
+  the rate the starts that got through in that window, one window's worth: an exact
+  count where AIMD's halving would guess.  With no Retry-After the window is the pause
+  taken, and the rate ``BETA`` times the lower of the rate paced at and what got through.
+  The starts in flight are capped as well, at what was in flight when it came, times
+  ``BETA`` (Netflix's concurrency-limits AIMD), then one more for each cap's worth that
+  gets through: that is the bound for long units, whose starts are rare but whose
+  requests keep coming.
+- **Probe upward** while there is demand and no throttle: after ``hold`` windows,
+  ``step`` more starts per window, the step doubling on each probe that passes, and no
+  further than halfway to the rate that was last refused (BIC-TCP's binary search, the
+  ancestor of CUBIC).  A probe that is throttled doubles ``hold`` (to ``HOLD_MAX``)
+  and restarts the step at one; close to the refused rate the probing stops until
+  ``HOLD_MAX`` windows pass quietly, and then the refused rate is forgotten (the limit
+  may have been raised).  A declared or stated limit is the bound of every probe.
+- **One backoff per episode.**  Throttles of starts admitted before the current pause
+  began are that pause's episode: they may lower the estimate and lengthen the pause to
+  their Retry-After, but they do not escalate it.  The pause doubles (from
+  ``retry.throttle.initial``) only when the first starts after a pause that honoured the
+  Retry-After are throttled again before any got through.  Retry-After is the floor,
+  with jitter on top.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .quantities import format_duration
+from .spec import Throttle
+
+MARGIN = 1.05  # the interval's widening: a start's request reaches the upstream later than it starts, by a delay that varies
+BETA = 0.85  # multiplicative decrease where nothing better is known
+INITIAL_WINDOW = 4  # slow start's first flight (RFC 6928 starts TCP at 10 segments, not 1)
+RAMP_S = 2.0
+HOLD = 2  # windows without a throttle before the first probe
+HOLD_MAX = 8
+CLOSE = 0.03  # within 3% of the refused rate: stop probing
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Learned:
+    """What a ceiling learned: ``rate`` starts a second over a ``window`` of seconds,
+    from ``throttles`` throttles (over runs), and the cap on starts in flight."""
+
+    rate: float
+    window: float
+    throttles: int
+    concurrency: int | None = None
+
+    @property
+    def per_window(self) -> float:
+        return self.rate * self.window
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "window": self.window,
+            "throttles": self.throttles,
+            "concurrency": self.concurrency,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Learned | None:
+        """The inverse of ``as_dict``; None for anything it did not write."""
+        try:
+            rate, window = float(data["rate"]), float(data["window"])
+            throttles = int(data["throttles"])
+            concurrency = data.get("concurrency")
+            concurrency = None if concurrency is None else max(1, int(concurrency))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not (math.isfinite(rate) and rate > 0 and math.isfinite(window) and window > 0):
+            return None
+        return cls(rate=rate, window=window, throttles=throttles, concurrency=concurrency)
+
+
+def describe(learned: Learned, *, declared: tuple[int, float] | None = None) -> str:
+    """``2.0 per 10s learned from 3 throttles (declared 8 per 10s)``."""
+    count = f"{learned.throttles} throttle{'' if learned.throttles == 1 else 's'}"
+    text = f"{learned.per_window:.1f} per {format_duration(learned.window)} learned from {count}"
+    if learned.concurrency is not None:
+        text += f", {learned.concurrency} at once"
+    if declared is not None:
+        text += f" (declared {declared[0]} per {format_duration(declared[1])})"
+    else:
+        text += " (none declared)"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One start the ceiling let through: its number in order, and when."""
+
+    number: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A pause a throttle began (or lengthened): until when, and the backoff level."""
+
+    seconds: float
+    until: float
+    level: int
+    new_episode: bool
+
+
+@dataclass(eq=False, slots=True)
+class _Start:
+    admission: Admission
+    state: str = "running"  # running, through, throttled
+
+
+@dataclass(eq=False)
+class Ceiling:
+    """The ceiling of one limit (see the module docstring).  Call ``due`` for the
+    earliest next start (None: the flight is full, wait for a ``finish``), ``start``
+    when one starts, ``finish`` when it ends."""
+
+    throttle: Throttle
+    rng: random.Random = field(default_factory=random.Random)
+    # A declared limit: (starts, per seconds); the bound of every probe.
+    declared: tuple[int, float] | None = None
+    learned: Learned | None = None
+    slow_start: bool = True
+    slots: int | None = None
+    # The fraction of the rate this job may use (``gateway.shares``): 1 when alone.
+    share: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.rate: float | None = None
+        self.window: float | None = self.declared[1] if self.declared else None
+        self.concurrency: int | None = None
+        self.throttles = 0
+        if self.learned is not None:
+            self.rate = self._bounded(self.learned.rate)
+            self.window = self.window or self.learned.window
+            self.concurrency = self.learned.concurrency
+            self.throttles = self.learned.throttles
+        self._flight: int | None = INITIAL_WINDOW if self.slow_start and self.rate is None else None
+        self._flight_grown_at = 0.0
+        self._flight_gains = 0
+        self._recent: deque[_Start] = deque()
+        self._running: dict[int, _Start] = {}
+        self._number = 0
+        self._last_start = -math.inf
+        self.paused_until = -math.inf
+        self._pause_begun_at = 0  # admissions numbered >= this started after the pause began
+        self._level = -1  # the last pause's backoff level (-1: none yet)
+        self._through_since_pause = True
+        self._refused: float | None = None
+        self._step = 1.0
+        self._hold = HOLD
+        self._calm_since: float | None = None
+        self._wanted = False  # a start waited for the pace since the last change
+        self._stated: int | None = None
+        self.version = 0  # bumps whenever the pace changes (for a waiter's timer)
+
+    # -- pacing ---------------------------------------------------------------------
+
+    @property
+    def interval(self) -> float | None:
+        """Seconds between two starts (None: not paced)."""
+        if self.rate is None:
+            return None
+        return MARGIN / (self.rate * self.share)
+
+    def due(self, now: float) -> float | None:
+        """The earliest moment >= now of the next start; None while the flight is full."""
+        self._probe(now)
+        if self.slow_start and self._flight is not None:
+            if now - self._flight_grown_at >= RAMP_S and self.rate is None:
+                self._grow_flight(now, double=True)
+        cap = self._cap()
+        if cap is not None and len(self._running) >= cap:
+            return None
+        due = max(now, self.paused_until)
+        interval = self.interval
+        if interval is not None:
+            paced = self._last_start + interval
+            if paced > due:
+                self._wanted = True
+            due = max(due, paced)
+        return due
+
+    def _cap(self) -> int | None:
+        caps = [c for c in (self._flight, self.concurrency) if c is not None]
+        return min(caps) if caps else None
+
+    def start(self, now: float) -> Admission:
+        self._number += 1
+        admission = Admission(self._number, now)
+        entry = _Start(admission)
+        self._running[admission.number] = entry
+        self._recent.append(entry)
+        self._last_start = now
+        if self._calm_since is None:
+            self._calm_since = now
+        self._forget(now)
+        return admission
+
+    def cancel(self, admission: Admission) -> None:
+        """A start that never reached the upstream: forget it."""
+        entry = self._running.pop(admission.number, None)
+        if entry is not None:
+            entry.state = "cancelled"
+
+    # -- feedback --------------------------------------------------------------------
+
+    def finish(
+        self,
+        admission: Admission,
+        now: float,
+        *,
+        throttled: bool,
+        retry_after: float | None = None,
+    ) -> Pause | None:
+        """The start ended: through, or throttled (a pause to take, or None when an
+        earlier pause already covers it)."""
+        entry = self._running.pop(admission.number, None)
+        if entry is None:
+            return None
+        if not throttled:
+            entry.state = "through"
+            if admission.number >= self._pause_begun_at:
+                self._through_since_pause = True
+            self._gained(now)
+            return None
+        in_flight = len(self._running) + 1
+        entry.state = "throttled"
+        return self._throttled(admission, now, retry_after, in_flight)
+
+    def _gained(self, now: float) -> None:
+        if self._flight is not None and self.rate is None:
+            self._grow_flight(now, double=False)
+        elif self.concurrency is not None:
+            self._flight_gains += 1
+            if self._flight_gains >= self.concurrency:
+                self._flight_gains = 0
+                if self.slots is None or self.concurrency < self.slots:
+                    self.concurrency += 1
+
+    def _grow_flight(self, now: float, *, double: bool) -> None:
+        assert self._flight is not None
+        self._flight = self._flight * 2 if double else self._flight + 1
+        self._flight_grown_at = now
+        if self.slots is not None and self._flight >= self.slots:
+            self._flight = None  # the slots bound it from here
+        self.version += 1
+
+    def _throttled(
+        self, admission: Admission, now: float, retry_after: float | None, in_flight: int
+    ) -> Pause | None:
+        self.throttles += 1
+        same_episode = admission.number < self._pause_begun_at and now < self.paused_until + (
+            self.window or 0.0
+        )
+        if retry_after is not None and retry_after > 0:
+            self.window = max(self.window or 0.0, retry_after)
+            if self.declared:
+                self.window = min(self.window, self.declared[1])
+        pause = self._pause(now, retry_after, same_episode)
+        window = self.window or pause.seconds
+        got = sum(
+            1
+            for e in self._recent
+            if e.admission.at > now - window and e.state in ("through", "running")
+        )
+        observed = max(1, got) / window
+        if retry_after is None:
+            estimate = BETA * min(self.rate or observed, observed)
+        else:
+            estimate = observed
+        if same_episode:
+            self.rate = self._bounded(min(self.rate or estimate, estimate))
+        else:
+            paced = self.rate
+            tried = max(1, got + 1) / window
+            self._refused = min(paced, tried) if paced is not None else tried
+            self.rate = self._bounded(estimate)
+            self.concurrency = max(1, math.floor((in_flight - 1) * BETA) or 1)
+            if self.slots is not None:
+                self.concurrency = min(self.concurrency, self.slots)
+            if self._calm_since is not None and self._step > 1:
+                self._hold = min(self._hold * 2, HOLD_MAX)  # a probe was refused
+            self._step = 1.0
+        self._flight = None
+        self._calm_since = now
+        self._wanted = False
+        self.version += 1
+        return pause if (pause.new_episode or pause.seconds > 0) else None
+
+    def _pause(self, now: float, retry_after: float | None, same_episode: bool) -> Pause:
+        floor = retry_after or 0.0
+        if same_episode:
+            if now + floor > self.paused_until:
+                self.paused_until = now + floor * (1 + self.rng.uniform(0, self.throttle.jitter))
+                return Pause(self.paused_until - now, self.paused_until, self._level, False)
+            return Pause(0.0, self.paused_until, self._level, False)
+        level = self._level + 1 if not self._through_since_pause and self._level >= 0 else 0
+        backoff = min(self.throttle.max, self.throttle.initial * 2.0**level)
+        seconds = max(floor, backoff) * (1 + self.rng.uniform(0, self.throttle.jitter))
+        seconds = max(floor, min(seconds, self.throttle.max))
+        self._level = level
+        self._through_since_pause = False
+        self._pause_begun_at = self._number + 1
+        self.paused_until = max(self.paused_until, now + seconds)
+        return Pause(seconds, self.paused_until, level, True)
+
+    def _probe(self, now: float) -> None:
+        if self.rate is None or self._calm_since is None or now < self.paused_until:
+            return
+        window = self.window or 1.0
+        quiet = now - self._calm_since
+        if self._refused is not None and quiet >= HOLD_MAX * window:
+            self._refused = None  # quiet for long: the limit may have been raised
+        if quiet < self._hold * window or not self._wanted:
+            return
+        target = self.rate + self._step / window
+        if self._refused is not None and target >= self._refused:
+            if self._refused - self.rate <= CLOSE * self._refused:
+                return
+            target = (self.rate + self._refused) / 2
+        bounded = self._bounded(target)
+        if bounded <= self.rate:
+            return
+        self.rate = bounded
+        self._step *= 2
+        self._calm_since = now
+        self._wanted = False
+        self.version += 1
+
+    def _bounded(self, rate: float) -> float:
+        bounds = [rate]
+        if self.declared is not None:
+            bounds.append(self.declared[0] / self.declared[1])
+        if self._stated is not None and self.window:
+            bounds.append(self._stated / self.window)
+        return min(bounds)
+
+    def stated(self, limit: int) -> None:
+        """The upstream said its limit (a ``*-ratelimit-requests-limit`` header): a
+        change scales the learned rate with it, and it bounds the probes."""
+        if limit <= 0:
+            return
+        previous, self._stated = self._stated, limit
+        if previous is not None and previous != limit and self.rate is not None:
+            self.rate = self._bounded(self.rate * limit / previous)
+            self._refused = None
+            self.version += 1
+        elif self.rate is not None:
+            self.rate = self._bounded(self.rate)
+
+    def _forget(self, now: float) -> None:
+        horizon = (self.window or RAMP_S) * 2
+        while self._recent and self._recent[0].admission.at < now - horizon:
+            self._recent.popleft()
+
+    # -- what it knows -------------------------------------------------------------
+
+    def known(self) -> Learned | None:
+        """What it has learned (None: never throttled, nothing kept)."""
+        if self.rate is None or self.window is None:
+            return None
+        return Learned(
+            rate=self.rate,
+            window=self.window,
+            throttles=self.throttles,
+            concurrency=self.concurrency,
+        )
+
+    @property
+    def ramping(self) -> bool:
+        """Slow start holds the flight (nothing learned yet)."""
+        return self._flight is not None and self.rate is None
