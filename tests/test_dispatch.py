@@ -437,23 +437,24 @@ async def test_the_other_units_start_as_soon_as_the_pause_ends(tmp_path: Path) -
     runner.gate = gate_for(job, runner.events, random.Random(5))
     await runner.execute(Options())
     # u0 is throttled at 0.5 s: nothing starts for 1 s (Retry-After; the backoff of 1 s),
-    # then u2 and u3, which waited out the pause holding the two slots; u0 goes last, when
-    # both end at 2 s.  From then on each throttle of u0 pauses for the backoff, doubling
-    # from 1 s (the successes of u1..u3 had reset it) to the 5 s cap.
+    # then u2 at the pause's end and u3 one learned interval later (1 start per the 1 s
+    # Retry-After window, widened by 5%: not both at once), then u0.  u2 got through
+    # after the pause, so u0's next throttle pauses for the floor of 1 s again; after
+    # that the first start after each pause is throttled again: 2 s, 4 s, then the 5 s cap.
     assert starts == [
         ("u0", 0.0),
         ("u1", 0.0),
         ("u2", 1.5),
-        ("u3", 1.5),
-        ("u0", 2.0),
-        ("u0", 3.5),
-        ("u0", 6.0),
-        ("u0", 10.5),
-        ("u0", 16.0),
-        ("u0", 21.5),
-        ("u0", 27.0),
-        ("u0", 32.5),
-        ("u0", 38.0),
+        ("u3", 2.55),
+        ("u0", 3.6),
+        ("u0", 5.1),
+        ("u0", 7.6),
+        ("u0", 12.1),
+        ("u0", 17.6),
+        ("u0", 23.1),
+        ("u0", 28.6),
+        ("u0", 34.1),
+        ("u0", 39.6),
     ]
 
 

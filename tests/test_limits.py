@@ -18,6 +18,7 @@ from helpers import write_job
 pytestmark = pytest.mark.looptime
 
 THROTTLE = Throttle(initial=5, max=600, jitter=0.5)
+OK = AttemptResult(status=Status.SUCCEEDED, reason="ok")
 
 
 async def _starts(gate: RateGate, count: int, concurrency: int = 8) -> list[float]:
@@ -28,10 +29,10 @@ async def _starts(gate: RateGate, count: int, concurrency: int = 8) -> list[floa
 
     async def task() -> None:
         async with slots:
-            await gate.acquire()
+            start = await gate.acquire()
             times.append(loop.time())
             await asyncio.sleep(0.1)
-            gate.release()
+            gate.finish(start, OK)
 
     await asyncio.gather(*(task() for _ in range(count)))
     return sorted(times)
@@ -77,12 +78,12 @@ async def test_max_in_flight_caps_concurrent_tasks() -> None:
 
     async def task() -> None:
         nonlocal running, peak
-        await gate.acquire()
+        start = await gate.acquire()
         running += 1
         peak = max(peak, running)
         await asyncio.sleep(1)
         running -= 1
-        gate.release()
+        gate.finish(start, OK)
 
     await asyncio.gather(*(task() for _ in range(12)))
     assert peak == 3
@@ -93,10 +94,10 @@ async def test_retry_after_pauses_that_limit_for_at_least_its_value() -> None:
     api = Limit(name="api", requests=600, per=60)
     other = Limit(name="other", requests=600, per=60)
     gate = RateGate([api, other], Throttle(initial=5, max=600, jitter=0.2), rng=random.Random(1))
-    await gate.acquire()
-    gate.release()
-    gate.report(
-        AttemptResult(status=Status.THROTTLED, reason="429", retry_after=30, throttled_limit="api")
+    start = await gate.acquire()
+    gate.finish(
+        start,
+        AttemptResult(status=Status.THROTTLED, reason="429", retry_after=30, throttled_limit="api"),
     )
     paused_at = loop.time()
     await gate.acquire()
@@ -121,7 +122,7 @@ async def test_jitter_spreads_resumptions() -> None:
 async def test_repeated_throttling_backs_off_exponentially_and_success_resets_it() -> None:
     gate = RateGate([Limit(name="api", requests=100, per=1)], Throttle(initial=5, max=60, jitter=0))
     assert [gate.pause("api", None) for _ in range(6)] == [5, 10, 20, 40, 60, 60]
-    gate.report(AttemptResult(status=Status.SUCCEEDED, reason="ok"))
+    gate.finish(await gate.acquire(), OK)  # one got through after the last pause
     assert gate.pause("api", 2) == 5
     assert gate.pause("api", 90) == 90  # Retry-After is a floor, even above the cap
 
@@ -130,7 +131,9 @@ async def test_a_throttle_without_limits_pauses_all_dispatch() -> None:
     loop = asyncio.get_running_loop()
     gate = RateGate([], Throttle(initial=5, max=600, jitter=0))
     assert gate.stats() == {}
-    gate.report(AttemptResult(status=Status.THROTTLED, reason="exit 75", exit_code=75))
+    gate.finish(
+        await gate.acquire(), AttemptResult(status=Status.THROTTLED, reason="exit 75", exit_code=75)
+    )
     start = loop.time()
     await gate.acquire()
     assert loop.time() - start == pytest.approx(5)
@@ -187,30 +190,31 @@ async def test_starts_pass_a_pause_in_arrival_order() -> None:
 
     async def throttled_every_time() -> None:
         for _ in range(5):
-            await gate.acquire()
+            start = await gate.acquire()
             passed.append(("hot", loop.time()))
             await asyncio.sleep(0.5)
-            gate.release()
-            gate.report(AttemptResult(status=Status.THROTTLED, reason="429", retry_after=1))
+            gate.finish(start, AttemptResult(status=Status.THROTTLED, reason="429", retry_after=1))
 
     async def waiting() -> None:
         await asyncio.sleep(0.1)
-        await gate.acquire()
+        gate.finish(await gate.acquire(), OK)
         passed.append(("queued", loop.time()))
-        gate.release()
 
     await asyncio.gather(throttled_every_time(), waiting())
     # The queued start came due at 1 s, inside the pause (0.5 to 1.5 s); it starts when
-    # the pause ends (1.5 s), ahead of the hot unit, which waits out the pace (2.5 s); its
-    # pauses then double from 1 s (2, 4, then the 5 s cap).  (With aiolimiter the queued
-    # start spent the 1 s slot inside the pause and took the next one, at 2 s.)
+    # the pause ends (1.5 s), ahead of the hot unit, which waits out the pace learned from
+    # the throttle (one start per the 1 s Retry-After, widened by 5%: 2.55 s).  The queued
+    # start got through after the pause, so the hot unit's next throttle starts the
+    # backoff again from 1 s (until 4.05 s); the first starts after that pause are
+    # throttled again, so it doubles: 2 s, 4 s.  (With aiolimiter the queued start spent
+    # the 1 s slot inside the pause and took the next one, at 2 s.)
     assert [(who, round(t, 2)) for who, t in passed] == [
         ("hot", 0.0),
         ("queued", 1.5),
-        ("hot", 2.5),
-        ("hot", 5.0),
-        ("hot", 9.5),
-        ("hot", 15.0),
+        ("hot", 2.55),
+        ("hot", 4.05),
+        ("hot", 6.55),
+        ("hot", 11.05),
     ]
 
 
@@ -237,9 +241,8 @@ async def test_a_wait_on_one_limit_does_not_spend_another_limits_capacity_early(
     gate.pause("fast", 9.99)
     times = []
     for _ in range(3):
-        await gate.acquire()
+        gate.finish(await gate.acquire(), OK)
         times.append(loop.time())
-        gate.release()
     assert _most_in_any_window(times, 10) == 1
     assert [round(t, 3) for t in times] == [9.99, 19.99, 29.99]
 

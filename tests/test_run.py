@@ -512,10 +512,13 @@ def test_an_input_command_that_fails_mid_stream_stops_the_run_with_exit_4(
         "    okExitCodes = [0, 1, 3]",
         f"run {run_id} stopped; `fanout run job.toml` continues it",
     ]
-    assert sorted(_done(chdir_tmp)) == sorted(f"c{n}" for n in range(200))
+    # The first page of 200 was selected before the command failed: what had started of
+    # it ran (slow start opens the flight as units get through, so maybe not all of it).
+    first_page = {f"c{n}" for n in range(200)}
+    assert set(_done(chdir_tmp)) <= first_page
     again = cli("run", "job.toml")
     assert again.code == 4
-    assert len(_done(chdir_tmp)) == 200
+    assert sorted(_done(chdir_tmp)) == sorted(first_page)
 
 
 def test_a_units_id_render_error_is_a_located_job_error_and_the_run_stops(

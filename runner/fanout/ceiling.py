@@ -17,10 +17,10 @@ The controller (README "How fanout learns a limit nobody declared" says why this
   the rate the starts that got through in that window, one window's worth: an exact
   count where AIMD's halving would guess.  With no Retry-After the window is the pause
   taken, and the rate ``BETA`` times the lower of the rate paced at and what got through.
-  The starts in flight are capped as well, at what was in flight when it came, times
-  ``BETA`` (Netflix's concurrency-limits AIMD), then one more for each cap's worth that
-  gets through: that is the bound for long units, whose starts are rare but whose
-  requests keep coming.
+  The starts in flight are capped as well, at what ran beside the throttled one
+  (Netflix's concurrency-limits AIMD, decreased to what got through), then one more
+  for each cap's worth that gets through: that is the bound for long units, whose
+  starts are rare but whose requests keep coming.
 - **Probe upward** while there is demand and no throttle: after ``hold`` windows,
   ``step`` more starts per window, the step doubling on each probe that passes, and no
   further than halfway to the rate that was last refused (BIC-TCP's binary search, the
@@ -47,7 +47,9 @@ from typing import Any
 from .quantities import format_duration
 from .spec import Throttle
 
-MARGIN = 1.05  # the interval's widening: a start's request reaches the upstream later than it starts, by a delay that varies
+# The interval's widening: a start's request reaches the upstream later than it starts,
+# by a delay that varies.
+MARGIN = 1.05
 BETA = 0.85  # multiplicative decrease where nothing better is known
 INITIAL_WINDOW = 4  # slow start's first flight (RFC 6928 starts TCP at 10 segments, not 1)
 RAMP_S = 2.0
@@ -148,12 +150,15 @@ class Ceiling:
 
     def __post_init__(self) -> None:
         self.rate: float | None = None
-        self.window: float | None = self.declared[1] if self.declared else None
+        # The upstream's window, learned from the longest Retry-After (an honest one is
+        # at most the window), no longer than a declared one.
+        self.window: float | None = None
         self.concurrency: int | None = None
         self.throttles = 0
+        self._stated: int | None = None
         if self.learned is not None:
             self.rate = self._bounded(self.learned.rate)
-            self.window = self.window or self.learned.window
+            self.window = self.learned.window
             self.concurrency = self.learned.concurrency
             self.throttles = self.learned.throttles
         self._flight: int | None = INITIAL_WINDOW if self.slow_start and self.rate is None else None
@@ -163,38 +168,52 @@ class Ceiling:
         self._running: dict[int, _Start] = {}
         self._number = 0
         self._last_start = -math.inf
+        self._after_pause = False
         self.paused_until = -math.inf
         self._pause_begun_at = 0  # admissions numbered >= this started after the pause began
         self._level = -1  # the last pause's backoff level (-1: none yet)
         self._through_since_pause = True
         self._refused: float | None = None
+        self._refused_at = 0.0
         self._step = 1.0
         self._hold = HOLD
         self._calm_since: float | None = None
         self._wanted = False  # a start waited for the pace since the last change
-        self._stated: int | None = None
         self.version = 0  # bumps whenever the pace changes (for a waiter's timer)
+        if self.rate is not None and self.window is not None:
+            # What an earlier run learned was refused one start a window above it: no
+            # probe until that is HOLD_MAX windows old (the next cron fire starts at
+            # yesterday's pace, not with a throttle).
+            self._refused = self.rate + 1 / self.window
 
     # -- pacing ---------------------------------------------------------------------
 
     @property
     def interval(self) -> float | None:
-        """Seconds between two starts (None: not paced)."""
+        """Seconds between two starts (None: not paced).  Until it learns, a
+        declared limit's own spacing."""
         if self.rate is None:
-            return None
+            return None if self.declared is None else self._declared_interval()
         return MARGIN / (self.rate * self.share)
+
+    def _declared_interval(self) -> float:
+        # Widened by a hair, so float rounding never puts n + 1 starts inside ``per``.
+        assert self.declared is not None
+        return self.declared[1] / self.declared[0] * (1 + 1e-6) + 2e-6
 
     def due(self, now: float) -> float | None:
         """The earliest moment >= now of the next start; None while the flight is full."""
         self._probe(now)
-        if self.slow_start and self._flight is not None:
-            if now - self._flight_grown_at >= RAMP_S and self.rate is None:
-                self._grow_flight(now, double=True)
+        ramping = self.slow_start and self._flight is not None and self.rate is None
+        if ramping and now - self._flight_grown_at >= RAMP_S:
+            self._grow_flight(now, double=True)
         cap = self._cap()
         if cap is not None and len(self._running) >= cap:
             return None
         due = max(now, self.paused_until)
         interval = self.interval
+        if self._after_pause:
+            interval = self._declared_interval() if self.declared else None
         if interval is not None:
             paced = self._last_start + interval
             if paced > due:
@@ -213,6 +232,7 @@ class Ceiling:
         self._running[admission.number] = entry
         self._recent.append(entry)
         self._last_start = now
+        self._after_pause = False
         if self._calm_since is None:
             self._calm_since = now
         self._forget(now)
@@ -233,6 +253,7 @@ class Ceiling:
         *,
         throttled: bool,
         retry_after: float | None = None,
+        running: bool = True,
     ) -> Pause | None:
         """The start ended: through, or throttled (a pause to take, or None when an
         earlier pause already covers it)."""
@@ -245,9 +266,11 @@ class Ceiling:
                 self._through_since_pause = True
             self._gained(now)
             return None
-        in_flight = len(self._running) + 1
+        # What ran beside it and was not throttled bounds the flight (``running``:
+        # it was a start that ran, not a signal from outside any start).
+        beside = len(self._running) if running else None
         entry.state = "throttled"
-        return self._throttled(admission, now, retry_after, in_flight)
+        return self._throttled(admission, now, retry_after, beside)
 
     def _gained(self, now: float) -> None:
         if self._flight is not None and self.rate is None:
@@ -268,7 +291,7 @@ class Ceiling:
         self.version += 1
 
     def _throttled(
-        self, admission: Admission, now: float, retry_after: float | None, in_flight: int
+        self, admission: Admission, now: float, retry_after: float | None, beside: int | None
     ) -> Pause | None:
         self.throttles += 1
         same_episode = admission.number < self._pause_begun_at and now < self.paused_until + (
@@ -279,32 +302,38 @@ class Ceiling:
             if self.declared:
                 self.window = min(self.window, self.declared[1])
         pause = self._pause(now, retry_after, same_episode)
-        window = self.window or pause.seconds
+        window = self.window or (
+            self.declared[1] if self.declared else max(self.throttle.initial, pause.seconds)
+        )
+        self.window = window
         got = sum(
             1
             for e in self._recent
             if e.admission.at > now - window and e.state in ("through", "running")
         )
         observed = max(1, got) / window
-        if retry_after is None:
-            estimate = BETA * min(self.rate or observed, observed)
-        else:
-            estimate = observed
+        # An honest Retry-After makes the count exact; without one it is a guess.
+        estimate = (
+            observed if retry_after is not None else BETA * min(self.rate or observed, observed)
+        )
+        tried = (got + 1) / window
         if same_episode:
             self.rate = self._bounded(min(self.rate or estimate, estimate))
+            self._refused = min(self._refused or tried, tried)
         else:
             paced = self.rate
-            tried = max(1, got + 1) / window
             self._refused = min(paced, tried) if paced is not None else tried
+            self._refused_at = now
             self.rate = self._bounded(estimate)
-            self.concurrency = max(1, math.floor((in_flight - 1) * BETA) or 1)
-            if self.slots is not None:
-                self.concurrency = min(self.concurrency, self.slots)
+            if beside is not None:
+                self.concurrency = max(1, beside)
+                if self.slots is not None:
+                    self.concurrency = min(self.concurrency, self.slots)
             if self._calm_since is not None and self._step > 1:
                 self._hold = min(self._hold * 2, HOLD_MAX)  # a probe was refused
             self._step = 1.0
         self._flight = None
-        self._calm_since = now
+        self._calm_since = max(now, self.paused_until)  # windows count from the pause's end
         self._wanted = False
         self.version += 1
         return pause if (pause.new_episode or pause.seconds > 0) else None
@@ -324,6 +353,9 @@ class Ceiling:
         self._through_since_pause = False
         self._pause_begun_at = self._number + 1
         self.paused_until = max(self.paused_until, now + seconds)
+        # The first start after the pause goes at its end (no sooner than a declared
+        # pace allows); the learned pace counts from there.
+        self._after_pause = True
         return Pause(seconds, self.paused_until, level, True)
 
     def _probe(self, now: float) -> None:
@@ -331,13 +363,16 @@ class Ceiling:
             return
         window = self.window or 1.0
         quiet = now - self._calm_since
-        if self._refused is not None and quiet >= HOLD_MAX * window:
-            self._refused = None  # quiet for long: the limit may have been raised
+        if self._refused is not None and now - self._refused_at >= HOLD_MAX * window:
+            self._refused = None  # refused long ago: the limit may have been raised since
         if quiet < self._hold * window or not self._wanted:
             return
         target = self.rate + self._step / window
         if self._refused is not None and target >= self._refused:
-            if self._refused - self.rate <= CLOSE * self._refused:
+            # Nothing to find between them: within CLOSE, or one start a window apart
+            # (a window counts whole starts).
+            gap = self._refused - self.rate
+            if gap <= CLOSE * self._refused or gap * window <= 1 + 1e-9:
                 return
             target = (self.rate + self._refused) / 2
         bounded = self._bounded(target)

@@ -411,7 +411,7 @@ class RateGate:
         admission = state.ceiling.start(loop.time())
         before = state.ceiling.paused_until
         pause = state.ceiling.finish(
-            admission, loop.time(), throttled=True, retry_after=retry_after
+            admission, loop.time(), throttled=True, retry_after=retry_after, running=False
         )
         state.throttles += 1
         seconds = 0.0 if pause is None else pause.seconds
