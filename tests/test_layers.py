@@ -62,6 +62,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("spec", ("spec.model", "spec.build", "spec", "apikeys")),
+    # A limit's ceiling learned from throttles: the rate gate's and the gateway's.
+    ("pacing", ("ceiling",)),
     ("selection", ("inputcommand", "sources", "units")),
     # What an attempt is, decided on the coordinator, and the pieces every transport uses.
     (
