@@ -101,7 +101,9 @@ def _job(directory: Path, agent: str, units: list[str]) -> Path:
         network = true
         [retry]
         backoff = {{ initial = "10ms", max = "10ms", jitter = "none" }}
-        throttle = {{ initial = "10ms", max = "{THROTTLE_MAX:g}s" }}
+        # The goldens' throttles are one worker's output, not an upstream's window: the
+        # ceiling would learn 1 start per 20 s from llm's 20.5 s Retry-After.
+        throttle = {{ initial = "10ms", max = "{THROTTLE_MAX:g}s", learn = false }}
         [[retry.ladder]]
         name = "first"
         [[retry.ladder]]

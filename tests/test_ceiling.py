@@ -183,3 +183,16 @@ def test_no_schedule_ever_exceeds_a_declared_limit_in_any_window(
         until=3000,
     )
     assert most_in_any_window(record.starts, declared[1]) <= declared[0]
+
+
+def test_learn_false_only_pauses() -> None:
+    """retry.throttle.learn = false: the episode's pause, and nothing learned."""
+    ceiling = Ceiling(Throttle(initial=5, max=600, jitter=0, learn=False), random.Random(1))
+    admissions = [ceiling.start(0.0) for _ in range(8)]  # no slow start either
+    assert ceiling.due(0.0) == 0.0
+    pause = ceiling.finish(admissions[0], 0.1, throttled=True, retry_after=10)
+    assert pause is not None
+    assert pause.until == 10.1
+    assert ceiling.finish(admissions[1], 0.2, throttled=True, retry_after=10) is None
+    assert ceiling.due(10.1) == 10.1
+    assert (ceiling.rate, ceiling.concurrency, ceiling.known()) == (None, None, None)

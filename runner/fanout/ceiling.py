@@ -149,6 +149,8 @@ class Ceiling:
     share: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.throttle.learn:
+            self.slow_start, self.learned = False, None
         self.rate: float | None = None
         # The upstream's window, learned from the longest Retry-After (an honest one is
         # at most the window), no longer than a declared one.
@@ -302,6 +304,8 @@ class Ceiling:
             if self.declared:
                 self.window = min(self.window, self.declared[1])
         pause = self._pause(now, retry_after, same_episode)
+        if not self.throttle.learn:  # retry.throttle.learn = false: only the pause
+            return pause if (pause.new_episode or pause.seconds > 0) else None
         window = self.window or (
             self.declared[1] if self.declared else max(self.throttle.initial, pause.seconds)
         )
@@ -312,15 +316,15 @@ class Ceiling:
             if e.admission.at > now - window and e.state in ("through", "running")
         )
         observed = max(1, got) / window
-        # An honest Retry-After makes the count exact; without one it is a guess.
-        estimate = (
-            observed if retry_after is not None else BETA * min(self.rate or observed, observed)
-        )
         tried = (got + 1) / window
-        if same_episode:
-            self.rate = self._bounded(min(self.rate or estimate, estimate))
+        if same_episode:  # what got through in the same window, counted again
+            self.rate = self._bounded(min(self.rate or observed, observed))
             self._refused = min(self._refused or tried, tried)
         else:
+            # An honest Retry-After makes the count exact; without one it is a guess.
+            estimate = (
+                observed if retry_after is not None else BETA * min(self.rate or observed, observed)
+            )
             paced = self.rate
             self._refused = min(paced, tried) if paced is not None else tried
             self._refused_at = now

@@ -164,6 +164,7 @@ def build(
             initial=parse_duration(raw_throttle["initial"]),
             max=parse_duration(raw_throttle["max"]),
             jitter=float(raw_throttle["jitter"]),
+            learn=raw_throttle["learn"],
             max_attempts=raw_throttle["maxAttempts"],
             max_wait=parse_duration(raw_throttle["maxWait"]) if "maxWait" in raw_throttle else None,
         ),

@@ -222,6 +222,7 @@ class Throttle:
     initial: float = _default(_THROTTLE, "initial")
     max: float = _default(_THROTTLE, "max")
     jitter: float = _default(_THROTTLE, "jitter")
+    learn: bool = _default(_THROTTLE, "learn")
     # Caps on one unit's throttled attempts in a row (see ladder): then it is failed.
     max_attempts: int = _default(_THROTTLE, "maxAttempts")
     max_wait: float | None = None
