@@ -193,6 +193,9 @@ def test_learn_false_only_pauses() -> None:
     pause = ceiling.finish(admissions[0], 0.1, throttled=True, retry_after=10)
     assert pause is not None
     assert pause.until == 10.1
-    assert ceiling.finish(admissions[1], 0.2, throttled=True, retry_after=10) is None
-    assert ceiling.due(10.1) == 10.1
+    # The same episode: not escalated, only as long as its own Retry-After asks.
+    again = ceiling.finish(admissions[1], 0.2, throttled=True, retry_after=10)
+    assert again is not None
+    assert (again.new_episode, again.level, again.until) == (False, 0, 10.2)
+    assert ceiling.due(10.2) == 10.2
     assert (ceiling.rate, ceiling.concurrency, ceiling.known()) == (None, None, None)
