@@ -150,6 +150,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.queries",
             "journal.usage",
             "journal.compute",
+            "journal.ceilings",
             "journal",
             "commands",
         ),
