@@ -10,7 +10,7 @@ import math
 import random
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -24,7 +24,10 @@ from fanout.outcome import AttemptResult, Status
 from fanout.run import Options, Runner
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import cli, write_job
+
+if TYPE_CHECKING:
+    from fanout.gateway import Gateway
 
 pytestmark = pytest.mark.looptime
 
@@ -111,7 +114,7 @@ async def test_a_run_keeps_what_it_learned_and_the_next_starts_at_that_pace(
 ) -> None:
     job = _job(tmp_path)
     journal = Journal(job.runtime.state_dir / "journal.sqlite")
-    first, first_events = Upstream(), []
+    first, first_events = Upstream(), list[dict[str, Any]]()
     await _run(job, journal, first, first_events)
     # Nothing was declared: the first run's first four start at once (slow start's
     # flight, of 6 slots), and two of them are throttled.
@@ -128,7 +131,7 @@ async def test_a_run_keeps_what_it_learned_and_the_next_starts_at_that_pace(
     assert run.limits["*"]["learned"] == row.learned.as_dict()
     assert run.limits["*"]["learnedText"] == row.text
 
-    second, second_events = Upstream(), []
+    second, second_events = Upstream(), list[dict[str, Any]]()
     await _run(job, journal, second, second_events)
     start = second.starts[0]
     # A cron fire's run: paced from its first start at what the last run learned, so
@@ -160,7 +163,7 @@ async def test_a_run_keeps_what_it_learned_and_the_next_starts_at_that_pace(
 
 
 async def test_the_round_s_end_keeps_what_was_learned_before_the_run_ends(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = _job(tmp_path)
     journal = Journal(job.runtime.state_dir / "journal.sqlite")
@@ -171,7 +174,7 @@ async def test_the_round_s_end_keeps_what_was_learned_before_the_run_ends(
         saved.append(set(mapping))
         save(job_name, mapping, run_id=run_id)
 
-    journal.save_ceilings = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(journal, "save_ceilings", spy)
     await _run(job, journal, Upstream(), [])
     assert saved == [{"*"}, {"*"}]  # round 1's end, then the run's
 
@@ -209,3 +212,81 @@ per = "1m"
     without = _job(tmp_path / "b")
     journal.save_ceilings(without.name, {"api:x": (one, "x")})
     assert kept.seeds(journal, without) == ({"*": one}, {})
+
+
+class _Gateway:
+    """What ``kept`` asks of the gateway: what each API's window learned."""
+
+    def __init__(self, learned: dict[str, tuple[Learned, str]]) -> None:
+        self._learned = learned
+
+    def learned(self) -> dict[str, tuple[Learned, str]]:
+        return self._learned
+
+
+async def test_what_the_gateway_learned_is_kept_and_recorded_as_api_rows(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    journal = Journal(job.runtime.state_dir / "journal.sqlite")
+    window = Learned(rate=0.2, window=10.0, throttles=3)
+    text = "2.0 per 10s learned from 3 throttles (declared 8 per 10s)"
+    gateway = cast("Gateway", _Gateway({"anthropic": (window, text)}))
+    gate = gate_for(job, Events())
+    assert kept.limit_stats(gate, gateway) == {
+        "api:anthropic": {"learned": window.as_dict(), "learnedText": text}
+    }
+    kept.save(journal, job, gate, gateway, "r1")
+    assert journal.kept_ceilings("enrich") == {"api:anthropic": window}
+    events: list[dict[str, Any]] = []
+    kept.tell(Events(events.append), job, gate, gateway)
+    assert [(e["event"], e.get("api"), e["text"], e["kept"]) for e in events[:1]] == [
+        ("api.learned", "anthropic", text, True)
+    ]
+
+
+def test_a_real_run_keeps_its_ceiling_and_status_plan_and_the_next_run_show_it(
+    chdir_tmp: Path,
+) -> None:
+    """``fanout run`` end to end (launch wires the journal's seeds into the gate): a
+    worker that exits 75 with Retry-After once; then status, plan and the next run."""
+    marker = chdir_tmp / "throttled-once"
+    script = (
+        f"if [ $FANOUT_UNIT_ID = a ] && [ ! -e {marker} ];"
+        f" then touch {marker}; echo Retry-After: 1; exit 75; fi"
+    )
+    write_job(
+        chdir_tmp,
+        f"""
+        version = 1
+        name = "crm"
+        [inputs]
+        items = ["a", "b"]
+        [task]
+        command = ["sh", "-c", '{script}']
+        [runtime]
+        sandbox = "none"
+        maxConcurrentTasks = 2
+        [retry.throttle]
+        initial = "1s"
+        jitter = 0
+        """,
+    )
+    ran = cli("run", "job.toml")
+    assert ran.code == 0, ran.err
+    journal = Journal(chdir_tmp / ".fanout" / "journal.sqlite", read_only=True)
+    (row,) = journal.kept_ceiling_rows("crm")
+    assert row.name == "*"
+    assert " learned from 1 throttle, " in row.text
+    assert row.text.endswith(" (none declared)")
+    status = cli("status")
+    assert status.code == 0
+    assert f"learned limits (kept for each job's next run)\n  crm  all dispatch: {row.text}\n" in (
+        status.out
+    )
+    one = cli("status", str(row.run))
+    assert f"  learned limits\n    all dispatch: {row.text}\n" in one.out
+    plan = cli("plan", "job.toml")
+    assert "Pace      no rate limits declared: fanout learns them from throttles\n" in plan.out
+    assert f"Learned   all dispatch: {row.text} (run {row.run})\n" in plan.out
+    again = cli("run", "job.toml")
+    assert again.code == 0, again.err
+    assert f" limit all dispatch starts at {row.text}, as an earlier run left it\n" in again.err
