@@ -280,8 +280,16 @@ def test_status_says_what_a_run_s_limits_learned_and_what_each_job_keeps(tmp_pat
     assert "learned limits" not in report.status_text(
         journal, journal.create_run(job="new", job_file="n.toml", apply=False)
     )
+    # Resumed, the finished stretch's record is overtaken by what the rounds keep now.
+    journal.reopen_run(done)
+    journal.save_ceilings("crm", {"*": (later, "3.0 per 10s, resumed")}, run_id=done)
+    assert report.status_text(journal, done).endswith(
+        "  learned limits\n"
+        "    all dispatch: 3.0 per 10s, resumed\n"
+        "    api anthropic\\x1b[2J: 60.0 per 1m\n"
+    )
     # The runs, then what each job's next run starts from.
     assert report.status_text(journal, None).endswith(
         "\nlearned limits (kept for each job's next run)\n"
-        "  crm  all dispatch: 3.0 per 10s learned\n"
+        "  crm  all dispatch: 3.0 per 10s, resumed\n"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import safetext
 from .journal import Journal, RunRow, UnitRow
 from .journal.ceilings import label
-from .outcome import UnitState
+from .outcome import RunState, UnitState
 
 # Units ``fanout status RUN`` lists per state; the report has the rest.
 STATUS_UNITS = 10
@@ -85,15 +85,16 @@ def status_text(
 
 def _learned(journal: Journal, run: RunRow) -> dict[str, str]:
     """What the run's limits learned, by name: as its end recorded them, or while it
-    runs (or after it was killed) as its last round's end kept them."""
+    runs (or after it was killed, or resumed) as its last round's end kept them."""
     recorded = {
         name: str(stats["learnedText"])
         for name, stats in run.limits.items()
         if isinstance(stats, dict) and stats.get("learnedText")
     }
-    if recorded or run.finished is not None:
+    if run.state is not RunState.RUNNING:
         return recorded
-    return {row.name: row.text for row in journal.kept_ceiling_rows(run.job) if row.run == run.id}
+    kept = {row.name: row.text for row in journal.kept_ceiling_rows(run.job) if row.run == run.id}
+    return {**recorded, **kept}
 
 
 def _kept_lines(journal: Journal, jobs: list[str]) -> list[str]:
