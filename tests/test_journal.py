@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from fanout.ceiling import Learned
 from fanout.errors import StateError
 from fanout.journal import Journal
-from fanout.journal.tables import SCHEMA
+from fanout.journal.tables import SCHEMA, merge_limits
 from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.units import Unit
 
@@ -205,3 +206,127 @@ def test_a_journal_from_before_reservations_reads_as_reserving_nothing(tmp_path:
     assert journal.usage_totals(run_id) == [
         ApiUsage(api="a", requests=3, cost_usd=0.75, reserved_usd=0.25)
     ]
+
+
+def test_learned_ceilings_are_kept_per_job_and_name_the_latest_replacing_the_last(
+    tmp_path: Path,
+) -> None:
+    clock = iter([1000.0, 2000.0])
+    journal = Journal(tmp_path / "j.sqlite", clock=lambda: next(clock))
+    slow = Learned(rate=0.2, window=10.0, throttles=3, concurrency=2)
+    api = Learned(rate=0.5, window=60.0, throttles=1)
+    journal.save_ceilings(
+        "nightly",
+        {"*": (slow, "2.0 per 10s learned"), "api:anthropic": (api, "30.0 per 1m learned")},
+        run_id="r1",
+    )
+    faster = Learned(rate=0.3, window=10.0, throttles=4, concurrency=3)
+    journal.save_ceilings("nightly", {"*": (faster, "3.0 per 10s learned")}, run_id="r2")
+    journal.save_ceilings("other", {})  # nothing learned: nothing written
+    assert journal.kept_ceilings("nightly") == {"*": faster, "api:anthropic": api}
+    assert [(r.name, r.text, r.at, r.run) for r in journal.kept_ceiling_rows("nightly")] == [
+        ("*", "3.0 per 10s learned", 2000.0, "r2"),
+        # A name the later run learned nothing of keeps what the earlier one learned.
+        ("api:anthropic", "30.0 per 1m learned", 1000.0, "r1"),
+    ]
+    assert journal.kept_ceilings("other") == {}
+    journal.close()
+    # Read back as another process, read-only (status and plan), it is the same.
+    assert Journal(tmp_path / "j.sqlite", read_only=True).kept_ceilings("nightly") == {
+        "*": faster,
+        "api:anthropic": api,
+    }
+
+
+@pytest.mark.parametrize(
+    "learned",
+    [
+        "not json",
+        "[1, 2]",
+        "{}",
+        '{"rate": 0, "window": 10, "throttles": 1}',
+        '{"rate": 0.2, "window": -1, "throttles": 1}',
+        '{"rate": "fast", "window": 10, "throttles": 1}',
+        '{"rate": NaN, "window": 10, "throttles": 1}',
+        '{"rate": 0.2, "window": 10}',
+    ],
+)
+def test_a_kept_ceiling_fanout_did_not_write_is_left_out(tmp_path: Path, learned: str) -> None:
+    journal = Journal(tmp_path / "j.sqlite")
+    journal.save_ceilings("j", {"ok": (Learned(rate=1.0, window=1.0, throttles=1), "1.0 per 1s")})
+    journal.db.execute(
+        "INSERT INTO ceilings (job, name, learned, text, at) VALUES ('j', 'junk', ?, 'x', 1)",
+        (learned,),
+    )
+    assert list(journal.kept_ceilings("j")) == ["ok"]
+
+
+def test_a_journal_from_before_ceilings_keeps_none_read_only_and_gets_the_table(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.sqlite"
+    Journal(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE ceilings")
+    assert Journal(path, read_only=True).kept_ceiling_rows("j") == []
+    journal = Journal(path)  # the next run adds the table
+    journal.save_ceilings("j", {"*": (Learned(rate=1.0, window=1.0, throttles=1), "t")})
+    assert list(journal.kept_ceilings("j")) == ["*"]
+
+
+def test_a_resumed_run_adds_up_its_counts_and_keeps_the_latest_learned(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.sqlite")
+    run = journal.create_run(job="j", job_file="j.toml", apply=False)
+    first = {"starts": 4, "throttles": 2, "pausedSeconds": 12.5, "configuredPerMinute": None}
+    journal.finish_run(
+        run,
+        state=RunState.STOPPED,
+        wall=1.0,
+        limits={
+            # A row an older fanout wrote: no learned fields.
+            "old": {"starts": 1, "throttles": 0, "pausedSeconds": 0.0},
+            "*": {**first, "learned": {"rate": 0.2}, "learnedText": "2.0 per 10s"},
+            "api:a": {"learned": {"rate": 1.0}, "learnedText": "60.0 per 1m"},
+        },
+    )
+    second = {"starts": 6, "throttles": 1, "pausedSeconds": 3.25, "configuredPerMinute": None}
+    journal.finish_run(
+        run,
+        state=RunState.FINISHED,
+        wall=1.0,
+        limits={
+            "old": {
+                "starts": 2,
+                "throttles": 1,
+                "pausedSeconds": 1.0,
+                "learned": None,
+                "learnedText": None,
+            },
+            "*": {**second, "learned": {"rate": 0.3}, "learnedText": "3.0 per 10s"},
+            # The gateway learned nothing more in this stretch: no row.
+        },
+    )
+    assert journal.run(run).limits == {
+        "old": {
+            "starts": 3,
+            "throttles": 1,
+            "pausedSeconds": 1.0,
+            "learned": None,
+            "learnedText": None,
+        },
+        "*": {
+            "starts": 10,
+            "throttles": 3,
+            "pausedSeconds": 15.75,
+            "configuredPerMinute": None,
+            "learned": {"rate": 0.3},
+            "learnedText": "3.0 per 10s",
+        },
+        "api:a": {"learned": {"rate": 1.0}, "learnedText": "60.0 per 1m"},
+    }
+    merged = merge_limits(
+        {"*": {**second, "learned": {"rate": 0.3}, "learnedText": "3.0 per 10s"}},
+        {"*": {**first, "learned": None, "learnedText": None}},
+    )
+    # A stretch that learned nothing (a run resumed without its kept ceiling) keeps the last.
+    assert (merged["*"]["learned"], merged["*"]["learnedText"]) == ({"rate": 0.3}, "3.0 per 10s")

@@ -150,6 +150,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.queries",
             "journal.usage",
             "journal.compute",
+            "journal.ceilings",
             "journal",
             "commands",
         ),
@@ -158,7 +159,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backlog", ("backlog",)),
     ("dispatch", ("spending", "dispatch")),
     ("report", ("fleet", "accounting", "compute", "status", "report", "aggregate")),
-    ("run", ("applying", "run")),
+    ("run", ("applying", "kept", "run")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.
     ("scheduler", ("schedule",)),

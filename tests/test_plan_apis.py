@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from fanout import plan, spec
+from fanout.ceiling import Learned
+from fanout.journal import Journal
 
 from helpers import MINIMAL, cli, write_job
 
@@ -154,8 +156,8 @@ tokenEnv = "SEARCH_TOKEN"
     job = spec.load(write_job(tmp_path, MINIMAL + "[runtime]\nnetwork = true\n" + second))
     text = plan.render_text(plan.make(job, environ={}, now=NOW))
     assert (
-        "Pace      no [[limits]]: units start as concurrency allows, requests wait in [[apis]]\n"
-        in text
+        "Pace      no [[limits]] declared: fanout learns the pace of starts from throttles,"
+        " requests wait in [[apis]]\n" in text
     )
 
 
@@ -200,3 +202,35 @@ def test_the_resolved_job_shows_the_api_as_written(tmp_path: Path) -> None:
         "  usd = 20.0\n"
         "\n"
     )
+
+
+def test_plan_says_no_limit_is_declared_and_what_the_last_runs_learned(tmp_path: Path) -> None:
+    job = spec.load(write_job(tmp_path, MINIMAL))
+    state = job.runtime.state_dir
+    text = plan.render_text(plan.make(job, environ={}, now=NOW))
+    assert "Pace      no rate limits declared: fanout learns them from throttles\n" in text
+    assert "Learned" not in text
+    assert not state.exists()  # read-only: no journal, no state made
+    journal = Journal(state / "journal.sqlite")
+    one = Learned(rate=0.2, window=10.0, throttles=3)
+    journal.save_ceilings(
+        job.name,
+        {
+            "*": (one, "2.0 per 10s learned from 3 throttles (none declared)"),
+            "gone": (one, "a limit the job no longer has"),
+        },
+        run_id="20261130T030000-7f3a",
+    )
+    journal.save_ceilings("another-job", {"*": (one, "not this job's")})
+    journal.close()
+    before = sorted(p.name for p in state.iterdir())
+    text = plan.render_text(plan.make(job, environ={}, now=NOW))
+    assert (
+        "Pace      no rate limits declared: fanout learns them from throttles\n"
+        "Learned   all dispatch: 2.0 per 10s learned from 3 throttles (none declared)"
+        " (run 20261130T030000-7f3a)\n"
+        "          the next run starts at these paces, then probes upward\n"
+    ) in text
+    # Nothing made but what any SQLite reader of a WAL journal leaves (``store``).
+    after = [p.name for p in state.iterdir() if not p.name.endswith(("-wal", "-shm"))]
+    assert sorted(after) == before

@@ -395,7 +395,8 @@ FLEET_LIVE = [
     "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "| round 1  ━━━━━━━━━━━━━━━━━━━━  0/24 done  0.0s",
-    "| 4 running  20 queued  0 failed  paced by 4 slot(s)",
+    # Nothing declared, nothing learned: all dispatch starts slowly (4 of the 5 slots).
+    "| 4 running  20 queued  0 failed  paced by slow start (finding the pace)",
     "| hosts  h1 2/2 up  h2 2/2 up  h3 0/1 quarantined",
     "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
     "u013: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
@@ -414,6 +415,7 @@ FLEET_LIVE = [
 
 FLEET_PLAIN = [
     "run R of sweep started",
+    "limit all dispatch: slow start, finding the pace (nothing learned yet)",
     "host h1 up: 2 slot(s), sandbox bwrap",
     "host h2 up: 2 slot(s), sandbox bwrap",
     "host h3 up: 1 slot(s), sandbox bwrap",
@@ -421,6 +423,7 @@ FLEET_PLAIN = [
     "round 1: 24 unit(s) from 24 record(s)",
     "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "limit all dispatch: slow start over, the slots bound it",
     "u002: attempt 2 (default) succeeded in 1.0s",
     "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
     "u013: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
@@ -768,4 +771,134 @@ def test_a_log_says_what_the_gateway_absorbed_and_what_it_cannot_price() -> None
         "api anthropic: 429 for u7, paused 3.4s and retried (the worker does not see it)",
         "api anthropic: no price matches model claude-haiku-9: its tokens cost $0 in the"
         " report and the budget (add it to [[apis]] prices)",
+    ]
+
+
+# What the limits learned, as the rate gate and the gateway say it: slow start, a pause
+# and its episode, the learned pace, an API's window learned, what a run starts from.
+LEARNING: list[dict[str, Any]] = [
+    {"event": "run.started", "run": "r1", "job": "crm"},
+    {"event": "limit.ramp", "limit": "all dispatch", "ramping": True},
+    {"event": "round.started", "round": 1, "concurrency": 8, "paces": []},
+    {"event": "limit.ramp", "limit": "all dispatch", "ramping": True},  # the flight grew
+    {
+        "event": "limit.paused",
+        "limit": "all dispatch",
+        "seconds": 12.0,
+        "retryAfter": 10.0,
+        "reason": "throttled (Retry-After)",
+        "episode": "new",
+        "level": 0,
+        "learned": None,
+    },
+    {
+        "event": "limit.learned",
+        "limit": "all dispatch",
+        "perWindow": 2.0,
+        "window": 10.0,
+        "throttles": 1,
+        "concurrency": 2,
+        "text": "2.0 per 10s learned from 1 throttle, 2 at once (none declared)",
+    },
+    {
+        "event": "limit.paused",
+        "limit": "all dispatch",
+        "seconds": 3.0,
+        "retryAfter": 9.0,
+        "reason": "throttled (Retry-After)",
+        "episode": "same",
+        "level": 0,
+        "learned": "2.0 per 10s learned from 2 throttles, 2 at once (none declared)",
+    },
+    {
+        "event": "limit.learned",
+        "limit": "all dispatch",
+        "perWindow": 2.0,
+        "window": 10.0,
+        "throttles": 2,
+        "concurrency": 2,
+        "text": "2.0 per 10s learned from 2 throttles, 2 at once (none declared)",
+    },
+]
+
+LEARNING_PLAIN = [
+    "run r1 of crm started",
+    "limit all dispatch: slow start, finding the pace (nothing learned yet)",
+    "round 1: selecting units (up to 8 at once)",
+    "limit all dispatch paused for 12s (throttled (Retry-After))",
+    "limit all dispatch: 2.0 per 10s learned from 1 throttle, 2 at once (none declared)",
+    "limit all dispatch paused for 3.0s (throttled (Retry-After)) (same episode)",
+    "limit all dispatch: 2.0 per 10s learned from 2 throttles, 2 at once (none declared)",
+]
+
+
+def _pace_after(display: Display, events: list[dict[str, Any]]) -> list[str]:
+    """The pace the live line names after each event."""
+    paces = []
+    for event in events:
+        display(event)
+        paces.append(display.counts.pacer())
+    return paces
+
+
+def test_the_log_says_each_change_of_what_a_limit_learned_and_the_live_line_its_pace() -> None:
+    out = StringIO()
+    display = Display(Console(file=out, width=200), live=False)
+    paces = _pace_after(display, LEARNING)
+    assert _lines(out.getvalue()) == LEARNING_PLAIN
+    slow = "paced by slow start (finding the pace)"
+    learned = "paced by all dispatch 2.0 per 10s learned"
+    assert paces == ["", slow, slow, slow, slow, learned, learned, learned]
+    # On a terminal the live line says it, and no line is printed above it.
+    live = StringIO()
+    with Display(Console(file=live, width=200, force_terminal=True), live=True) as shown:
+        assert _pace_after(shown, LEARNING)[-1] == learned
+    assert "learned from" not in live.getvalue()
+
+
+def test_a_learned_ceiling_paces_in_place_of_what_was_declared_for_it() -> None:
+    out = StringIO()
+    display = Display(Console(file=out, width=200), live=False)
+    paces = [
+        {"limit": "crm", "perMinute": 30.0},
+        {"limit": "search", "perMinute": 20.0},
+        {"api": "anthropic", "window": "requests", "perMinute": 60.0, "counts": ["requests"]},
+    ]
+    kept = {"kept": True, "throttles": 3, "concurrency": None}
+    events = [
+        {"event": "round.started", "round": 1, "concurrency": 4, "paces": paces},
+        # crm's ceiling, kept from an earlier run: 6/min, below search's 20.
+        {"event": "limit.learned", "limit": "crm", "perWindow": 1.0, "window": 10.0, "text": "t"}
+        | kept,
+        {
+            "event": "api.learned",
+            "api": "anthropic",
+            "perWindow": 2.0,
+            "window": 60.0,
+            "text": "2.0 per 1m learned from 3 throttles (declared 60 per 1m)",
+        }
+        | kept,
+        # An attempt that made 2 requests through the gateway: anthropic's 2 a minute
+        # is 1 unit a minute, the tightest.
+        {
+            "event": "attempt.finished",
+            "unit": "u1",
+            "attempt": 1,
+            "rung": "default",
+            "status": "succeeded",
+            "reason": "ok",
+            "duration": 1.0,
+            "usage": [{"api": "anthropic", "requests": 2, "queuedSeconds": 0.0}],
+        },
+    ]
+    assert _pace_after(display, events) == [
+        "paced by limit search 20/min",
+        "paced by limit crm 1.0 per 10s learned",
+        "paced by limit crm 1.0 per 10s learned",
+        "paced by api anthropic 2.0 per 1m learned",
+    ]
+    assert _lines(out.getvalue())[1:3] == [
+        "limit crm starts at t, as an earlier run left it",
+        "api anthropic starts at 2.0 per 1m learned from 3 throttles (declared 60 per 1m),"
+        " as an earlier run left it",
     ]

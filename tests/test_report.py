@@ -345,7 +345,14 @@ def _fixed_journal(state_dir: Path) -> Journal:
             "configuredPerMinute": 30.0,
             "throttles": 1,
             "pausedSeconds": 30.0,
-        }
+            "learned": {"rate": 0.1, "window": 30.0, "throttles": 1, "concurrency": 1},
+            "learnedText": "3.0 per 30s learned from 1 throttle, 1 at once (declared 30 per 1m)",
+        },
+        # What the gateway's window of an API learned: no starts of its own.
+        "api:anthropic": {
+            "learned": {"rate": 0.2, "window": 10.0, "throttles": 3, "concurrency": None},
+            "learnedText": "2.0 per 10s learned from 3 throttles (declared 8 per 10s)",
+        },
     }
     journal.finish_run(
         RUN,
@@ -365,6 +372,51 @@ def test_report_md_of_a_fixed_journal_reads_as_its_golden_file(tmp_path: Path) -
     markdown = report.write(journal, RUN, tmp_path / "out")
     expected = (DATA / "golden" / "report.md").read_text(encoding="utf-8")
     assert markdown.read_text(encoding="utf-8") == expected
+
+
+def test_the_report_shows_what_each_limit_learned_and_a_dash_where_none(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "state" / "journal.sqlite")
+    run_id = journal.create_run(job="crm", job_file="crm.toml", apply=False)
+    learned = {"rate": 0.2, "window": 10.0, "throttles": 3, "concurrency": 2}
+    text = "2.0 per 10s learned from 3 throttles, 2 at once (none declared)"
+    journal.finish_run(
+        run_id,
+        state=RunState.FINISHED,
+        wall=60.0,
+        limits={
+            "*": {
+                "starts": 12,
+                "achievedPerMinute": 11.0,
+                "configuredPerMinute": None,
+                "throttles": 3,
+                "pausedSeconds": 21.5,
+                "learned": learned,
+                "learnedText": text,
+            },
+            # As an older fanout recorded a limit: no learned fields.
+            "search": {
+                "starts": 12,
+                "achievedPerMinute": 11.0,
+                "configuredPerMinute": 60.0,
+                "throttles": 0,
+                "pausedSeconds": 0.0,
+            },
+        },
+    )
+    data = report.build(journal, run_id)
+    assert data["limits"]["*"]["learned"] == learned
+    assert data["limits"]["*"]["learnedText"] == text
+    markdown = report.render_markdown(data)
+    assert (
+        "| limit | configured starts/min | achieved starts/min | throttled | paused | learned |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+        "| all dispatch | - | 11 | 3 | 22s | 2.0 per 10s |\n"
+        "| search | 60 | 11 | 0 | 0.0s | - |\n"
+        "\n"
+        "Learned limits:\n"
+        "\n"
+        f"- all dispatch: {text}\n"
+    ) in markdown
 
 
 def test_report_json_lists_each_unit_as_its_journal_row_has_it(tmp_path: Path) -> None:

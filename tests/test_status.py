@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fanout import report
+from fanout.ceiling import Learned
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
 from fanout.outcome import Outcome, RunState, UnitState
@@ -250,3 +251,45 @@ def test_status_shows_a_long_job_name_whole(chdir_tmp: Path) -> None:
         "R  nightly-dependency-upgrade-web-frontend finished         1  1 succeeded",
         "R  nightly-dependency-upgrade-api          finished         1  1 succeeded",
     ]
+
+
+def test_status_says_what_a_run_s_limits_learned_and_what_each_job_keeps(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.sqlite", clock=lambda: 1796007600.0)
+    done = journal.create_run(job="crm", job_file="crm.toml", apply=False, run_id="r-done")
+    text = "2.0 per 10s learned from 3 throttles, 2 at once (none declared)"
+    journal.finish_run(
+        done,
+        state=RunState.FINISHED,
+        wall=1.0,
+        limits={
+            "*": {"starts": 3, "throttles": 3, "learned": {"rate": 0.2}, "learnedText": text},
+            "api:anthropic\x1b[2J": {"learned": {"rate": 1.0}, "learnedText": "60.0 per 1m"},
+            "quiet": {"starts": 3, "throttles": 0, "learned": None, "learnedText": None},
+        },
+    )
+    assert report.status_text(journal, done).endswith(
+        f"  learned limits\n    all dispatch: {text}\n    api anthropic\\x1b[2J: 60.0 per 1m\n"
+    )
+    # A run still going (or killed) has recorded nothing yet: what its rounds kept.
+    going = journal.create_run(job="crm", job_file="crm.toml", apply=False, run_id="r-going")
+    later = Learned(rate=0.3, window=10.0, throttles=4)
+    journal.save_ceilings("crm", {"*": (later, "3.0 per 10s learned")}, run_id=going)
+    assert report.status_text(journal, going).endswith(
+        "  learned limits\n    all dispatch: 3.0 per 10s learned\n"
+    )
+    assert "learned limits" not in report.status_text(
+        journal, journal.create_run(job="new", job_file="n.toml", apply=False)
+    )
+    # Resumed, the finished stretch's record is overtaken by what the rounds keep now.
+    journal.reopen_run(done)
+    journal.save_ceilings("crm", {"*": (later, "3.0 per 10s, resumed")}, run_id=done)
+    assert report.status_text(journal, done).endswith(
+        "  learned limits\n"
+        "    all dispatch: 3.0 per 10s, resumed\n"
+        "    api anthropic\\x1b[2J: 60.0 per 1m\n"
+    )
+    # The runs, then what each job's next run starts from.
+    assert report.status_text(journal, None).endswith(
+        "\nlearned limits (kept for each job's next run)\n"
+        "  crm  all dispatch: 3.0 per 10s, resumed\n"
+    )

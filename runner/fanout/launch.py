@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import commands, limits
+from . import commands, kept, limits
 from .apikeys import api_keys, handed, without_keys
 from .errors import EnvironmentProblem, Interrupted
 from .events import Events, Sink
@@ -132,6 +132,8 @@ def runner_for(
     def notice(message: str) -> None:
         events.emit("notice", message=message)
 
+    # Each limit starts from what the job's last runs learned of it (``kept``).
+    seeds, api_seeds = kept.seeds(journal, job)
     gateway = None
     if job.apis:
         from .gateway import Gateway
@@ -152,6 +154,7 @@ def runner_for(
             ),
             # Workers on Ray nodes connect to it at runtime.ray.gatewayHost.
             host=job.runtime.ray.gateway_host if job.runtime.ray is not None else "127.0.0.1",
+            learned=api_seeds,
         )
     # From here on the keys are the gateway's alone: the input command, the aggregate
     # command and the workers' PATH come from an environment without them.
@@ -169,7 +172,7 @@ def runner_for(
         journal=journal,
         environ=environ,
         events=events,
-        gate=limits.gate_for(job, events),
+        gate=limits.gate_for(job, events, learned=seeds),
         gateway=gateway,
         workers=commands.local_workers(job, environ),
     )

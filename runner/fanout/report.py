@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import accounting, compute, fleet, safetext
+from .ceiling import Learned
 from .journal import Journal, UnitRow
+from .journal.ceilings import label
 from .outcome import UnitState
 from .quantities import format_duration
 from .status import status_text as status_text  # `fanout status`, moved to its own module
@@ -249,21 +251,7 @@ def render_markdown(data: dict[str, Any]) -> str:
             )
         )
         lines.append("")
-    if data["limits"]:
-        lines += [
-            "| limit | configured starts/min | achieved starts/min | throttled | paused |",
-            "| --- | ---: | ---: | ---: | ---: |",
-        ]
-        for name, stats in data["limits"].items():
-            configured = stats["configuredPerMinute"]
-            achieved = stats["achievedPerMinute"]
-            lines.append(
-                f"| {'all dispatch' if name == '*' else md(name)} "
-                f"| {'-' if configured is None else f'{configured:g}'} "
-                f"| {'-' if achieved is None else f'{achieved:.4g}'} "
-                f"| {stats['throttles']} | {format_duration(stats['pausedSeconds'])} |"
-            )
-        lines.append("")
+    lines += _limit_lines(data["limits"])
     lines += compute.markdown(data["compute"])
     lines += accounting.markdown(data.get("apis", []))
     lines += fleet.markdown(data.get("hosts", []))
@@ -322,6 +310,45 @@ def render_markdown(data: dict[str, Any]) -> str:
     if total > SHOWN_UNITS:
         lines.append(f"\n{total - SHOWN_UNITS} more unit(s) in report.json.")
     return "\n".join(lines) + "\n"
+
+
+def _limit_lines(found: dict[str, dict[str, Any]]) -> list[str]:
+    """The limits table (a limit's starts, throttles and pause, and the rate its ceiling
+    learned: "-" where it learned none), then what each learned and from what.  An API's
+    row (``api:<name>``) has only what its gateway window learned; a row an older fanout
+    recorded has no learned fields."""
+    if not found:
+        return []
+    md = safetext.for_markdown
+    lines = [
+        "| limit | configured starts/min | achieved starts/min | throttled | paused | learned |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    learned_lines = []
+    for name, stats in found.items():
+        configured = stats.get("configuredPerMinute")
+        achieved = stats.get("achievedPerMinute")
+        throttles = stats.get("throttles")
+        paused = stats.get("pausedSeconds")
+        known = Learned.from_dict(stats.get("learned") or {})
+        lines.append(
+            f"| {md(label(name))} "
+            f"| {'-' if configured is None else f'{configured:g}'} "
+            f"| {'-' if achieved is None else f'{achieved:.4g}'} "
+            f"| {'-' if throttles is None else throttles} "
+            f"| {'-' if paused is None else format_duration(paused)} "
+            f"| {'-' if known is None else _per_window(known)} |"
+        )
+        if known is not None and stats.get("learnedText"):
+            learned_lines.append(f"- {md(label(name))}: {md(stats['learnedText'])}")
+    lines.append("")
+    if learned_lines:
+        lines += ["Learned limits:", "", *learned_lines, ""]
+    return lines
+
+
+def _per_window(learned: Learned) -> str:
+    return f"{learned.per_window:.1f} per {format_duration(learned.window)}"
 
 
 def _more(lines: list[str], count: int, shown: int) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import aggregate, applying, backlog, commands, limits, report
+from . import aggregate, applying, backlog, commands, kept, limits, report
 from .dispatch import dispatch
 from .errors import (
     EnvironmentProblem,
@@ -215,6 +215,7 @@ class Runner:
         started = self.monotonic()
         error: BaseException | None = None
         unmatched: tuple[str, ...] = ()
+        kept.tell(self.events, self.spec, self.gate, self.gateway)
         try:
             if self.gateway is not None:
                 # What the run spent before (an earlier stretch, an interrupted attempt)
@@ -303,6 +304,9 @@ class Runner:
                 return StopReason.NOTHING_SELECTED, number, tally.unmatched
             last_selection = tally.fingerprint() if tally.done else None
             self.journal.complete_round(run_id, number)
+            # What the limits learned, kept for the next run as each round ends (the
+            # run's end keeps it again): a run killed later loses no more than a round.
+            kept.save(self.journal, spec, self.gate, self.gateway, run_id)
             self.events.emit(
                 "round.finished", round=number, **{str(k): v for k, v in ctx.counts.items()}
             )
@@ -344,7 +348,11 @@ class Runner:
         problem: FanoutError | None = None
         try:
             self.journal.finish_run(
-                run_id, state=state, wall=wall, note=note, limits=self.gate.stats()
+                run_id,
+                state=state,
+                wall=wall,
+                note=note,
+                limits=kept.limit_stats(self.gate, self.gateway),
             )
             if self._log is not None:
                 self._log.flush()
@@ -359,6 +367,10 @@ class Runner:
             self.events.emit(
                 "run.finished", run=run_id, state=str(state), note=shown, report=str(written)
             )
+        try:
+            kept.save(self.journal, self.spec, self.gate, self.gateway, run_id)
+        except FanoutError as exc:
+            problem = problem or exc
         return problem
 
     def _round(self, run_id: str, number: int, secrets: dict[str, str], options: Options) -> Round:

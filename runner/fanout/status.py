@@ -4,8 +4,9 @@ state's list bounded (the report has the rest)."""
 from __future__ import annotations
 
 from . import safetext
-from .journal import Journal, UnitRow
-from .outcome import UnitState
+from .journal import Journal, RunRow, UnitRow
+from .journal.ceilings import label
+from .outcome import RunState, UnitState
 
 # Units ``fanout status RUN`` lists per state; the report has the rest.
 STATUS_UNITS = 10
@@ -52,6 +53,7 @@ def status_text(
                 f"{run.id:<21} {name:<{width}} {run.state:<12} {run.round:>5}"
                 f"  {shown_counts}{retry}"
             )
+        lines += _kept_lines(journal, list(dict.fromkeys(run.job for run in runs)))
         return "\n".join(lines) + "\n"
     run = journal.run(run_id)
     counts = journal.unit_counts(run_id)
@@ -74,7 +76,36 @@ def status_text(
         lines += _unit_lines(rows)
         if counts[state] > len(rows):
             lines.append(f"    and {counts[state] - len(rows)} more: {report_command} {run.id}")
+    learned = _learned(journal, run)
+    if learned:
+        lines.append("  learned limits")
+        lines += [f"    {term(label(name))}: {term(text)}" for name, text in learned.items()]
     return "\n".join(lines) + "\n"
+
+
+def _learned(journal: Journal, run: RunRow) -> dict[str, str]:
+    """What the run's limits learned, by name: as its end recorded them, or while it
+    runs (or after it was killed, or resumed) as its last round's end kept them."""
+    recorded = {
+        name: str(stats["learnedText"])
+        for name, stats in run.limits.items()
+        if isinstance(stats, dict) and stats.get("learnedText")
+    }
+    if run.state is not RunState.RUNNING:
+        return recorded
+    kept = {row.name: row.text for row in journal.kept_ceiling_rows(run.job) if row.run == run.id}
+    return {**recorded, **kept}
+
+
+def _kept_lines(journal: Journal, jobs: list[str]) -> list[str]:
+    """What each job's next run starts from (``journal.ceilings``), under the runs."""
+    term = safetext.for_terminal
+    lines = [
+        f"  {term(job)}  {term(label(row.name))}: {term(row.text)}"
+        for job in jobs
+        for row in journal.kept_ceiling_rows(job)
+    ]
+    return ["", "learned limits (kept for each job's next run)", *lines] if lines else []
 
 
 def _unit_lines(rows: list[UnitRow]) -> list[str]:

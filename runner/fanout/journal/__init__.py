@@ -9,23 +9,26 @@ The parts, each owning its rows: ``store`` the connection, the one write transac
 the full-disk reserve and the mapping of sqlite3's errors; ``runs`` the runs and
 rounds; ``attempts`` the units and attempts as a run writes them; ``usage`` what
 the attempts used of the APIs through the gateway; ``compute`` their active
-seconds and memory-seconds; ``queries`` the
-read-only queries of resume, status and the report; ``tables`` the schema and the rows
-it returns.  ``Journal`` is all of them over one connection.
+seconds and memory-seconds; ``ceilings`` what the limits learned, kept for the job's
+next run; ``queries`` the read-only queries of resume, status and the report;
+``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
+connection.
 """
 
 from __future__ import annotations
 
 from .attempts import Attempts
+from .ceilings import Ceilings
 from .compute import Compute
 from .queries import Queries
 from .runs import Runs
 from .store import no_state
-from .tables import RunRow, UnitRow, new_run_id
+from .tables import KeptCeiling, RunRow, UnitRow, new_run_id
 from .usage import Usage
 
 __all__ = [
     "Journal",
+    "KeptCeiling",
     "RunRow",
     "UnitRow",
     "new_run_id",
@@ -33,5 +36,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage, Compute):
+class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings):
     """One SQLite file per state directory, shared by every job that uses it."""

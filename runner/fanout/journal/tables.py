@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..ceiling import Learned
 from ..outcome import CollectedFile, RunState, UnitState
 from ..units import Unit
 
@@ -122,6 +123,19 @@ CREATE TABLE IF NOT EXISTS changes (
     state TEXT NOT NULL,
     PRIMARY KEY (run, round, unit, path)
 );
+-- The ceiling each limit learned from throttles, kept per job for its next run (a cron
+-- fire starts at yesterday's pace): ``name`` is a [[limits]] entry's, '*' for all
+-- dispatch or 'api:<name>' for an API of the gateway; ``learned`` is
+-- ``ceiling.Learned.as_dict`` as JSON, ``text`` what fanout said of it, ``at`` when.
+CREATE TABLE IF NOT EXISTS ceilings (
+    job TEXT NOT NULL,
+    name TEXT NOT NULL,
+    learned TEXT NOT NULL,
+    text TEXT NOT NULL,
+    at REAL NOT NULL,
+    run TEXT,
+    PRIMARY KEY (job, name)
+);
 """
 
 # Columns added since the first journal format: (table, column, how to add it).
@@ -168,25 +182,47 @@ class UnitRow:
     staged: dict[str, str]
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeptCeiling:
+    """One row of ``ceilings``: what a limit of a job learned, said as ``text``, ``at``
+    a time (the epoch's seconds) by the run ``run``."""
+
+    name: str
+    learned: Learned
+    text: str
+    at: float
+    run: str | None
+
+
 def new_run_id(now: float | None = None) -> str:
     moment = datetime.fromtimestamp(now or time.time(), UTC)
     return f"{moment:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
 
 
+# What a limit learned, in a limit's statistics: the latest stretch's that knows any.
+_LEARNED_KEYS = ("learned", "learnedText")
+
+
 def merge_limits(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Limit statistics over the stretches of a resumed run: counts add up."""
+    """Limit statistics over the stretches of a resumed run: counts add up, and what a
+    limit learned is the latest stretch's (an earlier one's while the latest has
+    learned nothing).  An API's row ("api:<name>") has no counts, only what it learned;
+    a row an older fanout wrote has no learned fields."""
     merged = dict(old)
     for name, stats in new.items():
         before = merged.get(name)
         if before is None:
             merged[name] = stats
             continue
-        merged[name] = {
-            **stats,
-            "starts": before["starts"] + stats["starts"],
-            "throttles": before["throttles"] + stats["throttles"],
-            "pausedSeconds": round(before["pausedSeconds"] + stats["pausedSeconds"], 3),
-        }
+        row = {**before, **stats}
+        for key in ("starts", "throttles"):
+            if key in before and key in stats:
+                row[key] = before[key] + stats[key]
+        if "pausedSeconds" in before and "pausedSeconds" in stats:
+            row["pausedSeconds"] = round(before["pausedSeconds"] + stats["pausedSeconds"], 3)
+        if stats.get("learned") is None and before.get("learned") is not None:
+            row.update({key: before.get(key) for key in _LEARNED_KEYS})
+        merged[name] = row
     return merged
 
 

@@ -23,6 +23,7 @@ from .. import invocation, limits
 from ..checks import paths
 from ..errors import Problem
 from ..invocation import Invocation
+from ..journal import KeptCeiling
 from ..quantities import duration_text, size_text, usd_text
 from ..spec import Rung, Spec
 from ..templates import RenderError
@@ -80,6 +81,8 @@ class Plan:
     # no file), and those patterns unlocated, for the message of a selection of nothing.
     warnings: tuple[str, ...] = ()
     unmatched: tuple[str, ...] = ()
+    # What the job's last runs learned of its limits, where the next run starts.
+    learned: tuple[KeptCeiling, ...] = ()
 
     @property
     def problems(self) -> tuple[Problem, ...]:
@@ -136,7 +139,29 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         ),
         warnings=tuple(selection.warnings),
         unmatched=tuple(selection.unmatched),
+        learned=learned_before(spec),
     )
+
+
+def learned_before(spec: Spec) -> tuple[KeptCeiling, ...]:
+    """What earlier runs of the job learned that its next run starts from, read from
+    the state directory's journal if there is one; read-only, so a plan creates no state
+    (and a journal it cannot read shows nothing learned)."""
+    from .. import kept
+    from ..errors import StateError
+    from ..journal import Journal
+
+    path = spec.runtime.state_dir / "journal.sqlite"
+    if not path.is_file():
+        return ()
+    try:
+        journal = Journal(path, read_only=True)
+    except StateError:
+        return ()
+    try:
+        return tuple(kept.kept(journal, spec))
+    finally:
+        journal.close()
 
 
 def _path_problems(spec: Spec, task: Invocation) -> tuple[Problem, ...]:
@@ -236,6 +261,7 @@ def render_text(plan: Plan) -> str:
     lines.append(f"Workers   {plan.concurrency} at once on {plan.sandbox}")
     lines += plan.commands
     lines += apis.pace_lines(spec, plan.units)
+    lines += apis.learned_lines(plan.learned)
     lines += apis.api_lines(spec, plan.missing_keys)
     ladder = " -> ".join(f"{r.name} x{r.attempts}" + _rung_overrides(r) for r in spec.retry.ladder)
     lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")

@@ -3,7 +3,11 @@ allows, and each API's windows as rates, its bottleneck, prices and budget."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .. import limits
+from ..journal import KeptCeiling
+from ..journal.ceilings import label
 from ..quantities import duration_text, format_duration
 from ..spec import Api, Price, Spec, Window
 
@@ -12,10 +16,11 @@ def pace_lines(spec: Spec, units: int) -> list[str]:
     paces = limits.paces(spec)
     if not paces and spec.apis:
         return [
-            "Pace      no [[limits]]: units start as concurrency allows, requests wait in [[apis]]"
+            "Pace      no [[limits]] declared: fanout learns the pace of starts from throttles,"
+            " requests wait in [[apis]]"
         ]
     if not paces:
-        return ["Pace      no rate limits declared: dispatch is bounded by concurrency only"]
+        return ["Pace      no rate limits declared: fanout learns them from throttles"]
     lines = []
     for n, pace in enumerate(paces):
         limit = pace.limit
@@ -38,6 +43,18 @@ def pace_lines(spec: Spec, units: int) -> list[str]:
             else ""
         )
     )
+    return lines
+
+
+def learned_lines(learned: Sequence[KeptCeiling]) -> list[str]:
+    """What the job's last runs learned of its limits (``journal.ceilings``): the next
+    run starts at these paces and probes upward from them."""
+    lines = []
+    for n, row in enumerate(learned):
+        by = f" (run {row.run})" if row.run else ""
+        lines.append(f"{'Learned' if n == 0 else '':<10}{label(row.name)}: {row.text}{by}")
+    if lines:
+        lines.append("          the next run starts at these paces, then probes upward")
     return lines
 
 

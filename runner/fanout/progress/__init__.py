@@ -263,11 +263,45 @@ class Display:
 
     def _on_limit_paused(self, event: dict[str, Any]) -> None:
         self.counts.paused[event["limit"]] = self.clock() + event["seconds"]
+        # A throttle of a start made before the pause began lengthens it, never doubles it.
+        same = " (same episode)" if event.get("episode") == "same" else ""
         self._line(
             f"limit {event['limit']} paused for {format_duration(event['seconds'])}"
-            f" ({event['reason']})",
+            f" ({event['reason']}){same}",
             "yellow",
         )
+
+    def _on_limit_learned(self, event: dict[str, Any]) -> None:
+        self._learned(event, f"limit {event['limit']}")
+
+    def _on_api_learned(self, event: dict[str, Any]) -> None:
+        self._learned(event, f"api {event['api']}")
+
+    def _learned(self, event: dict[str, Any], name: str) -> None:
+        """A ceiling learned (or kept from an earlier run): the live line's pace names
+        it; a log says each change of what was learned."""
+        before = self.counts.learn(event)
+        if self.live_mode and not self.verbose:
+            return
+        if event.get("kept"):
+            self._line(f"{name} starts at {event['text']}, as an earlier run left it")
+        elif before is None or event["text"] != before.get("text"):
+            self._line(f"{name}: {event['text']}")
+
+    def _on_limit_ramp(self, event: dict[str, Any]) -> None:
+        limit, ramping = event["limit"], bool(event["ramping"])
+        if ramping == (limit in self.counts.ramping):
+            return  # the flight grew: said once, at its start and at its end
+        if ramping:
+            self.counts.ramping.add(limit)
+        else:
+            self.counts.ramping.discard(limit)
+        if self.live_mode and not self.verbose:
+            return
+        if ramping:
+            self._line(f"limit {limit}: slow start, finding the pace (nothing learned yet)")
+        else:
+            self._line(f"limit {limit}: slow start over, the slots bound it")
 
     def _on_api_throttled(self, event: dict[str, Any]) -> None:
         # The gateway absorbed it (the worker never sees it): said only when asked, or

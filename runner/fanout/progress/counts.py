@@ -7,7 +7,10 @@ for who emits what): ``round.started`` (the slots, and what may pace the run),
 resumed round the units an earlier stretch settled), ``attempt.started``/
 ``attempt.placed``/``attempt.finished`` (running, per host; a finished attempt's
 duration and API usage, for the pace),
-``unit.settled``/``unit.interrupted`` and ``host.up``/``host.lost``/``host.quarantined``.
+``unit.settled``/``unit.interrupted``, ``host.up``/``host.lost``/``host.quarantined``,
+and what the limits learned: ``limit.learned``, ``api.learned`` (a ceiling learned from
+throttles, or kept from an earlier run) and ``limit.ramp`` (slow start, while nothing is
+known).
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import limits
+from ..journal.ceilings import label
+from ..quantities import format_duration
+
+# How the rate gate's events name its limit of all dispatch (a job without [[limits]]).
+ALL_DISPATCH = label(limits.ALL)
 
 
 @dataclass(slots=True)
@@ -41,6 +49,11 @@ class Counts:
         self.own_seconds = 0.0
         self.used: dict[tuple[str, str], float] = {}
         self.finished = 0
+        # What each limit's ceiling learned, by what the pace line calls it (``limit
+        # api``, ``all dispatch``, ``api anthropic``): its ``limit.learned`` or
+        # ``api.learned`` event.  And the limits still in slow start.
+        self.learned: dict[str, dict[str, Any]] = {}
+        self.ramping: set[str] = set()
         self.new_round()
 
     def new_round(self) -> None:
@@ -99,17 +112,63 @@ class Counts:
         self.own_seconds += max(0.0, event.get("duration", 0.0) - queued)
         self.finished += 1
 
+    def learn(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """Take a ``limit.learned`` or ``api.learned`` event; the one it replaces."""
+        if event["event"] == "api.learned":
+            name = f"api {event['api']}"
+        else:
+            name = event["limit"] if event["limit"] == ALL_DISPATCH else f"limit {event['limit']}"
+            self.ramping.discard(event["limit"])
+        before = self.learned.get(name)
+        self.learned[name] = event
+        return before
+
     def pacer(self) -> str:
-        """What bounds the pace now (see ``limits.pacer``), of the slots that are up."""
+        """What bounds the pace now (see ``limits.pacer``), of the slots that are up.
+
+        While a limit is in slow start, slow start does.  A limit whose ceiling was
+        learned paces at the learned rate, not at what was declared (the learned one is
+        never above it), and is named with it: ``limit api 2.0 per 10s learned``, ``all
+        dispatch ...``, ``api anthropic ...`` (an API's requests window)."""
+        if self.ramping:
+            return "paced by slow start (finding the pace)"
         slots = self.concurrency or 0
         if self.hosts:
             up = sum(h.slots for h in list(self.hosts.values()) if h.state == "up")
             slots = min(slots, up) if slots else up
+        paces, names = self._learned_paces()
         what = limits.pacer(
-            self.paces,
+            paces,
             slots=slots,
             attempts=self.finished,
             own_seconds=self.own_seconds,
             used=self.used,
         )
+        what = names.get(what, what)
         return f"paced by {what}" if what else ""
+
+    def _learned_paces(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The paces with each learned ceiling in place of what was declared for it, and
+        the name ``limits.pacer`` gives each learned one, to the name the pace line says."""
+        paces = list(self.paces)
+        names: dict[str, str] = {}
+        for name, event in list(self.learned.items()):
+            window = float(event["window"])
+            per_minute = round(float(event["perWindow"]) * 60 / window, 3) if window > 0 else 0.0
+            if per_minute <= 0:
+                continue
+            said = f"{name} {event['perWindow']:.1f} per {format_duration(window)} learned"
+            if event["event"] == "api.learned":
+                api = event["api"]
+                paces = [p for p in paces if (p.get("api"), p.get("window")) != (api, "requests")]
+                counts = ["requests"]
+                paces.append(
+                    {"api": api, "window": "requests", "perMinute": per_minute, "counts": counts}
+                )
+                names[f"api {api} {per_minute:,g} requests/min"] = said
+            else:
+                limit = event["limit"]
+                paces = [p for p in paces if p.get("limit") != limit]
+                paces.append({"limit": limit, "perMinute": per_minute})
+                names[f"limit {limit} {per_minute:g}/min"] = said
+        return paces, names
