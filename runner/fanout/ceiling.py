@@ -163,7 +163,10 @@ class Ceiling:
             self.window = self.learned.window
             self.concurrency = self.learned.concurrency
             self.throttles = self.learned.throttles
-        self._flight: int | None = INITIAL_WINDOW if self.slow_start and self.rate is None else None
+        wide = self.slots is not None and self.slots <= INITIAL_WINDOW  # no flight to open
+        self._flight: int | None = (
+            INITIAL_WINDOW if self.slow_start and self.rate is None and not wide else None
+        )
         self._flight_grown_at = 0.0
         self._flight_gains = 0
         self._recent: deque[_Start] = deque()

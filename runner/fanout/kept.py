@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import limits
-from .ceiling import INITIAL_WINDOW, Learned, describe
+from .ceiling import Learned, describe
 from .events import Events
 from .journal import Journal, KeptCeiling
 from .journal.ceilings import API, label
@@ -91,12 +90,6 @@ def tell(events: Events, spec: Spec, gate: Gate, gateway: Gateway | None) -> Non
             events.emit("api.learned", api=name.removeprefix(API), **fields)
         else:
             events.emit("limit.learned", limit=label(name), **fields)
-    # All dispatch starts slowly (``ceiling``: slow start) while nothing is known, if
-    # the slots allow more than its first flight.
-    if (
-        isinstance(gate, RateGate)
-        and not spec.task_limits()
-        and ALL not in gate.learned()
-        and limits.concurrency(spec) > INITIAL_WINDOW
-    ):
-        events.emit("limit.ramp", limit=label(ALL), ramping=True)
+    if isinstance(gate, RateGate):
+        for name in gate.ramping():
+            events.emit("limit.ramp", limit=name, ramping=True)

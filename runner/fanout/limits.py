@@ -130,9 +130,9 @@ def pacer(
     used: Mapping[tuple[str, str], float],
 ) -> str:
     """What bounds the pace now (``limit api 120/min``, ``api anthropic 240
-    requests/min``, ``4 slot(s)``; "" when nothing is known), of ``pace_fields``'s
-    ``paces``, the ``slots`` free to run units, and the ``attempts`` finished so far:
-    their ``own_seconds`` (durations less the time their requests waited in the
+    requests/min``, ``4 slot(s)``, or a pace's own ``label``; "" when nothing is
+    known), of ``pace_fields``'s ``paces``, the ``slots`` free to run units, and the
+    ``attempts`` finished so far: their ``own_seconds`` (durations less the time their requests waited in the
     gateway's queue, which is the APIs' pacing, not the slots') and what they ``used``
     of each API, by (api, usage field).
 
@@ -145,16 +145,16 @@ def pacer(
     for pace in paces:
         per_minute = float(pace["perMinute"])
         if "limit" in pace:
-            bounds.append((per_minute / 60, f"limit {pace['limit']} {per_minute:g}/min"))
+            said = pace.get("label") or f"limit {pace['limit']} {per_minute:g}/min"
+            bounds.append((per_minute / 60, said))
             continue
         amount = sum(used.get((pace["api"], key), 0.0) for key in pace["counts"])
         if attempts and amount > 0:
-            bounds.append(
-                (
-                    per_minute / 60 / (amount / attempts),
-                    f"api {pace['api']} {per_minute:,g} {WINDOW_WORDS[pace['window']]}/min",
-                )
+            said = (
+                pace.get("label")
+                or f"api {pace['api']} {per_minute:,g} {WINDOW_WORDS[pace['window']]}/min"
             )
+            bounds.append((per_minute / 60 / (amount / attempts), said))
     mean = own_seconds / attempts if attempts else 0.0
     slots_per_second = slots / mean if mean > 0 else float("inf")
     tightest_bound = min(bounds, default=None, key=lambda bound: bound[0])
@@ -454,6 +454,10 @@ class RateGate:
                 else describe(known, declared=state.ceiling.declared),
             }
         return found
+
+    def ramping(self) -> list[str]:
+        """The limits in slow start (nothing learned yet, the flight still opening)."""
+        return [_label(s.name) for s in self._states.values() if s.ceiling.ramping]
 
     def learned(self) -> dict[str, Learned]:
         """What each limit's ceiling knows, to keep for the next run."""

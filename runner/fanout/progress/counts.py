@@ -136,22 +136,19 @@ class Counts:
         if self.hosts:
             up = sum(h.slots for h in list(self.hosts.values()) if h.state == "up")
             slots = min(slots, up) if slots else up
-        paces, names = self._learned_paces()
         what = limits.pacer(
-            paces,
+            self._learned_paces(),
             slots=slots,
             attempts=self.finished,
             own_seconds=self.own_seconds,
             used=self.used,
         )
-        what = names.get(what, what)
         return f"paced by {what}" if what else ""
 
-    def _learned_paces(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        """The paces with each learned ceiling in place of what was declared for it, and
-        the name ``limits.pacer`` gives each learned one, to the name the pace line says."""
+    def _learned_paces(self) -> list[dict[str, Any]]:
+        """The paces with each learned ceiling in place of what was declared for it,
+        labelled with what the pace line says of it."""
         paces = list(self.paces)
-        names: dict[str, str] = {}
         for name, event in list(self.learned.items()):
             window = float(event["window"])
             per_minute = round(float(event["perWindow"]) * 60 / window, 3) if window > 0 else 0.0
@@ -161,14 +158,17 @@ class Counts:
             if event["event"] == "api.learned":
                 api = event["api"]
                 paces = [p for p in paces if (p.get("api"), p.get("window")) != (api, "requests")]
-                counts = ["requests"]
                 paces.append(
-                    {"api": api, "window": "requests", "perMinute": per_minute, "counts": counts}
+                    {
+                        "api": api,
+                        "window": "requests",
+                        "perMinute": per_minute,
+                        "counts": ["requests"],
+                        "label": said,
+                    }
                 )
-                names[f"api {api} {per_minute:,g} requests/min"] = said
             else:
                 limit = event["limit"]
                 paces = [p for p in paces if p.get("limit") != limit]
-                paces.append({"limit": limit, "perMinute": per_minute})
-                names[f"limit {limit} {per_minute:g}/min"] = said
-        return paces, names
+                paces.append({"limit": limit, "perMinute": per_minute, "label": said})
+        return paces
