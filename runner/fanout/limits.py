@@ -132,9 +132,9 @@ def pacer(
     """What bounds the pace now (``limit api 120/min``, ``api anthropic 240
     requests/min``, ``4 slot(s)``, or a pace's own ``label``; "" when nothing is
     known), of ``pace_fields``'s ``paces``, the ``slots`` free to run units, and the
-    ``attempts`` finished so far: their ``own_seconds`` (durations less the time their requests waited in the
-    gateway's queue, which is the APIs' pacing, not the slots') and what they ``used``
-    of each API, by (api, usage field).
+    ``attempts`` finished so far: their ``own_seconds`` (durations less the time their
+    requests waited in the gateway's queue, which is the APIs' pacing, not the slots')
+    and what they ``used`` of each API, by (api, usage field).
 
     Each bound is the units a second it allows on its own: a limit its task starts, an
     API window its rate over the mean amount an attempt takes of it (known once an
