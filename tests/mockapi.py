@@ -36,8 +36,8 @@ test that runs fanout synchronously can use it too.  A benchmark runs it as a pr
 of its own (`python tests/mockapi.py --limit 50 --window 60`: it prints its URL, serves
 until stdin closes, and `GET /_mock/seen` gives its record as JSON: each request's
 arrival `at` (time.monotonic(), which another process on the machine reads alike) and
-`since` the mock started, its `status`, the `limit` in force then and a 429's
-`retry_after`).
+`since` the mock started, its `status`, the `limit` in force then, a 429's
+`retry_after` and the tail of its first message's text, the `prompt`).
 """
 
 from __future__ import annotations
@@ -505,6 +505,7 @@ class MockApi:
                     "status": s.status,
                     "limit": s.limit,
                     "retry_after": s.retry_after,
+                    "prompt": _prompt_tail(s.body),
                     "usage": None if s.usage is None else asdict(s.usage),
                 }
                 for s in self.seen
@@ -1033,6 +1034,20 @@ def _limit_at(config: MockConfig, since: float) -> int | None:
             break
         limit = step
     return limit
+
+
+def _prompt_tail(body: bytes) -> str:
+    """The last 200 characters of a chat request's first message (Anthropic's or
+    OpenAI's `messages`; "" for anything else), where an agent puts the prompt: a
+    benchmark tells whose request it was."""
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        return ""
+    messages = parsed.get("messages") if isinstance(parsed, dict) else None
+    if not isinstance(messages, list) or not messages or not isinstance(messages[0], dict):
+        return ""
+    return _text_of(messages[0].get("content"))[-200:]
 
 
 def _retry_after(refusal: web.Response) -> int | None:

@@ -462,9 +462,9 @@ def test_the_process_takes_a_schedule_and_reports_each_requests_time_and_status(
         assert [h for _, headers, _ in answers for h in headers if "ratelimit" in h] == []
         with urllib.request.urlopen(url + "/_mock/seen", timeout=30) as response:
             seen = json.loads(response.read())
-        assert [(s["status"], s["limit"], s["retry_after"]) for s in seen] == [
-            (200, 1, None),
-            (429, 1, 60),
+        assert [(s["status"], s["limit"], s["retry_after"], s["prompt"]) for s in seen] == [
+            (200, 1, None, "hi"),
+            (429, 1, 60, "hi"),
         ]
         # `at` is time.monotonic(), the same clock in this process.
         assert before <= seen[0]["at"] <= seen[1]["at"] <= after
