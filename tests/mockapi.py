@@ -21,11 +21,23 @@ fail the next k requests (see `Fault`), and records every request it receives
 (`MockApi.seen`) so a test can compare the upstream's tally with what fanout reports.
 `HEAD` of any path answers 200 (Claude Code's connectivity pre-check).
 
+The limit can change over time, as a tier or a shared key's other users change it
+(`MockConfig.schedule`, `--schedule 0:6,40:2,80:6`: from 0 s after the mock started 6
+per window, from 40 s 2, from 80 s 6 again; the window stays `window`).  The
+`retry-after` of a 429 is honest: the whole seconds, rounded up, until enough of the
+requests it accepted have left the window for one more to fit, also when the limit was
+just lowered below what the window holds.  `limit_headers=False` (`--no-limit-headers`)
+sends no `anthropic-ratelimit-*` / `x-ratelimit-*` headers, only a 429's `retry-after`,
+as an API that is no LLM's (an enrichment service, a CRM) says no more than that.
+
 Start it in the test's loop (`async with MockApi(...) as mock`) or on a thread of its
 own (`with MockApi(...).in_thread() as mock`, what the `mock_api` fixture does), so a
 test that runs fanout synchronously can use it too.  A benchmark runs it as a process
 of its own (`python tests/mockapi.py --limit 50 --window 60`: it prints its URL, serves
-until stdin closes, and `GET /_mock/seen` gives its record as JSON).
+until stdin closes, and `GET /_mock/seen` gives its record as JSON: each request's
+arrival `at` (time.monotonic(), which another process on the machine reads alike) and
+`since` the mock started, its `status`, the `limit` in force then, a 429's
+`retry_after` and the tail of its first message's text, the `prompt`).
 """
 
 from __future__ import annotations
@@ -95,6 +107,11 @@ class MockConfig:
     gap: float = 0.0
     require_key: str | None = None
     prefix: str = ""
+    # The limit over time: (seconds since the mock started, requests per window) steps in
+    # ascending order, each in force until the next; before the first, `limit`.
+    schedule: tuple[tuple[float, int], ...] = ()
+    # Send the anthropic-ratelimit-* / x-ratelimit-* headers (False: retry-after only).
+    limit_headers: bool = True
     # Awaited before the last event of a stream (in the mock's loop): a test holds the
     # end of an answer back until it has seen the beginning arrive through a proxy.
     before_last_event: Callable[[], Awaitable[object]] | None = None
@@ -181,7 +198,10 @@ USAGE_WINDOW_SECONDS = 5400
 class Seen:
     """One request as the mock received it.  `at` is time.monotonic() at arrival; `key`
     comes from x-api-key, else `Authorization: Bearer`, else x-goog-api-key ("" if none);
-    `usage` is what a successful answer carried (None for an error or a HEAD)."""
+    `usage` is what a successful answer carried (None for an error or a HEAD); `since`
+    is `at` less the time the mock started; `limit` the window's limit in force at
+    arrival (None: no limit); `retry_after` the whole seconds of a refusal's
+    `retry-after` (None without one)."""
 
     at: float
     method: str
@@ -196,6 +216,9 @@ class Seen:
     stream: bool
     status: int
     usage: Usage | None
+    since: float = 0.0
+    limit: int | None = None
+    retry_after: int | None = None
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -233,6 +256,7 @@ class MockApi:
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._clock = clock
+        self._started: float | None = None
 
     # -- configuration -------------------------------------------------------------
 
@@ -330,6 +354,13 @@ class MockApi:
                 total = total.plus(s.usage)
         return total
 
+    def limit_at(self, since: float) -> int | None:
+        """The window's limit `since` seconds after the mock started (the schedule's
+        step begun by then, else `config.limit`)."""
+        with self._lock:
+            config = self._config
+        return _limit_at(config, since)
+
     def max_in_window(self, seconds: float) -> int:
         """The most API requests that arrived within any window of `seconds` (a request
         at t and one at t + seconds are not in one window, as in the mock's own limit)."""
@@ -359,6 +390,7 @@ class MockApi:
         await runner.setup()
         site = web.TCPSite(runner, self._host, 0)
         await site.start()
+        self._started = self._clock()
         self._runner = runner
         self._port = runner.addresses[0][1]
 
@@ -432,6 +464,7 @@ class MockApi:
             model = gemini["model"]
         return Seen(
             at=at,
+            since=at - (at if self._started is None else self._started),
             method=request.method,
             path=request.path,
             query=request.query_string,
@@ -445,9 +478,14 @@ class MockApi:
             usage=None,
         )
 
-    def _store(self, seen: Seen, status: int, usage: Usage | None = None) -> None:
+    def _store(
+        self, seen: Seen, status: int, usage: Usage | None = None, *, retry_after: int | None = None
+    ) -> None:
         with self._lock:
-            self._seen.append(replace(seen, status=status, usage=usage))
+            limit = _limit_at(self._config, seen.since)
+            self._seen.append(
+                replace(seen, status=status, usage=usage, limit=limit, retry_after=retry_after)
+            )
 
     async def _head(self, request: web.Request) -> web.StreamResponse:
         self._store(self._record(request, b"", self._clock()), 200)
@@ -460,10 +498,14 @@ class MockApi:
             [
                 {
                     "at": s.at,
+                    "since": s.since,
                     "method": s.method,
                     "path": s.path,
                     "model": s.model,
                     "status": s.status,
+                    "limit": s.limit,
+                    "retry_after": s.retry_after,
+                    "prompt": _prompt_tail(s.body),
                     "usage": None if s.usage is None else asdict(s.usage),
                 }
                 for s in self.seen
@@ -514,7 +556,7 @@ class MockApi:
                     return await self._responses_failed(request, parsed, config)
                 return await self._broken_stream(request, parsed, config)
             if refusal is not None:
-                self._store(seen, refusal.status)
+                self._store(seen, refusal.status, retry_after=_retry_after(refusal))
                 return refusal
             # Recorded before the answer is written: a client that has read the whole
             # stream then finds the request in the record.
@@ -563,12 +605,15 @@ class MockApi:
                     refusal.text = (refusal.text or "").replace("key", f"key {seen.key}", 1)
                 return refusal, {}
             headers: dict[str, str] = {}
-            if config.limit is not None:
+            limit = _limit_at(config, seen.since)
+            if limit is not None:
                 while self._accepted and self._accepted[0] <= at - config.window:
                     self._accepted.popleft()
-                if len(self._accepted) >= config.limit:
-                    wait = self._accepted[0] + config.window - at
-                    headers = self._limit_headers(config.limit, 0, wait, openai=openai)
+                if len(self._accepted) >= limit:
+                    # Honest: until enough have left the window for one more to fit, the
+                    # first of them if the limit stayed, a later one if it was lowered.
+                    wait = self._accepted[len(self._accepted) - limit] + config.window - at
+                    headers = self._limit_headers(config, limit, 0, wait, openai=openai)
                     # Whole seconds, rounded up, as the real APIs send it.
                     headers["retry-after"] = str(max(1, math.ceil(wait)))
                     if gemini:
@@ -586,13 +631,15 @@ class MockApi:
                 self._accepted.append(at)
                 reset = self._accepted[0] + config.window - at
                 headers = self._limit_headers(
-                    config.limit, config.limit - len(self._accepted), reset, openai=openai
+                    config, limit, max(0, limit - len(self._accepted)), reset, openai=openai
                 )
         return None, headers
 
     def _limit_headers(
-        self, limit: int, remaining: int, reset_in: float, *, openai: bool
+        self, config: MockConfig, limit: int, remaining: int, reset_in: float, *, openai: bool
     ) -> dict[str, str]:
+        if not config.limit_headers:
+            return {}
         if openai:
             return {
                 "x-ratelimit-limit-requests": str(limit),
@@ -978,6 +1025,49 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _limit_at(config: MockConfig, since: float) -> int | None:
+    """The window's limit `since` seconds after the start: the last step of the
+    schedule begun by then, else the config's `limit`."""
+    limit = config.limit
+    for start, step in config.schedule:
+        if start > since:
+            break
+        limit = step
+    return limit
+
+
+def _prompt_tail(body: bytes) -> str:
+    """The last 200 characters of a chat request's first message (Anthropic's or
+    OpenAI's `messages`; "" for anything else), where an agent puts the prompt: a
+    benchmark tells whose request it was."""
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        return ""
+    messages = parsed.get("messages") if isinstance(parsed, dict) else None
+    if not isinstance(messages, list) or not messages or not isinstance(messages[0], dict):
+        return ""
+    return _text_of(messages[0].get("content"))[-200:]
+
+
+def _retry_after(refusal: web.Response) -> int | None:
+    """The whole seconds of a refusal's `retry-after`, if it sends them as a number."""
+    value = refusal.headers.get("retry-after", "")
+    return int(value) if value.isdigit() else None
+
+
+def parse_schedule(text: str) -> tuple[tuple[float, int], ...]:
+    """`0:6,40:2,80:6` as schedule steps: (seconds since the start, limit), ascending,
+    each limit at least 1."""
+    steps = []
+    for part in text.split(","):
+        start, _, limit = part.partition(":")
+        steps.append((float(start), int(limit)))
+    if [s for s, _ in steps] != sorted(s for s, _ in steps) or min(n for _, n in steps) < 1:
+        raise ValueError(f"not ascending steps of limits >= 1: {text!r}")
+    return tuple(steps)
+
+
 def _has_tool_result(body: Any) -> bool:
     messages = body.get("messages") or []
     last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
@@ -1261,9 +1351,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=float, default=60.0, help="seconds")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before answering")
     parser.add_argument("--tool", action="store_true", help="answer with a Bash tool call first")
+    parser.add_argument(
+        "--schedule",
+        type=parse_schedule,
+        default=(),
+        help="the limit over time, SECONDS:LIMIT steps (0:6,40:2,80:6); replaces --limit",
+    )
+    parser.add_argument(
+        "--no-limit-headers",
+        dest="limit_headers",
+        action="store_false",
+        help="send no anthropic-ratelimit-* / x-ratelimit-* headers, only retry-after",
+    )
     options = parser.parse_args(argv)
     config = MockConfig(
-        limit=options.limit, window=options.window, latency=options.latency, tool=options.tool
+        limit=options.limit,
+        window=options.window,
+        latency=options.latency,
+        tool=options.tool,
+        schedule=options.schedule,
+        limit_headers=options.limit_headers,
     )
     with MockApi(config).in_thread() as api:
         print(api.url, flush=True)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mockapi import Fault, MockApi, Usage
+from mockapi import Fault, MockApi, MockConfig, Usage, parse_schedule
 
 
 def _post(
@@ -81,7 +82,7 @@ def test_it_enforces_its_own_sliding_window_with_retry_after(mock_api: MockApi) 
 
 
 def test_max_in_window_counts_arrivals_in_any_half_open_window() -> None:
-    times = iter([0.0, 1.0, 1.0, 2.0, 2.5])
+    times = iter([0.0, 0.0, 1.0, 1.0, 2.0, 2.5])  # the start, then each request's arrival
     api = MockApi(clock=lambda: next(times))
     with api.in_thread():
         for _ in range(5):
@@ -89,6 +90,81 @@ def test_max_in_window_counts_arrivals_in_any_half_open_window() -> None:
     assert api.max_in_window(1.0) == 2  # 0.0 and 1.0 are not in one window of 1 s
     assert api.max_in_window(1.01) == 3  # 0.0, 1.0, 1.0
     assert api.max_in_window(2.0) == 4  # 1.0, 1.0, 2.0, 2.5
+
+
+def test_a_scheduled_limit_changes_and_a_lowered_one_gets_an_honest_retry_after() -> None:
+    # 3 per 20 s from the start, 1 from 10 s, 2 from 30 s (the clock: the start at 100,
+    # then each request's arrival).
+    times = iter([100.0, 100.0, 101.0, 102.0, 110.5, 121.5, 122.5, 131.0, 131.5])
+    config = MockConfig(window=20, schedule=((0, 3), (10, 1), (30, 2)))
+    api = MockApi(config, clock=lambda: next(times))
+    with api.in_thread():
+        answers = [_post(api, "/v1/messages", MESSAGE) for _ in range(8)]
+    assert [status for status, _, _ in answers] == [200, 200, 200, 429, 429, 200, 200, 429]
+    # At 110.5 the window holds 100, 101 and 102 and the limit is 1: one more fits once
+    # 102 has left, at 122 (12 s), not when 100 leaves (10 s, the first to leave).
+    assert [headers.get("retry-after") for _, headers, _ in answers] == [
+        None,
+        None,
+        None,
+        "12",
+        "1",  # 0.5 s, rounded up
+        None,
+        None,
+        "11",
+    ]
+    assert [
+        (
+            headers["anthropic-ratelimit-requests-limit"],
+            headers["anthropic-ratelimit-requests-remaining"],
+        )
+        for _, headers, _ in answers
+    ] == [
+        ("3", "2"),
+        ("3", "1"),
+        ("3", "0"),
+        ("1", "0"),
+        ("1", "0"),
+        ("1", "0"),
+        ("2", "0"),
+        ("2", "0"),
+    ]
+    assert [(s.since, s.limit, s.retry_after) for s in api.posts()] == [
+        (0.0, 3, None),
+        (1.0, 3, None),
+        (2.0, 3, None),
+        (10.5, 1, 12),
+        (21.5, 1, 1),
+        (22.5, 1, None),
+        (31.0, 2, None),
+        (31.5, 2, 11),
+    ]
+    assert api.limit_at(9.9) == 3
+    assert api.limit_at(10) == 1
+
+
+def test_a_limit_lowered_by_configure_gets_the_honest_retry_after_too() -> None:
+    times = iter([0.0, 0.0, 1.0, 2.0, 10.5])
+    api = MockApi(MockConfig(limit=3, window=20), clock=lambda: next(times))
+    with api.in_thread():
+        assert [_post(api, "/v1/messages", MESSAGE)[0] for _ in range(3)] == [200] * 3
+        api.configure(limit=1)
+        status, headers, _ = _post(api, "/v1/messages", MESSAGE)
+    # Not 10 s, when the first of the three leaves: the third leaves at 22.
+    assert (status, headers["retry-after"]) == (429, "12")
+
+
+def test_without_limit_headers_a_429_says_only_retry_after(mock_api: MockApi) -> None:
+    mock_api.configure(limit=1, window=30, limit_headers=False)
+    for path, body in (
+        ("/v1/messages", MESSAGE),
+        ("/v1/chat/completions", {"model": "gpt-x", "messages": []}),
+    ):
+        mock_api.clear()
+        (ok, ok_headers, _), (refused, headers, _) = (_post(mock_api, path, body) for _ in range(2))
+        assert (ok, refused, headers["retry-after"]) == (200, 429, "30")
+        for sent in (ok_headers, headers):
+            assert [h for h in sent if "ratelimit" in h] == [], path
 
 
 def test_a_stream_is_the_real_apis_events_and_a_tool_loop(mock_api: MockApi) -> None:
@@ -361,6 +437,50 @@ def test_it_runs_as_a_process_of_its_own_with_its_record_over_http() -> None:
         assert server.stdin is not None
         server.stdin.close()
         assert server.wait(timeout=30) == 0
+
+
+def test_the_process_takes_a_schedule_and_reports_each_requests_time_and_status() -> None:
+    mock = Path(__file__).parent / "mockapi.py"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(mock),
+            *("--schedule", "0:1,3600:5", "--window", "60", "--no-limit-headers"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        before = time.monotonic()
+        answers = [_post(url, "/v1/messages", MESSAGE) for _ in range(2)]
+        after = time.monotonic()
+        assert [status for status, _, _ in answers] == [200, 429]
+        assert answers[1][1]["retry-after"] == "60"
+        assert [h for _, headers, _ in answers for h in headers if "ratelimit" in h] == []
+        with urllib.request.urlopen(url + "/_mock/seen", timeout=30) as response:
+            seen = json.loads(response.read())
+        assert [(s["status"], s["limit"], s["retry_after"], s["prompt"]) for s in seen] == [
+            (200, 1, None, "hi"),
+            (429, 1, 60, "hi"),
+        ]
+        # `at` is time.monotonic(), the same clock in this process.
+        assert before <= seen[0]["at"] <= seen[1]["at"] <= after
+        assert 0 <= seen[0]["since"] <= seen[1]["since"] < 60
+        assert seen[1]["at"] - seen[0]["at"] == pytest.approx(seen[1]["since"] - seen[0]["since"])
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+
+
+def test_a_schedule_must_ascend_with_limits_of_at_least_one() -> None:
+    assert parse_schedule("0:6,40:2,80:6") == ((0.0, 6), (40.0, 2), (80.0, 6))
+    for bad in ("40:2,0:6", "0:0"):
+        with pytest.raises(ValueError, match="not ascending steps of limits >= 1"):
+            parse_schedule(bad)
 
 
 def test_the_responses_api_streams_a_shell_call_then_text_with_usage(mock_api: MockApi) -> None:
