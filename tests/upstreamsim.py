@@ -62,7 +62,8 @@ def run(
     until: float = 100_000.0,
 ) -> Record:
     """Run ``units`` through ``ceiling`` against ``upstream``; each unit's request is
-    sent as it starts and its answer comes ``duration(unit)`` later."""
+    sent as it starts and the unit ends ``duration(unit)`` later, or at once when its
+    request is refused."""
     record = Record()
     pending = deque(range(units))
     running: list[tuple[float, int, Admission, float | None]] = []
@@ -76,7 +77,9 @@ def run(
             admission = ceiling.start(t)
             record.starts.append(t)
             refused = upstream.ask(t)
-            running.append((t + duration(unit), unit, admission, refused))
+            # A refused request comes back at once: the worker exits with its 429.
+            took = duration(unit) if refused is None else min(duration(unit), 0.05)
+            running.append((t + took, unit, admission, refused))
         moments = [end for end, *_ in running]
         if pending and len(running) < slots:
             due = ceiling.due(t)

@@ -7,10 +7,13 @@ request for the gateway (``gateway.limiter``).  The upstream's only word is a th
 
 The controller (README "How fanout learns a limit nobody declared" says why this one):
 
-- **Slow start** (TCP, RFC 5681), while nothing is known: at most ``INITIAL_WINDOW``
-  starts in flight, one more for each that gets through (so it doubles per round trip)
-  and double after ``RAMP_S`` without a throttle (so a limit on units that run for
-  minutes still opens up).  It ends at the first throttle, or when it reaches the slots.
+- **Slow start** (TCP, RFC 5681), while nothing is known, in generations: the first
+  of ``INITIAL_WINDOW`` starts, each next one twice as large, opened when every start
+  of the one before got through (TCP doubles per round trip) or ``RAMP_S`` after it
+  opened (so units that run for minutes still open it up).  Counting starts, not
+  starts in flight, matters for quick units: a flight refilled as each one ends lets
+  a whole burst through before the first throttle comes back.  It ends at the first
+  throttle, or when a generation would reach the slots.
 - **Decrease to what got through**, not by a fixed factor.  On a throttle with
   Retry-After R the upstream's window is at least R long (an honest R is the time until
   its oldest counted request leaves), so the window learned is the longest R seen, and
@@ -163,11 +166,15 @@ class Ceiling:
             self.window = self.learned.window
             self.concurrency = self.learned.concurrency
             self.throttles = self.learned.throttles
-        wide = self.slots is not None and self.slots <= INITIAL_WINDOW  # no flight to open
-        self._flight: int | None = (
+        # Slow start's generation: its size (None: not ramping), how many of it have
+        # started, which of those are still running, and when it opened.
+        wide = self.slots is not None and self.slots <= INITIAL_WINDOW  # nothing to open
+        self._generation: int | None = (
             INITIAL_WINDOW if self.slow_start and self.rate is None and not wide else None
         )
-        self._flight_grown_at = 0.0
+        self._generation_started = 0
+        self._generation_open: set[int] = set()
+        self._generation_at = 0.0
         self._flight_gains = 0
         self._recent: deque[_Start] = deque()
         self._running: dict[int, _Start] = {}
@@ -207,15 +214,17 @@ class Ceiling:
         return self.declared[1] / self.declared[0] * (1 + 1e-6) + 2e-6
 
     def due(self, now: float) -> float | None:
-        """The earliest moment >= now of the next start; None while the flight is full."""
+        """The earliest moment >= now of the next start; None while the flight is full
+        (a ``finish`` changes that)."""
         self._probe(now)
-        ramping = self.slow_start and self._flight is not None and self.rate is None
-        if ramping and now - self._flight_grown_at >= RAMP_S:
-            self._grow_flight(now, double=True)
-        cap = self._cap()
-        if cap is not None and len(self._running) >= cap:
-            return None
         due = max(now, self.paused_until)
+        if self.ramping and self._generation_started >= (self._generation or 0):
+            if not self._generation_open or now - self._generation_at >= RAMP_S:
+                self._next_generation(now)
+            else:  # the next generation opens when this one is through, or at RAMP_S
+                due = max(due, self._generation_at + RAMP_S)
+        if self.concurrency is not None and len(self._running) >= self.concurrency:
+            return None
         interval = self.interval
         if self._after_pause:
             interval = self._declared_interval() if self.declared else None
@@ -226,16 +235,15 @@ class Ceiling:
             due = max(due, paced)
         return due
 
-    def _cap(self) -> int | None:
-        caps = [c for c in (self._flight, self.concurrency) if c is not None]
-        return min(caps) if caps else None
-
     def start(self, now: float) -> Admission:
         self._number += 1
         admission = Admission(self._number, now)
         entry = _Start(admission)
         self._running[admission.number] = entry
         self._recent.append(entry)
+        if self.ramping:
+            self._generation_started += 1
+            self._generation_open.add(admission.number)
         self._last_start = now
         self._after_pause = False
         if self._calm_since is None:
@@ -246,6 +254,7 @@ class Ceiling:
     def cancel(self, admission: Admission) -> None:
         """A start that never reached the upstream: forget it."""
         entry = self._running.pop(admission.number, None)
+        self._generation_open.discard(admission.number)
         if entry is not None:
             entry.state = "cancelled"
 
@@ -267,6 +276,7 @@ class Ceiling:
             return None
         if not throttled:
             entry.state = "through"
+            self._generation_open.discard(admission.number)
             if admission.number >= self._pause_begun_at:
                 self._through_since_pause = True
             self._gained(now)
@@ -278,21 +288,21 @@ class Ceiling:
         return self._throttled(admission, now, retry_after, beside)
 
     def _gained(self, now: float) -> None:
-        if self._flight is not None and self.rate is None:
-            self._grow_flight(now, double=False)
-        elif self.concurrency is not None:
+        if self.concurrency is not None:
             self._flight_gains += 1
             if self._flight_gains >= self.concurrency:
                 self._flight_gains = 0
                 if self.slots is None or self.concurrency < self.slots:
                     self.concurrency += 1
 
-    def _grow_flight(self, now: float, *, double: bool) -> None:
-        assert self._flight is not None
-        self._flight = self._flight * 2 if double else self._flight + 1
-        self._flight_grown_at = now
-        if self.slots is not None and self._flight >= self.slots:
-            self._flight = None  # the slots bound it from here
+    def _next_generation(self, now: float) -> None:
+        assert self._generation is not None
+        self._generation *= 2
+        if self.slots is not None and self._generation >= self.slots:
+            self._generation = None  # the slots bound it from here
+        self._generation_started = 0
+        self._generation_open = set()
+        self._generation_at = now
         self.version += 1
 
     def _throttled(
@@ -339,7 +349,7 @@ class Ceiling:
             if self._calm_since is not None and self._step > 1:
                 self._hold = min(self._hold * 2, HOLD_MAX)  # a probe was refused
             self._step = 1.0
-        self._flight = None
+        self._generation = None
         self._calm_since = max(now, self.paused_until)  # windows count from the pause's end
         self._wanted = False
         self.version += 1
@@ -433,4 +443,4 @@ class Ceiling:
     @property
     def ramping(self) -> bool:
         """Slow start holds the flight (nothing learned yet)."""
-        return self._flight is not None and self.rate is None
+        return self._generation is not None and self.rate is None
