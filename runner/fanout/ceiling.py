@@ -328,8 +328,10 @@ class Ceiling:
             for e in self._recent
             if e.admission.at > now - window and e.state in ("through", "running")
         )
-        observed = max(1, got) / window
-        tried = (got + 1) / window
+        # The rate is the limit's whole (``share`` of it is this job's): what got
+        # through of this job's starts is its share's worth.
+        observed = max(1, got) / window / self.share
+        tried = (got + 1) / window / self.share
         if same_episode:  # what got through in the same window, counted again
             self.rate = self._bounded(min(self.rate or observed, observed))
             self._refused = min(self._refused or tried, tried)
@@ -421,6 +423,23 @@ class Ceiling:
             self.version += 1
         elif self.rate is not None:
             self.rate = self._bounded(self.rate)
+
+    def adopt(self, learned: Learned, now: float) -> bool:
+        """A peer sharing this limit (``gateway.shares``) was throttled and learned
+        ``learned``: taken when it is below the rate paced at, or nothing is known
+        (slow start ends), then probed from as if learned here.  True if taken."""
+        rate = self._bounded(learned.rate)
+        if self.rate is not None and rate >= self.rate:
+            return False
+        self.rate = rate
+        self.window = max(self.window or 0.0, learned.window)
+        if self.declared:
+            self.window = min(self.window, self.declared[1])
+        self._flight = None
+        self._calm_since = now
+        self._wanted = False
+        self.version += 1
+        return True
 
     def _forget(self, now: float) -> None:
         horizon = (self.window or RAMP_S) * 2
