@@ -4,12 +4,14 @@ limiter reads and its timers run on); admission times are asserted exactly."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Awaitable
 from typing import TypeVar
 
 import pytest
 
+from fanout.ceiling import MARGIN, Learned, Pause
 from fanout.gateway.limiter import SKEW, Limiter, Remaining, Ticket
 from fanout.spec import Window
 
@@ -372,3 +374,112 @@ async def test_a_request_counts_from_when_it_was_sent_not_from_its_admission() -
     limiter.sent(ticket)
     limiter.settle(ticket, input_tokens=0, output_tokens=0)
     assert await _admitted_at(limiter) == round(0.5 + 10 + SKEW, 6)
+
+
+# -- the learned ceiling --------------------------------------------------------------
+
+
+class _NoJitter(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+async def test_one_burst_of_throttled_requests_makes_one_pause_then_the_learned_pace() -> None:
+    told: list[Learned] = []
+    limiter = Limiter(
+        requests=None,
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        rng=_NoJitter(),
+        told=told.append,
+    )
+    # Slow start lets four in flight; the upstream refuses all four at t=1, asking 9 s.
+    burst = [await _within(limiter.admit(input_tokens=0, output_tokens=0), 1) for _ in range(4)]
+    assert _now() == 0
+    await asyncio.sleep(1)
+    pauses = [limiter.throttled(ticket, 9.0) for ticket in burst]
+    for ticket in burst:
+        limiter.release(ticket)
+    # One pause (a new episode, backoff level 0, Retry-After its floor); the other three
+    # were admitted before it began: its episode, no escalation, no pause of their own.
+    assert pauses == [Pause(seconds=9.0, until=10.0, level=0, new_episode=True), None, None, None]
+    assert limiter.paused_until == 10
+    # Nothing got through in the 9 s window: one a window, from 4 throttles.
+    assert [(k.per_window, k.window, k.throttles) for k in told][-1] == (1.0, 9.0, 4)
+
+    retried: list[float] = []
+
+    async def retry() -> None:
+        ticket = await limiter.admit(input_tokens=0, output_tokens=0)
+        retried.append(_now())
+        limiter.answered(ticket)
+        limiter.settle(ticket, input_tokens=0, output_tokens=0)
+
+    await _within(asyncio.gather(*(retry() for _ in range(4))))
+    # After the pause, paced at the learned rate (widened by MARGIN), not all at once;
+    # from the third on the ceiling probes upward, still one at a time.
+    assert retried[:2] == [10, round(10 + 9 * MARGIN, 6)]
+    assert min(b - a for a, b in itertools.pairwise(retried)) > 4
+
+
+async def test_a_stated_limit_that_changes_scales_the_pace_at_once() -> None:
+    limiter = Limiter(
+        requests=None,
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        learned=Learned(rate=0.2, window=10, throttles=1),  # 2 per 10 s
+    )
+    limiter.observe(Remaining(requests_limit=2))  # what it learned: nothing changes
+    times: list[float] = []
+
+    async def caller() -> None:
+        times.append(await _admitted_at(limiter))
+
+    callers = asyncio.gather(*(caller() for _ in range(4)))
+    await asyncio.sleep(6)
+    assert times == [0, 5.25]  # 1.05 / 0.2 apart; the next was due at 10.5 ...
+    limiter.observe(Remaining(requests_limit=4))  # ... until the upstream said 4
+    await _within(callers)
+    assert times == [0, 5.25, 7.875, 10.5]
+    assert limiter.ceiling.known() == Learned(rate=0.4, window=10, throttles=1)
+
+
+async def test_a_share_of_the_limit_re_paces_the_waiting_head() -> None:
+    limiter = Limiter(
+        requests=None,
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        learned=Learned(rate=0.2, window=10, throttles=1),
+    )
+    assert await _admitted_at(limiter) == 0
+    waiting = asyncio.create_task(_admitted_at(limiter))  # due at 5.25 alone
+    await asyncio.sleep(1)
+    limiter.shared(0.5)  # another job shares the key: half the pace
+    await asyncio.sleep(6)
+    assert not waiting.done()
+    assert await _within(waiting) == 10.5
+    limiter.shared(1.0)
+    assert await _admitted_at(limiter) == 15.75
+
+
+async def test_a_share_scales_each_declared_window() -> None:
+    limiter = _limiter(requests=_w(4, 10), input_tokens=_w(1000, 10))
+    limiter.shared(0.5)
+    times = [await _admitted_at(limiter, input_tokens=100) for _ in range(4)]
+    assert times == [0, 0, round(10 + SKEW, 6), round(10 + SKEW, 6)]
+    limiter.shared(1.0)
+    assert [await _admitted_at(limiter) for _ in range(2)] == [round(10 + SKEW, 6)] * 2
+
+
+async def test_a_request_settled_without_an_answer_is_forgotten_by_the_ceiling() -> None:
+    limiter = _limiter()  # slow start: four in flight
+    tickets = [await _within(limiter.admit(input_tokens=0, output_tokens=0), 1) for _ in range(4)]
+    waiting = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
+    await asyncio.sleep(1)
+    assert not waiting.done()  # the flight is full
+    limiter.release(tickets[0])  # the upstream could not be reached
+    assert (await _within(waiting, 1)).queued == 1
+    assert limiter.ceiling.known() is None

@@ -305,6 +305,7 @@ def test_anthropic_headers_give_each_limits_remaining_and_reset() -> None:
         input_tokens_reset=30.0,
         output_tokens=16000,
         output_tokens_reset=None,
+        requests_limit=50,
     )
 
 
@@ -317,7 +318,21 @@ def test_openai_headers_with_go_durations() -> None:
         "x-ratelimit-reset-tokens": "6m0s",
     }
     assert ratelimits.remaining(headers, NOW) == Remaining(
-        requests=499, requests_reset=0.12, tokens=149984, tokens_reset=360.0
+        requests=499,
+        requests_reset=0.12,
+        tokens=149984,
+        tokens_reset=360.0,
+        requests_limit=500,
+    )
+
+
+def test_a_requests_limit_alone_is_said() -> None:
+    # The limit without what remains of it still bounds what the gateway learns.
+    assert ratelimits.remaining({"anthropic-ratelimit-requests-limit": "8"}, NOW) == Remaining(
+        requests_limit=8
+    )
+    assert ratelimits.remaining({"x-ratelimit-limit-requests": "60"}, NOW) == Remaining(
+        requests_limit=60
     )
 
 

@@ -30,6 +30,20 @@ is re-checked on every settle, release, pause, observation and arrival: no polli
 cancelled waiter leaves the queue; one cancelled after its admission but before it ran
 has the admission undone: cancellation leaves no trace.
 
+The learned ceiling (``ceiling.Ceiling``, one per API, counting requests).  An API
+whose limit nobody declared learns it from its throttles: every admission takes a start
+of the ceiling, every answer tells it through (``answered``) or throttled
+(``throttled``, which returns the pause the throttle begins: one per episode, however
+many requests one burst got refused), and the head also waits for the ceiling's due
+moment (its pause, its pace, and the requests it lets be in flight: None re-checks on
+the next answer, settle or release).  A declared requests window is the ceiling's
+bound; it slow-starts only with neither a requests window nor ``maxInFlight``.  A
+request settled or released without an answer (the upstream could not be reached) is
+forgotten by the ceiling.  The upstream's stated limit (``Remaining.requests_limit``)
+bounds its probes and scales its pace when it changes.  ``shared`` sets the fraction
+of the limit this job may use when other jobs share the key (``shares``): the learned
+pace and every declared window are scaled by it.
+
 Upstream feedback (``observe``).  Remaining 0 with a known reset: nothing is admitted
 until the reset.  Remaining small (below SMALL_FRACTION of our window of that kind; with
 no such window, fewer than SMALL_REQUESTS requests, and tokens are never "small"): the
@@ -44,13 +58,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
-from ..spec import Window
+from ..ceiling import RAMP_S, Admission, Ceiling, Learned, Pause
+from ..spec import Throttle, Window
 
 SKEW = 0.1  # sending to the upstream's arrival (see the docstring)
 # Float dust (a timer fired at 60.049999999 for 60.05): the head is judged at now + _DUST
@@ -58,6 +74,10 @@ SKEW = 0.1  # sending to the upstream's arrival (see the docstring)
 _DUST = 1e-6
 SMALL_FRACTION = 0.1
 SMALL_REQUESTS = 5
+# Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, jitter)), the backoff
+# doubling from 1 s to 60 s with each episode that follows a pause honoured in vain.
+# The jitter spreads the retries of many waiting requests apart after a pause ends.
+THROTTLE = Throttle(initial=1.0, max=60.0, jitter=0.2)
 
 
 class _Kind(Enum):
@@ -65,6 +85,17 @@ class _Kind(Enum):
     TOKENS = "tokens"  # input and output together (OpenAI; Anthropic's tightest): both ours
     INPUT = "input tokens"
     OUTPUT = "output tokens"
+
+
+class Peers(Protocol):
+    """The other jobs that share the API's key (``shares``), told the moments when this
+    job's part of the limit must be current: a request arrives (a job that was idle
+    joins), or a throttle is about to teach the ceiling (which counts this job's starts
+    as its part's worth)."""
+
+    def arrived(self) -> None: ...
+
+    def throttling(self) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,6 +111,8 @@ class Remaining:
     input_tokens_reset: float | None = None
     output_tokens: int | None = None
     output_tokens_reset: float | None = None
+    # The upstream's own requests limit (``*-ratelimit-requests-limit``).
+    requests_limit: int | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -87,6 +120,7 @@ class _Entry:
     at: float
     input: int
     output: int
+    admission: Admission | None = None  # the ceiling's start, taken at admission
 
     def amount(self, kind: _Kind) -> int:
         amounts = {_Kind.REQUESTS: 1, _Kind.INPUT: self.input, _Kind.OUTPUT: self.output}
@@ -95,9 +129,12 @@ class _Entry:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Ticket:
-    """An admitted request: ``queued`` seconds from ``admit`` to admission."""
+    """An admitted request: ``queued`` seconds from ``admit`` to admission, and the
+    start its ceiling counted (told through or throttled by ``answered``,
+    ``throttled``)."""
 
     queued: float
+    admission: Admission
     _entry: _Entry = field(repr=False, compare=False)
 
 
@@ -139,7 +176,10 @@ class _Log:
 
 
 class Limiter:
-    """Admits the requests of one API in arrival order, at the pace of its windows."""
+    """Admits the requests of one API in arrival order, at the pace of its windows and
+    of its learned ceiling.  ``learned``: what an earlier run learned (the ceiling
+    starts from it); ``told``: called with what the ceiling knows whenever that
+    changes."""
 
     def __init__(
         self,
@@ -149,12 +189,29 @@ class Limiter:
         output_tokens: Window | None,
         max_in_flight: int | None,
         clock: Callable[[], float] | None = None,
+        throttle: Throttle = THROTTLE,
+        rng: random.Random | None = None,
+        learned: Learned | None = None,
+        told: Callable[[Learned], None] | None = None,
     ) -> None:
         self._clock = clock
         self._max_in_flight = max_in_flight
         kinds = (_Kind.REQUESTS, _Kind.INPUT, _Kind.OUTPUT)
         windows = zip(kinds, (requests, input_tokens, output_tokens), strict=True)
         self._logs = [_Log(kind, w.limit, w.per + SKEW) for kind, w in windows if w is not None]
+        self._declared_limits = [log.limit for log in self._logs]
+        self.declared = None if requests is None else (requests.limit, requests.per)
+        self.ceiling = Ceiling(
+            throttle,
+            rng or random.Random(),
+            declared=self.declared,
+            learned=learned,
+            slow_start=requests is None and max_in_flight is None,
+            slots=max_in_flight,
+        )
+        self._told = told
+        self._known = self.ceiling.known()
+        self.peers: Peers | None = None  # set by ``shares``
         self._last: _Entry | None = None  # the newest admission: spreads count from it
         self._open: set[_Entry] = set()  # admitted, neither settled nor released
         self._queue: deque[_Waiter] = deque()
@@ -178,12 +235,16 @@ class Limiter:
         reserved = _Entry(called, fit(_Kind.INPUT, input_tokens), fit(_Kind.OUTPUT, output_tokens))
         waiter = _Waiter(asyncio.get_running_loop().create_future(), reserved)
         self._queue.append(waiter)
+        if self.peers is not None:
+            self.peers.arrived()
         self._grant()
         try:
             entry = await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
                 # Admitted, then cancelled before it could run: undo the admission.
+                if reserved.admission is not None:
+                    self.ceiling.cancel(reserved.admission)
                 self._open.discard(reserved)
                 self._count(reserved, -1)
                 for log in self._logs:
@@ -198,7 +259,8 @@ class Limiter:
         queued = entry.at - called
         self._admitted += 1
         self._queued_seconds += queued
-        return Ticket(queued=queued, _entry=entry)
+        assert entry.admission is not None
+        return Ticket(queued=queued, admission=entry.admission, _entry=entry)
 
     def sent(self, ticket: Ticket) -> None:
         """The request's headers have just left for the upstream: from now on its entry
@@ -219,6 +281,7 @@ class Limiter:
         entry = ticket._entry
         if entry not in self._open:
             return  # settled or released already: a second call must not free twice
+        self.ceiling.cancel(ticket.admission)  # no answer was told: the ceiling forgets it
         self._open.discard(entry)
         self._count(entry, -1)
         entry.input, entry.output = max(0, input_tokens), max(0, output_tokens)
@@ -228,6 +291,52 @@ class Limiter:
     def release(self, ticket: Ticket) -> None:
         """No usage known: the reservation stays in the windows; in flight is freed."""
         self.settle(ticket, input_tokens=ticket._entry.input, output_tokens=ticket._entry.output)
+
+    def answered(self, ticket: Ticket) -> None:
+        """The upstream answered the request (anything but a throttle): it got through."""
+        self.ceiling.finish(ticket.admission, self._now(), throttled=False)
+        self._grant()
+
+    def throttled(self, ticket: Ticket, retry_after: float | None) -> Pause | None:
+        """The upstream throttled the request (a 429 or 529, ``retry_after`` seconds
+        asked): the pause it begins or lengthens, None when the episode's pause covers
+        it already.  Admissions wait for it (``paused_until``)."""
+        if self.peers is not None:
+            self.peers.throttling()
+        pause = self.ceiling.finish(
+            ticket.admission, self._now(), throttled=True, retry_after=retry_after
+        )
+        self._grant()
+        return pause
+
+    @property
+    def paused_until(self) -> float:
+        """Until when (on the limiter's clock) nothing is admitted, for a pause."""
+        return max(self._paused_until, self.ceiling.paused_until)
+
+    def shared(self, fraction: float) -> None:
+        """This job may use ``fraction`` of the API's limit (0 < fraction <= 1; the
+        rest is other jobs' that share the key): of the learned pace and of each
+        declared window."""
+        fraction = min(1.0, max(fraction, 1e-3))
+        if fraction == self.ceiling.share:
+            return
+        self.ceiling.share = fraction
+        for log, limit in zip(self._logs, self._declared_limits, strict=True):
+            log.limit = max(1, math.floor(limit * fraction))
+        self._grant()
+
+    def adopt(self, learned: Learned) -> bool:
+        """A job sharing the key learned ``learned`` from a throttle: paced at it when
+        it is below what this one paces at (``Ceiling.adopt``).  True if taken."""
+        taken = self.ceiling.adopt(learned, self._now())
+        if taken:
+            self._grant()
+        return taken
+
+    def demand(self) -> int:
+        """Requests waiting or in flight."""
+        return len(self._queue) + len(self._open)
 
     def pause(self, seconds: float) -> None:
         """Admit nothing for ``seconds`` (a longer pause already running stays)."""
@@ -251,6 +360,8 @@ class Limiter:
                 self._paused_until = max(self._paused_until, now + reset)
             elif reset > 0 and self._small(kind, left):
                 self._spreads[kind] = (left / reset, now + reset)
+        if r.requests_limit is not None:
+            self.ceiling.stated(r.requests_limit)
         self._grant()
 
     def _small(self, kind: _Kind, left: int) -> bool:
@@ -270,9 +381,18 @@ class Limiter:
 
     def _grant(self) -> None:
         """Admit the head of the queue while it fits; else arm one timer for its due
-        moment (none when only the in-flight cap holds it: a settle re-checks)."""
+        moment (none when only an in-flight cap holds it: an answer or a settle
+        re-checks; but slow start's flight also grows with time).  Called after every
+        change, the ceiling's pace included, so the timer is always for the newest."""
         if self._timer is not None:
             self._timer.cancel()  # the head, or the moment it is due, may have changed
+            self._timer = None
+        try:
+            self._admit_due()
+        finally:
+            self._tell()
+
+    def _admit_due(self) -> None:
         while self._queue:
             head = self._queue[0]
             if head.future.done():  # cancelled; its admit() is about to see it
@@ -280,19 +400,31 @@ class Limiter:
                 continue
             now = self._now()
             due = self._due(head.entry, now + _DUST)
+            loop = asyncio.get_running_loop()
             if due is None:
+                if self.ceiling.ramping:
+                    self._timer = loop.call_later(RAMP_S, self._grant)
                 return
             if due > now + _DUST:
-                loop = asyncio.get_running_loop()
                 self._timer = loop.call_later(due - now, self._grant)
                 return
             self._queue.popleft()
+            head.entry.admission = self.ceiling.start(now)
             head.entry.at, head.previous, self._last = now, self._last, head.entry
             for log in self._logs:
                 log.entries.append(head.entry)
             self._count(head.entry, +1)
             self._open.add(head.entry)
             head.future.set_result(head.entry)
+
+    def _tell(self) -> None:
+        """Say what the ceiling knows when it changed (a throttle, a probe, a peer's
+        rate, a stated limit)."""
+        known = self.ceiling.known()
+        if known != self._known:
+            self._known = known
+            if known is not None and self._told is not None:
+                self._told(known)
 
     def _count(self, entry: _Entry, sign: int) -> None:
         for log in self._logs:
@@ -305,7 +437,10 @@ class Limiter:
         them is the answer until something new happens (which re-checks)."""
         if self._max_in_flight is not None and len(self._open) >= self._max_in_flight:
             return None
-        due = max(t, self._paused_until, self._spread_due())
+        paced = self.ceiling.due(t)
+        if paced is None:
+            return None
+        due = max(t, paced, self._paused_until, self._spread_due())
         for log in self._logs:
             due = max(due, log.due(reserved.amount(log.kind), t))
         return due

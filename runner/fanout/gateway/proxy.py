@@ -6,7 +6,12 @@ On the way: the token is checked and swapped for the real key, the request waits
 its attempt's turn and its body is read (``admission``), then it waits its turn in the
 API's limiter, a 429/529 is absorbed (paused, sent again) while the attempt has time,
 and the answer streams back chunk by chunk while its usage is read and the key scrubbed
-(``scrub``).
+(``scrub``).  Every answer tells the limiter's ceiling what got through
+(``Limiter.answered``) or was throttled (``Limiter.throttled``): the pause is the
+ceiling's, one per episode (the requests one burst got refused share it), Retry-After
+its floor with jitter on top; a request whose pause would end past its attempt's
+deadline gets the 429 itself.  ``api.throttled`` says each throttle absorbed (its
+``episode``), ``api.learned`` each change of what the ceiling learned.
 What the gateway answers itself is shaped as the style's own errors, so agents print
 the message: 401 for a token that is not (or no longer) valid, 400 once the run's
 budget for the API or the unit's own budget is spent (never a 429 or 529: agents retry
@@ -35,6 +40,7 @@ from aiohttp import web
 from yarl import URL
 
 from ..apistyles import Style
+from ..ceiling import Learned, describe
 from ..errors import SpendStopped
 from ..events import Events
 from ..spec.model import Api
@@ -49,12 +55,6 @@ from .styles import Estimate, Verdict
 from .tokens import Grant, Grants
 from .usage import Accounts, Hold
 
-# Pauses after a 429/529: max(retry-after, backoff) * (1 + U(0, JITTER)), the backoff
-# doubling from BACKOFF_START to BACKOFF_MAX.  The jitter spreads the retries of many
-# waiting requests apart after a pause ends.
-BACKOFF_START = 1.0
-BACKOFF_MAX = 60.0
-JITTER = 0.2
 # A request without a cap on its output reserves this much of an output-tokens window
 # (the common default cap of agent CLIs) until its usage replaces the reservation;
 # reserving the whole window instead would run such requests one per window.
@@ -84,7 +84,9 @@ class Proxy:
         rng: random.Random,
         connections: Connections,
         complaints: Complaints,
+        learned: Mapping[str, Learned] | None = None,
     ) -> None:
+        kept = learned or {}
         self.routes = {
             api.name: Route(
                 api=api,
@@ -94,6 +96,9 @@ class Proxy:
                     input_tokens=api.input_tokens,
                     output_tokens=api.output_tokens,
                     max_in_flight=api.max_in_flight,
+                    rng=rng,
+                    learned=kept.get(api.name),
+                    told=functools.partial(self._learned, api.name),
                 ),
                 scrub=Scrub(keys.get(api.name, "")),
             )
@@ -107,6 +112,18 @@ class Proxy:
         self.complaints = complaints
         self.attempts = Attempts()
         self.session: aiohttp.ClientSession | None = None
+
+    def _learned(self, name: str, known: Learned) -> None:
+        declared = self.routes[name].limiter.declared
+        self.events.emit(
+            "api.learned",
+            api=name,
+            perWindow=round(known.per_window, 3),
+            window=round(known.window, 3),
+            throttles=known.throttles,
+            concurrency=known.concurrency,
+            text=describe(known, declared=declared),
+        )
 
     def app(self) -> web.Application:
         # Bodies are read by ``admission`` (in pieces, under each style's cap), never
@@ -240,7 +257,7 @@ class Proxy:
         headers = forwarding.upstream_headers(list(request.headers.items()), style, route.key)
         assert self.session is not None, "the gateway is not started"
         loop = asyncio.get_running_loop()
-        backoff, sent, queued, throttles = BACKOFF_START, 0, 0.0, 0
+        sent, queued, throttles = 0, 0.0, 0
         while True:
             ticket = await route.limiter.admit(
                 input_tokens=guess.input_tokens,
@@ -283,6 +300,7 @@ class Proxy:
                 if told is not None:
                     route.limiter.observe(told)
                 if answer.status < 400:
+                    route.limiter.answered(ticket)
                     turn.drop_body()  # no retry from here, and the answer may stream long
                     return await self._stream(
                         request, answer, route, hold, ticket, guess, sent, queued, throttles
@@ -291,15 +309,21 @@ class Proxy:
                     data = await answer.read()
                 except (aiohttp.ClientError, TimeoutError):
                     data = b""
-                finally:
+                except BaseException:
                     route.limiter.release(ticket)
+                    raise
                 verdict = styles.classify(style, answer.status, data)
-                if verdict is Verdict.RETRY:
+                if verdict is not Verdict.RETRY:
+                    route.limiter.answered(ticket)
+                    route.limiter.release(ticket)
+                else:
                     wait = ratelimits.retry_after(answer.headers, now)
-                    pause = max(wait or 0.0, backoff) * (1 + self.rng.uniform(0, JITTER))
-                    if loop.time() + pause < grant.deadline:
+                    # The ceiling learns of it whether or not it is absorbed.
+                    pause = route.limiter.throttled(ticket, wait)
+                    route.limiter.release(ticket)
+                    resume = max(loop.time(), route.limiter.paused_until)
+                    if resume < grant.deadline:
                         throttles += 1
-                        route.limiter.pause(pause)
                         self.events.emit(
                             "api.throttled",
                             api=route.api.name,
@@ -307,9 +331,9 @@ class Proxy:
                             attempt=grant.attempt,
                             status=answer.status,
                             retryAfter=wait,
-                            pause=round(pause, 3),
+                            pause=round(resume - loop.time(), 3),
+                            episode="new" if pause is not None and pause.new_episode else "same",
                         )
-                        backoff = min(backoff * 2, BACKOFF_MAX)
                         hold.answered()
                         continue
                 self._account(hold, None, sent, queued, throttles)

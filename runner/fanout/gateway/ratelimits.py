@@ -1,6 +1,8 @@
 """The rate-limit headers of an upstream's answer: how long it asks us to wait
-(``retry-after``, ``retry-after-ms``) and how much of each limit it says remains
-(``anthropic-ratelimit-*``, ``x-ratelimit-*``), as the limiter's ``Remaining``.
+(``retry-after``, ``retry-after-ms``), how much of each limit it says remains
+(``anthropic-ratelimit-*``, ``x-ratelimit-*``), and its requests limit itself
+(``anthropic-ratelimit-requests-limit``, ``x-ratelimit-limit-requests``), as the
+limiter's ``Remaining``.
 
 The styles write resets three ways: Anthropic an RFC 3339 time
 (``2026-12-01T14:40:59Z``), OpenAI a Go duration (``6m0s``, ``12ms``, ``1h2m3.5s``),
@@ -95,8 +97,9 @@ def _count(text: str | None) -> int | None:
 
 
 def remaining(headers: Mapping[str, str], now: datetime) -> Remaining | None:
-    """What the answer says is left of each limit and when it resets, or None if it
-    says nothing.  Anthropic's headers are read first; OpenAI's fill what they lack."""
+    """What the answer says is left of each limit and when it resets, and its requests
+    limit, or None if it says nothing.  Anthropic's headers are read first; OpenAI's
+    fill what they lack."""
     found: dict[str, tuple[int, float | None]] = {}
     for name, word in _KINDS:
         left = _count(headers.get(f"anthropic-ratelimit-{word}-remaining"))
@@ -106,7 +109,10 @@ def remaining(headers: Mapping[str, str], now: datetime) -> Remaining | None:
             reset = headers.get(f"x-ratelimit-reset-{word}")
         if left is not None:
             found[name] = (left, reset_seconds(reset, now) if reset is not None else None)
-    if not found:
+    limit = _count(headers.get("anthropic-ratelimit-requests-limit"))
+    if limit is None:
+        limit = _count(headers.get("x-ratelimit-limit-requests"))
+    if not found and limit is None:
         return None
     none: tuple[int | None, float | None] = (None, None)
     requests, tokens = found.get("requests", none), found.get("tokens", none)
@@ -120,4 +126,5 @@ def remaining(headers: Mapping[str, str], now: datetime) -> Remaining | None:
         input_tokens_reset=inputs[1],
         output_tokens=outputs[0],
         output_tokens_reset=outputs[1],
+        requests_limit=limit,
     )
