@@ -136,6 +136,7 @@ def runner_for(
     seeds, api_seeds = kept.seeds(journal, job)
     gateway = None
     if job.apis:
+        from . import hidden
         from .gateway import Gateway
 
         # A budget spent or an API refusing for money stops the run the way a closed
@@ -155,6 +156,9 @@ def runner_for(
             # Workers on Ray nodes connect to it at runtime.ray.gatewayHost.
             host=job.runtime.ray.gateway_host if job.runtime.ray is not None else "127.0.0.1",
             learned=api_seeds,
+            # The per-user pacing ledger, beside the state-dir registry (which every
+            # local sandbox hides): jobs calling an API with the same key share its limit.
+            shares_dir=hidden.registry(environ).parent / "shares",
         )
     # From here on the keys are the gateway's alone: the input command, the aggregate
     # command and the workers' PATH come from an environment without them.

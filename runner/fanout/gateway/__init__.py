@@ -3,7 +3,10 @@
 forward).  It paces requests fleet-wide per API (``limiter``), swaps each attempt's
 token for the real key (``tokens``; the key never leaves this process), absorbs
 429/529 answers, streams answers through while reading their usage (``styles``), and
-keeps the accounts and the budget (``usage``).  The HTTP side is ``proxy``.
+keeps the accounts and the budget (``usage``).  The HTTP side is ``proxy``.  Each API's
+limiter learns its ceiling from the upstream's throttles (``learned`` keeps it for the
+next run), and shares the limit with the other jobs that call the API with the same key
+(``shares``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ..ceiling import Learned, describe
 from ..errors import FanoutError, SpendStopped
 from ..events import Events
 from ..outcome import ApiUsage
@@ -27,6 +31,7 @@ from .books import Write
 from .complaints import Complaints
 from .connections import IDLE_TIMEOUT, Connections
 from .proxy import Proxy
+from .shares import Membership, Shares
 
 # aiohttp's default is 256 KiB (3.14; 64 KiB before): a quarter as much per connection.
 BODY_BUFFER = 64 * 1024
@@ -46,6 +51,8 @@ class Gateway:
         socket_dir: Path | None = None,
         host: str = "127.0.0.1",
         idle_timeout: float = IDLE_TIMEOUT,
+        learned: Mapping[str, Learned] | None = None,
+        shares_dir: Path | None = None,
     ) -> None:
         # Bound now, so the port is known before any transport (an SSH forward, a
         # worker's environment) is built; nothing is served until ``start``.  ``host``:
@@ -91,9 +98,29 @@ class Gateway:
             rng=rng or random.Random(),
             connections=self._connections,
             complaints=self._complaints,
+            learned=learned,
         )
         self._runner: web.AppRunner | None = None
         self._accepting: list[asyncio.Task[None]] = []
+        # ``shares_dir``: the per-user pacing ledger (``shares``), None to pace alone.
+        self._shares: Shares | None = None
+        self._sharing: asyncio.Task[None] | None = None
+        if shares_dir is not None:
+
+            def warn(message: str) -> None:
+                self._complaints.say("shares", message)
+
+            self._shares = Shares(
+                Membership(
+                    shares_dir,
+                    upstream=route.api.upstream,
+                    key=route.key,
+                    limiter=route.limiter,
+                    warn=warn,
+                )
+                for route in self._proxy.routes.values()
+                if route.key
+            )
 
     @property
     def port(self) -> int:
@@ -150,12 +177,22 @@ class Gateway:
             if listener is not None:
                 serving = self._connections.serve(listener, server)
                 self._accepting.append(asyncio.create_task(serving))
+        if self._shares is not None and self._shares.memberships:
+            self._shares.beat()  # a member before its first request
+            self._sharing = asyncio.create_task(self._shares.run())
 
     async def close(self) -> None:
         """Stops serving (requests still running are cancelled, and counted) and closes
         the upstream connections; what is left of the books is written.  Safe to call
         twice, or without ``start``."""
         try:
+            sharing, self._sharing = self._sharing, None
+            if sharing is not None:
+                sharing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sharing
+            if self._shares is not None:
+                self._shares.leave()
             accepting, self._accepting = self._accepting, []
             for task in accepting:
                 task.cancel()
@@ -228,6 +265,17 @@ class Gateway:
         mid-attempt loses none of what its requests spent.  A write that fails stops
         the run."""
         self._proxy.accounts.books.keep(write, failed=self._stop)
+
+    def learned(self) -> dict[str, tuple[Learned, str]]:
+        """What each API's limiter learned of its ceiling (from this run's throttles, or
+        kept from an earlier run's), to keep for the next run, and how to say it
+        (``2.0 per 10s learned from 3 throttles (declared 8 per 10s)``)."""
+        found = {}
+        for name, route in self._proxy.routes.items():
+            known = route.limiter.ceiling.known()
+            if known is not None:
+                found[name] = (known, describe(known, declared=route.limiter.declared))
+        return found
 
     def totals(self) -> tuple[ApiUsage, ...]:
         """The run's usage so far (since this process started), every API in job order."""

@@ -1,0 +1,274 @@
+"""A per-user pacing ledger: jobs that call the same API with the same key share its
+limit, instead of each pacing as if it were alone.
+
+A *group* is an upstream URL and a key: its directory is named by a sha256 of the URL
+and of the key's own sha256 (the key is never written, nor anything it could be read
+back from), under ``shares`` beside the state-dir registry (``hidden.registry``,
+``~/.local/state/fanout/shares``), 0700, so only this user's jobs join.  Each running
+gateway is a *member* of the group of each API it calls with a key: a file of its own
+(``<pid>-<random>.json``, 0600, replaced whole so a reader never sees half of one)
+holding its pid and host, its demand (requests waiting or in flight), what its limiter
+learned and when it was last throttled, and a heartbeat, rewritten every ``BEAT_S`` by a
+task the gateway runs (``Shares.run``), which reads the other members on each beat:
+
+- **Fair part.**  The limit is split equally among the members with demand: this job's
+  limiter paces at ``1 / (n + 1)`` of it, n the other members with demand (all of it when
+  it is alone).  The learned pace and every declared window are scaled by it
+  (``Limiter.shared``), and the ceiling counts what got through of this job's starts as
+  its part's worth, so each job learns the key's whole rate, not its own.
+- **Pooled learning.**  A member's throttle teaches the others: the lowest learned rate
+  of the members throttled since the last beat (and within two of its windows) is
+  adopted when it is below this job's (``Limiter.adopt``), so the job that did not meet
+  the 429 slows down too, rather than meet it next.
+
+A crashed job (killed, out of memory, a lost machine of a shared home) leaves its file
+behind, holding its share: a member whose heartbeat is older than ``STALE_S`` or whose
+pid is gone (on this host) is ignored, and removed by the first member that sees it.
+So its share returns to the others within ``STALE_S`` of its last beat, and until then
+they pace below the limit, never above it.  A gateway that closes removes its own
+files at once.  Over SSH and Ray the gateway runs in the coordinator, so its ledger is
+the coordinator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..ceiling import Learned
+from .limiter import Limiter
+
+BEAT_S = 1.0
+STALE_S = 5.0
+
+
+def group_name(upstream: str, key: str) -> str:
+    """The directory name of the group of ``upstream`` and ``key``: neither can be read
+    back from it, the key not even by who knows the URL (only its own sha256 enters)."""
+    fingerprint = hashlib.sha256(key.encode()).hexdigest()
+    return hashlib.sha256(f"{upstream.rstrip('/')}\n{fingerprint}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Member:
+    """One member's file, as read."""
+
+    pid: int
+    host: str
+    demand: int
+    learned: Learned | None
+    throttled_at: float | None  # the heartbeat clock's time of its newest throttle
+    heartbeat: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "host": self.host,
+            "demand": self.demand,
+            "learned": None if self.learned is None else self.learned.as_dict(),
+            "throttledAt": self.throttled_at,
+            "heartbeat": self.heartbeat,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Member | None:
+        try:
+            learned = data["learned"]
+            throttled_at = data["throttledAt"]
+            member = cls(
+                pid=int(data["pid"]),
+                host=str(data["host"]),
+                demand=max(0, int(data["demand"])),
+                learned=None if learned is None else Learned.from_dict(learned),
+                throttled_at=None if throttled_at is None else float(throttled_at),
+                heartbeat=float(data["heartbeat"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return member if math.isfinite(member.heartbeat) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process has the pid now: not ours, but not gone
+    return True
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+class Membership:
+    """This gateway's place in one group, for one API's limiter."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        upstream: str,
+        key: str,
+        limiter: Limiter,
+        clock: Callable[[], float] = time.time,
+        pid: int | None = None,
+        host: str | None = None,
+        alive: Callable[[int], bool] = _alive,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.group = directory / group_name(upstream, key)
+        self._directory = directory
+        self._limiter = limiter
+        self._clock = clock
+        self._pid = os.getpid() if pid is None else pid
+        self._host = socket.gethostname() if host is None else host
+        self._alive = alive
+        self.path = self.group / f"{self._pid}-{secrets.token_hex(4)}.json"
+        known = limiter.ceiling.known()
+        self._throttles = 0 if known is None else known.throttles
+        self._throttled_at: float | None = None
+        self._heard = -math.inf  # the newest peer throttle already considered
+        self._written_demand = 0
+        self._warn = warn
+        self.peers: list[Member] = []
+        limiter.peers = self
+
+    def arrived(self) -> None:
+        """A request arrived: when the file says this job has no demand, the others must
+        know at once that it has (and it, what they have), not at the next beat."""
+        if self._written_demand == 0:
+            self.beat()
+
+    def throttling(self) -> None:
+        """A throttle is about to teach the ceiling: its part of the limit, current."""
+        self.beat()
+
+    def beat(self) -> None:
+        """Write this member's file, read the others' (dropping the stale and the
+        dead), and set this job's part of the limit and what it learns from theirs.
+        A directory that cannot be written is said (``warn``), and the job paces on
+        with the part it had."""
+        try:
+            self._beat()
+        except OSError as exc:
+            if self._warn is None:
+                raise
+            self._warn(
+                f"fanout gateway: cannot keep the pacing ledger in {self._directory}"
+                f" ({exc.strerror or exc}): this job paces as if no other shared its key"
+            )
+
+    def _beat(self) -> None:
+        now = self._clock()
+        known = self._limiter.ceiling.known()
+        if known is not None and known.throttles > self._throttles:
+            self._throttles, self._throttled_at = known.throttles, now
+        _private_dir(self._directory)
+        _private_dir(self.group)
+        own = Member(
+            pid=self._pid,
+            host=self._host,
+            demand=self._limiter.demand(),
+            learned=known,
+            throttled_at=self._throttled_at,
+            heartbeat=now,
+        )
+        _write(self.path, own.as_dict())
+        self._written_demand = own.demand
+        self.peers = list(self._read(now))
+        demanding = sum(1 for peer in self.peers if peer.demand > 0)
+        self._limiter.shared(1 / (demanding + 1))
+        self._learn(now)
+
+    def _read(self, now: float) -> Iterable[Member]:
+        for path in self.group.glob("*.json"):
+            if path == self.path:
+                continue
+            try:
+                member = Member.from_dict(json.loads(path.read_bytes()))
+            except FileNotFoundError:
+                continue  # it left, or another member removed it
+            except (OSError, ValueError):
+                member = None
+            if member is None:
+                with contextlib.suppress(OSError):
+                    if path.stat().st_mtime < time.time() - STALE_S:
+                        path.unlink()  # never written by a member (or by one long gone)
+                continue
+            dead = member.host == self._host and member.pid != self._pid
+            if now - member.heartbeat > STALE_S or (dead and not self._alive(member.pid)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            yield member
+
+    def _learn(self, now: float) -> None:
+        """Adopt the lowest learned rate of the peers throttled since the last beat."""
+        fresh = [
+            peer
+            for peer in self.peers
+            if peer.learned is not None
+            and peer.throttled_at is not None
+            and peer.throttled_at > max(self._heard, self._throttled_at or -math.inf)
+            and peer.throttled_at > now - 2 * peer.learned.window
+        ]
+        if not fresh:
+            return
+        self._heard = max(peer.throttled_at or -math.inf for peer in fresh)
+        lowest = min((peer.learned for peer in fresh if peer.learned), key=lambda k: k.rate)
+        self._limiter.adopt(lowest)
+
+    def leave(self) -> None:
+        """Remove this member's file (the gateway is closing)."""
+        self._limiter.peers = None
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        with contextlib.suppress(OSError):
+            self.group.rmdir()  # only when no member is left
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    fresh = path.with_name(f".{path.name}.new")
+    descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(descriptor, json.dumps(data).encode())
+    finally:
+        os.close(descriptor)
+    os.replace(fresh, path)
+
+
+class Shares:
+    """Every membership of one gateway, and the task that keeps them (``run``)."""
+
+    def __init__(self, memberships: Iterable[Membership]) -> None:
+        self.memberships = list(memberships)
+
+    def beat(self) -> None:
+        for membership in self.memberships:
+            membership.beat()
+
+    async def run(self) -> None:
+        """Beat every ``BEAT_S`` until cancelled.  A beat writes and reads a few small
+        files in a local directory: done on the loop, as the journal's writes are."""
+        while True:
+            await asyncio.sleep(BEAT_S)
+            self.beat()
+
+    def leave(self) -> None:
+        for membership in self.memberships:
+            membership.leave()

@@ -1,0 +1,177 @@
+"""The per-user pacing ledger (``gateway.shares``): two limiters of one key, each with
+its membership in one injected directory, on an injected heartbeat clock and the
+loop's virtual time for their pacing."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from fanout.ceiling import Learned
+from fanout.gateway.limiter import Limiter, Ticket
+from fanout.gateway.shares import STALE_S, Membership, group_name
+
+pytestmark = pytest.mark.looptime
+
+UPSTREAM = "https://api.anthropic.com"
+KEY = "sk-ant-shared-7f3a9c1e5b2d8f4a6c0e"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _limiter(learned: Learned | None = None) -> Limiter:
+    return Limiter(
+        requests=None,
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        learned=learned,
+    )
+
+
+def _member(directory: Path, limiter: Limiter, clock: Clock, key: str = KEY) -> Membership:
+    return Membership(directory, upstream=UPSTREAM, key=key, limiter=limiter, clock=clock)
+
+
+def _now() -> float:
+    return round(asyncio.get_running_loop().time(), 6)
+
+
+async def _admitted_at(limiter: Limiter) -> float:
+    ticket = await asyncio.wait_for(limiter.admit(input_tokens=0, output_tokens=0), 1000)
+    limiter.answered(ticket)
+    limiter.settle(ticket, input_tokens=0, output_tokens=0)
+    return _now()
+
+
+async def _held(limiter: Limiter) -> Ticket:
+    """A request in flight: demand that stays."""
+    return await asyncio.wait_for(limiter.admit(input_tokens=0, output_tokens=0), 1000)
+
+
+async def test_two_jobs_of_one_key_split_the_learned_rate(tmp_path: Path) -> None:
+    clock = Clock()
+    first, second = _limiter(Learned(rate=0.4, window=10, throttles=2)), _limiter()
+    one, two = _member(tmp_path, first, clock), _member(tmp_path, second, clock)
+    await _held(first)  # a request arrives: first joins with its demand, alone so far
+    assert first.ceiling.share == 1
+    await _held(second)  # second joins, and sees first's demand at once
+    assert (first.ceiling.share, second.ceiling.share) == (1, 0.5)
+    one.beat()  # first sees second's at its next beat
+    assert (first.ceiling.share, second.ceiling.share) == (0.5, 0.5)
+    # 4 a 10 s window for the key, 2 of them this job's: one every 1.05 * 5 s from the
+    # one held (at 0).
+    assert [await _admitted_at(first) for _ in range(3)] == [5.25, 10.5, 15.75]
+
+
+async def test_a_throttle_of_one_job_teaches_the_other(tmp_path: Path) -> None:
+    clock = Clock()
+    first = _limiter(Learned(rate=0.8, window=10, throttles=0))
+    second = _limiter(Learned(rate=0.8, window=10, throttles=0))
+    one, two = _member(tmp_path, first, clock), _member(tmp_path, second, clock)
+    held = [await _held(first) for _ in range(3)] + [await _held(second)]
+    two.beat()
+    one.beat()
+    # first meets a 429: 2 of its starts got through in the 10 s window (the one
+    # throttled not counted), at half the key's rate: 4 a window for the key.
+    assert first.throttled(held[0], 10.0) is not None
+    assert first.ceiling.known() == Learned(
+        rate=0.4, window=10, throttles=1, concurrency=first.ceiling.concurrency
+    )
+    clock.now += 1
+    one.beat()  # says it was throttled
+    two.beat()  # ... and second, which was not, slows down to what first learned
+    known = second.ceiling.known()
+    assert known is not None
+    assert (known.rate, known.window) == (0.4, 10)
+    two.beat()
+    assert second.ceiling.known() == known  # adopted once, not again on every beat
+
+
+async def test_a_stale_or_dead_member_is_dropped_and_its_share_returns(tmp_path: Path) -> None:
+    clock = Clock()
+    first, second = _limiter(Learned(rate=0.4, window=10, throttles=2)), _limiter()
+    one, two = _member(tmp_path, first, clock), _member(tmp_path, second, clock)
+    await _held(first)
+    await _held(second)
+    two.beat()
+    one.beat()
+    assert first.ceiling.share == 0.5
+    # second's job crashed: its file stays, its heartbeat ages.
+    clock.now += STALE_S - 0.5
+    one.beat()
+    assert first.ceiling.share == 0.5  # not stale yet
+    clock.now += 1
+    one.beat()
+    assert first.ceiling.share == 1
+    assert not two.path.exists()  # removed by the first member that saw it stale
+
+    # A member whose process is gone is dropped at once, whatever its heartbeat says.
+    gone = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import os; print(os.getpid())", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await gone.communicate()
+    dead = Membership(
+        tmp_path,
+        upstream=UPSTREAM,
+        key=KEY,
+        limiter=second,
+        clock=clock,
+        pid=int(out),
+        host=one_host(one),
+    )
+    dead.beat()
+    assert dead.path.exists()
+    one.beat()
+    assert (first.ceiling.share, dead.path.exists()) == (1, False)
+
+
+def one_host(membership: Membership) -> str:
+    data = json.loads(membership.path.read_bytes())
+    return str(data["host"])
+
+
+async def test_other_keys_and_upstreams_are_other_groups(tmp_path: Path) -> None:
+    clock = Clock()
+    first, second = _limiter(Learned(rate=0.4, window=10, throttles=2)), _limiter()
+    one = _member(tmp_path, first, clock)
+    two = _member(tmp_path, second, clock, key=KEY + "x")
+    await _held(first)
+    await _held(second)
+    two.beat()
+    one.beat()
+    assert (first.ceiling.share, one.group != two.group) == (1, True)
+    assert group_name(UPSTREAM, KEY) == group_name(UPSTREAM + "/", KEY)
+    assert group_name(UPSTREAM, KEY) != group_name("https://api.openai.com", KEY)
+
+
+async def test_the_ledger_is_private_and_holds_no_key(tmp_path: Path) -> None:
+    clock = Clock()
+    limiter = _limiter()
+    shares = tmp_path / "shares"
+    member = _member(shares, limiter, clock)
+    member.beat()
+    assert stat.S_IMODE(shares.stat().st_mode) == 0o700
+    assert stat.S_IMODE(member.group.stat().st_mode) == 0o700
+    assert stat.S_IMODE(member.path.stat().st_mode) == 0o600
+    fingerprint = hashlib.sha256(KEY.encode()).hexdigest()
+    for path in shares.rglob("*"):
+        text = path.name + (path.read_text() if path.is_file() else "")
+        assert KEY not in text
+        assert fingerprint[:12] not in text
+    assert json.loads(member.path.read_bytes())["pid"] == os.getpid()
+    member.leave()
+    assert list(shares.iterdir()) == []  # the group went with its last member
