@@ -12,7 +12,8 @@ from typing import TypeVar
 import pytest
 
 from fanout.ceiling import MARGIN, Learned, Pause
-from fanout.gateway.limiter import SKEW, Limiter, Remaining, Ticket
+from fanout.gateway.limiter import Limiter, Remaining, Ticket
+from fanout.gateway.windows import SKEW
 from fanout.spec import Window
 
 pytestmark = pytest.mark.looptime

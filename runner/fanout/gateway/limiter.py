@@ -1,27 +1,7 @@
 """Per-request pacing of one API: sliding windows of requests, input tokens and output
-tokens, requests in flight, pauses and the upstream's own counts, behind one
-first-come-first-served queue shared by every worker that calls the API.
-
-Windows.  Each admission leaves an entry (its time, 1 request, input and output tokens).
-A request may be admitted at t only if, for every window, the entries with time > t -
-per - SKEW plus its own amounts stay <= limit.  An entry's time is its request's
-sending (``sent``).  SKEW covers the time from there to the upstream counting the
-request: two requests sent ``per + SKEW`` apart reach the upstream at least ``per``
-apart even when the first was slow and the second quick, so no window of length
-``per`` anywhere holds more than ``limit`` as the upstream sees it.  At 50 ms the
-upstream (a mock in a process of its own, on a loaded machine) still saw 51 in a 5 s
-window of 50 now and then; at 100 ms none in bench/gateway.py's runs, at a cost of 2%
-of the rate at 5 s windows and 0.2% at a minute.  A reservation above a window's limit
-is capped at the limit: otherwise it could never pass.
-
-Corrections.  ``sent`` moves an entry's time from its admission to the moment its
-request left for the upstream (see there).  ``settle`` replaces the reservation with
-the real usage; the entry keeps its time, when the upstream counted it.  Usage below the
-reservation frees room at once.  Usage above it cannot be undone (the upstream has it):
-the window then holds more than its limit, and later requests wait until the excess has
-left it too, so the overshoot is paid back rather than repeated.  ``release`` (no usage
-known, e.g. the upstream failed) keeps the reservation: the upstream may well have
-counted it.
+tokens (``windows``), requests in flight, pauses, a learned ceiling and the upstream's
+own counts, behind one first-come-first-served queue shared by every worker that calls
+the API.
 
 Order.  One queue, and only its head is considered: later callers never overtake it even
 when they would fit, so a large request is not starved by a stream of small ones.  The
@@ -39,7 +19,9 @@ moment (its pause, its pace, and the requests it lets be in flight: None re-chec
 the next answer, settle or release).  A declared requests window is the ceiling's
 bound; it slow-starts only with neither a requests window nor ``maxInFlight``.  A
 request settled or released without an answer (the upstream could not be reached) is
-forgotten by the ceiling.  The upstream's stated limit (``Remaining.requests_limit``)
+forgotten by the ceiling.  Until it learns, a declared requests window paces alone, as
+before the ceiling (a burst of the window's limit, then the window's wait), not spaced
+evenly.  The upstream's stated limit (``Remaining.requests_limit``)
 bounds its probes and scales its pace when it changes.  ``shared`` sets the fraction
 of the limit this job may use when other jobs share the key (``shares``): the learned
 pace and every declared window are scaled by it.
@@ -62,13 +44,12 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Protocol
 
 from ..ceiling import RAMP_S, Admission, Ceiling, Learned, Pause
 from ..spec import Throttle, Window
+from .windows import SKEW, Entry, Kind, Log
 
-SKEW = 0.1  # sending to the upstream's arrival (see the docstring)
 # Float dust (a timer fired at 60.049999999 for 60.05): the head is judged at now + _DUST
 # so it never spins on a timer due "now"; SKEW is 50,000 times larger, so this is safe.
 _DUST = 1e-6
@@ -78,13 +59,6 @@ SMALL_REQUESTS = 5
 # doubling from 1 s to 60 s with each episode that follows a pause honoured in vain.
 # The jitter spreads the retries of many waiting requests apart after a pause ends.
 THROTTLE = Throttle(initial=1.0, max=60.0, jitter=0.2)
-
-
-class _Kind(Enum):
-    REQUESTS = "requests"
-    TOKENS = "tokens"  # input and output together (OpenAI; Anthropic's tightest): both ours
-    INPUT = "input tokens"
-    OUTPUT = "output tokens"
 
 
 class Peers(Protocol):
@@ -115,18 +89,6 @@ class Remaining:
     requests_limit: int | None = None
 
 
-@dataclass(eq=False, slots=True)
-class _Entry:
-    at: float
-    input: int
-    output: int
-    admission: Admission | None = None  # the ceiling's start, taken at admission
-
-    def amount(self, kind: _Kind) -> int:
-        amounts = {_Kind.REQUESTS: 1, _Kind.INPUT: self.input, _Kind.OUTPUT: self.output}
-        return amounts.get(kind, self.input + self.output)
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Ticket:
     """An admitted request: ``queued`` seconds from ``admit`` to admission, and the
@@ -135,44 +97,14 @@ class Ticket:
 
     queued: float
     admission: Admission
-    _entry: _Entry = field(repr=False, compare=False)
+    _entry: Entry = field(repr=False, compare=False)
 
 
 @dataclass(eq=False, slots=True)
 class _Waiter:
-    future: asyncio.Future[_Entry]
-    entry: _Entry  # the reservation, capped; ``at`` is set at admission
-    previous: _Entry | None = None  # the admission before it (undone with it)
-
-
-@dataclass(eq=False, slots=True)
-class _Log:
-    """One window's entries that still count, oldest first, and their running sum."""
-
-    kind: _Kind
-    limit: int
-    reach: float  # per + SKEW
-    entries: deque[_Entry] = field(default_factory=deque)
-    total: int = 0
-    pruned: float = -math.inf  # entries with at + reach <= pruned have left
-
-    def counts(self, entry: _Entry) -> bool:
-        return entry.at + self.reach > self.pruned
-
-    def due(self, amount: int, t: float) -> float:
-        """The earliest moment >= t at which ``amount`` fits.  An entry counts while
-        t < at + reach: the same sum sets the timer and judges it when it fires, so
-        float rounding cannot make them disagree."""
-        while self.entries and self.entries[0].at + self.reach <= t:
-            self.total -= self.entries.popleft().amount(self.kind)
-        self.pruned = max(self.pruned, t)
-        excess = self.total + amount - self.limit
-        for entry in self.entries:
-            if excess <= 0:
-                break
-            excess -= entry.amount(self.kind)
-            t = entry.at + self.reach  # once the oldest entries have left, it fits
-        return t
+    future: asyncio.Future[Entry]
+    entry: Entry  # the reservation, capped; ``at`` is set at admission
+    previous: Entry | None = None  # the admission before it (undone with it)
 
 
 class Limiter:
@@ -196,9 +128,9 @@ class Limiter:
     ) -> None:
         self._clock = clock
         self._max_in_flight = max_in_flight
-        kinds = (_Kind.REQUESTS, _Kind.INPUT, _Kind.OUTPUT)
+        kinds = (Kind.REQUESTS, Kind.INPUT, Kind.OUTPUT)
         windows = zip(kinds, (requests, input_tokens, output_tokens), strict=True)
-        self._logs = [_Log(kind, w.limit, w.per + SKEW) for kind, w in windows if w is not None]
+        self._logs = [Log(kind, w.limit, w.per + SKEW) for kind, w in windows if w is not None]
         self._declared_limits = [log.limit for log in self._logs]
         self.declared = None if requests is None else (requests.limit, requests.per)
         self.ceiling = Ceiling(
@@ -212,12 +144,12 @@ class Limiter:
         self._told = told
         self._known = self.ceiling.known()
         self.peers: Peers | None = None  # set by ``shares``
-        self._last: _Entry | None = None  # the newest admission: spreads count from it
-        self._open: set[_Entry] = set()  # admitted, neither settled nor released
+        self._last: Entry | None = None  # the newest admission: spreads count from it
+        self._open: set[Entry] = set()  # admitted, neither settled nor released
         self._queue: deque[_Waiter] = deque()
         self._paused_until = -math.inf
         # Per kind: the units a second the upstream has left, and until when.
-        self._spreads: dict[_Kind, tuple[float, float]] = {}
+        self._spreads: dict[Kind, tuple[float, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._admitted = 0
         self._queued_seconds = 0.0
@@ -225,14 +157,14 @@ class Limiter:
     def _now(self) -> float:
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
-    def _cap(self, kind: _Kind, amount: int) -> int:
+    def _cap(self, kind: Kind, amount: int) -> int:
         return min([max(0, amount)] + [log.limit for log in self._logs if log.kind is kind])
 
     async def admit(self, *, input_tokens: int, output_tokens: int) -> Ticket:
         """Wait for this request's turn and room in every window, then take it."""
         called = self._now()
         fit = self._cap
-        reserved = _Entry(called, fit(_Kind.INPUT, input_tokens), fit(_Kind.OUTPUT, output_tokens))
+        reserved = Entry(called, fit(Kind.INPUT, input_tokens), fit(Kind.OUTPUT, output_tokens))
         waiter = _Waiter(asyncio.get_running_loop().create_future(), reserved)
         self._queue.append(waiter)
         if self.peers is not None:
@@ -348,10 +280,10 @@ class Limiter:
         now = self._now()
         r = remaining
         for kind, left, reset in (
-            (_Kind.REQUESTS, r.requests, r.requests_reset),
-            (_Kind.TOKENS, r.tokens, r.tokens_reset),
-            (_Kind.INPUT, r.input_tokens, r.input_tokens_reset),
-            (_Kind.OUTPUT, r.output_tokens, r.output_tokens_reset),
+            (Kind.REQUESTS, r.requests, r.requests_reset),
+            (Kind.TOKENS, r.tokens, r.tokens_reset),
+            (Kind.INPUT, r.input_tokens, r.input_tokens_reset),
+            (Kind.OUTPUT, r.output_tokens, r.output_tokens_reset),
         ):
             if left is None or reset is None:
                 continue
@@ -364,11 +296,11 @@ class Limiter:
             self.ceiling.stated(r.requests_limit)
         self._grant()
 
-    def _small(self, kind: _Kind, left: int) -> bool:
-        kinds = (_Kind.INPUT, _Kind.OUTPUT) if kind is _Kind.TOKENS else (kind,)
+    def _small(self, kind: Kind, left: int) -> bool:
+        kinds = (Kind.INPUT, Kind.OUTPUT) if kind is Kind.TOKENS else (kind,)
         ours = [log.limit for log in self._logs if log.kind in kinds]
         if not ours:
-            return kind is _Kind.REQUESTS and left < SMALL_REQUESTS
+            return kind is Kind.REQUESTS and left < SMALL_REQUESTS
         return left < SMALL_FRACTION * sum(ours)
 
     def stats(self) -> dict[str, Any]:
@@ -426,18 +358,23 @@ class Limiter:
             if known is not None and self._told is not None:
                 self._told(known)
 
-    def _count(self, entry: _Entry, sign: int) -> None:
+    def _count(self, entry: Entry, sign: int) -> None:
         for log in self._logs:
             if log.counts(entry):  # one that has left no longer weighs
                 log.total += sign * entry.amount(log.kind)
 
-    def _due(self, reserved: _Entry, t: float) -> float | None:
+    def _due(self, reserved: Entry, t: float) -> float | None:
         """The earliest moment >= t at which ``reserved`` may be admitted, or None while
         the in-flight cap holds it.  Each part only eases as time passes, so the latest of
         them is the answer until something new happens (which re-checks)."""
         if self._max_in_flight is not None and len(self._open) >= self._max_in_flight:
             return None
-        paced = self.ceiling.due(t)
+        if self.declared is not None and self.ceiling.rate is None:
+            # Its requests window paces, bursts and all (the ceiling would space the
+            # declared rate evenly): until the ceiling learns, only its pause applies.
+            paced: float | None = max(t, self.ceiling.paused_until)
+        else:
+            paced = self.ceiling.due(t)
         if paced is None:
             return None
         due = max(t, paced, self._paused_until, self._spread_due())
