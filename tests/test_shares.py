@@ -65,7 +65,8 @@ async def _held(limiter: Limiter) -> Ticket:
 async def test_two_jobs_of_one_key_split_the_learned_rate(tmp_path: Path) -> None:
     clock = Clock()
     first, second = _limiter(Learned(rate=0.4, window=10, throttles=2)), _limiter()
-    one, two = _member(tmp_path, first, clock), _member(tmp_path, second, clock)
+    one = _member(tmp_path, first, clock)
+    _member(tmp_path, second, clock)  # it beats on its own, as its request arrives
     await _held(first)  # a request arrives: first joins with its demand, alone so far
     assert first.ceiling.share == 1
     await _held(second)  # second joins, and sees first's demand at once
@@ -75,6 +76,32 @@ async def test_two_jobs_of_one_key_split_the_learned_rate(tmp_path: Path) -> Non
     # 4 a 10 s window for the key, 2 of them this job's: one every 1.05 * 5 s from the
     # one held (at 0).
     assert [await _admitted_at(first) for _ in range(3)] == [5.25, 10.5, 15.75]
+
+
+async def test_a_member_without_demand_gives_its_part_back(tmp_path: Path) -> None:
+    clock = Clock()
+    first, second = _limiter(Learned(rate=0.4, window=10, throttles=2)), _limiter()
+    one, two = _member(tmp_path, first, clock), _member(tmp_path, second, clock)
+    await _held(first)
+    ticket = await _held(second)
+    one.beat()
+    assert first.ceiling.share == 0.5
+    second.answered(ticket)
+    second.settle(ticket, input_tokens=0, output_tokens=0)
+    # Alive and beating, with nothing to send: between two requests of one worker, or
+    # a job whose units no longer call the API.  Its part is kept for STALE_S.
+    shares = []
+    for _ in range(int(STALE_S)):
+        clock.now += 1
+        two.beat()
+        one.beat()
+        shares.append(first.ceiling.share)
+    assert STALE_S == 5
+    assert shares == [0.5, 0.5, 0.5, 0.5, 1]
+    await _held(second)  # it has demand again: it joins at once, and first at its beat
+    assert second.ceiling.share == 0.5
+    one.beat()
+    assert first.ceiling.share == 0.5
 
 
 async def test_a_throttle_of_one_job_teaches_the_other(tmp_path: Path) -> None:
@@ -99,6 +126,19 @@ async def test_a_throttle_of_one_job_teaches_the_other(tmp_path: Path) -> None:
     assert (known.rate, known.window) == (0.4, 10)
     two.beat()
     assert second.ceiling.known() == known  # adopted once, not again on every beat
+
+
+async def test_a_job_that_learned_nothing_takes_its_peers_rate(tmp_path: Path) -> None:
+    clock = Clock()
+    first, second = _limiter(Learned(rate=0.4, window=10, throttles=2)), _limiter()
+    one, two = _member(tmp_path, first, clock), _member(tmp_path, second, clock)
+    one.beat()
+    ramping = [second.ceiling.ramping]  # slow start: four at once, unpaced
+    two.beat()
+    ramping.append(second.ceiling.ramping)
+    assert ramping == [True, False]
+    assert (second.ceiling.rate, second.ceiling.window, second.ceiling.share) == (0.4, 10, 0.5)
+    assert [await _admitted_at(second) for _ in range(2)] == [0, 5.25]
 
 
 async def test_a_stale_or_dead_member_is_dropped_and_its_share_returns(tmp_path: Path) -> None:

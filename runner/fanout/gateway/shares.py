@@ -7,19 +7,25 @@ back from), under ``shares`` beside the state-dir registry (``hidden.registry``,
 ``~/.local/state/fanout/shares``), 0700, so only this user's jobs join.  Each running
 gateway is a *member* of the group of each API it calls with a key: a file of its own
 (``<pid>-<random>.json``, 0600, replaced whole so a reader never sees half of one)
-holding its pid and host, its demand (requests waiting or in flight), what its limiter
-learned and when it was last throttled, and a heartbeat, rewritten every ``BEAT_S`` by a
-task the gateway runs (``Shares.run``), which reads the other members on each beat:
+holding its pid and host, its demand (requests waiting or in flight) and when it last
+had any, what its limiter learned and when it was last throttled, and a heartbeat,
+rewritten every ``BEAT_S`` by a task the gateway runs (``Shares.run``), and at once when
+a request arrives while its file says it has no demand, or a throttle is about to teach
+its ceiling.  Each time it reads the other members:
 
 - **Fair part.**  The limit is split equally among the members with demand: this job's
-  limiter paces at ``1 / (n + 1)`` of it, n the other members with demand (all of it when
-  it is alone).  The learned pace and every declared window are scaled by it
-  (``Limiter.shared``), and the ceiling counts what got through of this job's starts as
-  its part's worth, so each job learns the key's whole rate, not its own.
+  limiter paces at ``1 / (n + 1)`` of it, n the other members that had demand in the
+  last ``STALE_S`` (all of it when it is alone).  In the last ``STALE_S``, not at the
+  beat: a worker making one request after another has none between two, and a job
+  that has just joined (its gateway starts as its units do) none yet.  The learned pace
+  and every declared window are scaled by it (``Limiter.shared``), and the ceiling
+  counts what got through of this job's starts as its part's worth, so each job learns
+  the key's whole rate, not its own.
 - **Pooled learning.**  A member's throttle teaches the others: the lowest learned rate
   of the members throttled since the last beat (and within two of its windows) is
   adopted when it is below this job's (``Limiter.adopt``), so the job that did not meet
-  the 429 slows down too, rather than meet it next.
+  the 429 slows down too, rather than meet it next.  A job that has learned nothing
+  takes the lowest rate its peers know at once, instead of slow-starting into them.
 
 A crashed job (killed, out of memory, a lost machine of a shared home) leaves its file
 behind, holding its share: a member whose heartbeat is older than ``STALE_S`` or whose
@@ -67,6 +73,7 @@ class Member:
     pid: int
     host: str
     demand: int
+    busy_at: float  # the heartbeat clock's time it last had demand (or joined)
     learned: Learned | None
     throttled_at: float | None  # the heartbeat clock's time of its newest throttle
     heartbeat: float
@@ -76,6 +83,7 @@ class Member:
             "pid": self.pid,
             "host": self.host,
             "demand": self.demand,
+            "busyAt": self.busy_at,
             "learned": None if self.learned is None else self.learned.as_dict(),
             "throttledAt": self.throttled_at,
             "heartbeat": self.heartbeat,
@@ -90,6 +98,7 @@ class Member:
                 pid=int(data["pid"]),
                 host=str(data["host"]),
                 demand=max(0, int(data["demand"])),
+                busy_at=float(data["busyAt"]),
                 learned=None if learned is None else Learned.from_dict(learned),
                 throttled_at=None if throttled_at is None else float(throttled_at),
                 heartbeat=float(data["heartbeat"]),
@@ -144,6 +153,7 @@ class Membership:
         self._throttled_at: float | None = None
         self._heard = -math.inf  # the newest peer throttle already considered
         self._written_demand = 0
+        self._busy_at = clock()  # joined: its units are starting
         self._warn = warn
         self.peers: list[Member] = []
         limiter.peers = self
@@ -175,6 +185,8 @@ class Membership:
 
     def _beat(self) -> None:
         now = self._clock()
+        if self._limiter.demand():
+            self._busy_at = now
         known = self._limiter.ceiling.known()
         if known is not None and known.throttles > self._throttles:
             self._throttles, self._throttled_at = known.throttles, now
@@ -184,6 +196,7 @@ class Membership:
             pid=self._pid,
             host=self._host,
             demand=self._limiter.demand(),
+            busy_at=self._busy_at,
             learned=known,
             throttled_at=self._throttled_at,
             heartbeat=now,
@@ -191,7 +204,7 @@ class Membership:
         _write(self.path, own.as_dict())
         self._written_demand = own.demand
         self.peers = list(self._read(now))
-        demanding = sum(1 for peer in self.peers if peer.demand > 0)
+        demanding = sum(1 for p in self.peers if p.demand or now - p.busy_at < STALE_S)
         self._limiter.shared(1 / (demanding + 1))
         self._learn(now)
 
@@ -218,7 +231,12 @@ class Membership:
             yield member
 
     def _learn(self, now: float) -> None:
-        """Adopt the lowest learned rate of the peers throttled since the last beat."""
+        """Adopt the lowest learned rate of the peers throttled since the last beat, or
+        of any peer while this job has learned nothing."""
+        if self._limiter.ceiling.known() is None:
+            known = [peer.learned for peer in self.peers if peer.learned is not None]
+            if known:
+                self._limiter.adopt(min(known, key=lambda learned: learned.rate))
         fresh = [
             peer
             for peer in self.peers
