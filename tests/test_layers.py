@@ -122,6 +122,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "gateway",
         (
+            "gateway.windows",
             "gateway.limiter",
             "gateway.styles",
             "gateway.answers",
@@ -135,6 +136,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.admission",
             "gateway.scrub",
             "gateway.proxy",
+            # Jobs that call an API with the same key share its limit (a per-user ledger).
+            "gateway.shares",
             "gateway",
         ),
     ),
