@@ -5,6 +5,7 @@ spend and budget."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import socket
@@ -18,6 +19,7 @@ import aiohttp
 import pytest
 
 from fanout.apistyles import FACTS, Style
+from fanout.ceiling import Learned, describe
 from fanout.errors import FanoutError, SpendStopped
 from fanout.events import Events
 from fanout.gateway import Gateway
@@ -80,7 +82,11 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    config: MockConfig | None = None, *, style: Style = Style.ANTHROPIC, **api: Any
+    config: MockConfig | None = None,
+    *,
+    style: Style = Style.ANTHROPIC,
+    learned: Mapping[str, Learned] | None = None,
+    **api: Any,
 ) -> AsyncIterator[Rig]:
     async with MockApi(config or MockConfig(require_key=KEY)) as mock:
         events: list[dict[str, Any]] = []
@@ -91,6 +97,7 @@ async def rig(
             events=Events(events.append),
             stop=stops.append,
             rng=NoJitter(),
+            learned=learned,
         )
         await gateway.start()
         try:
@@ -249,6 +256,50 @@ async def test_a_529_without_retry_after_waits_the_backoff() -> None:
         refused, accepted = r.mock.posts()
         assert (refused.status, accepted.at - refused.at >= 1.0) == (529, True)
         assert [e["pause"] for e in r.events if e["event"] == "api.throttled"] == [1.0]
+
+
+async def test_four_requests_throttled_by_one_burst_share_one_pause_then_go_paced() -> None:
+    async with rig() as r:
+        r.mock.script(Fault.RATE_LIMIT, times=4, retry_after=0.5)
+        r.mock.hold()  # all four reach the upstream before any answer comes back
+        token = r.token()
+        posts = [asyncio.create_task(r.post(token, message())) for _ in range(4)]
+        await wait_until(lambda: r.mock.in_flight == 4)
+        r.mock.release()
+        assert [status for status, _, _ in await asyncio.gather(*posts)] == [200] * 4
+        throttled = [e for e in r.events if e["event"] == "api.throttled"]
+        # One episode: one pause (the backoff's first 1 s, above the Retry-After), the
+        # other three in it: no backoff of their own, none doubled.
+        assert [e["episode"] for e in throttled] == ["new", "same", "same", "same"]
+        assert max(e["pause"] for e in throttled) <= 1.0
+        # After the pause the four go at what got through: one per 0.5 s window
+        # (widened 5%), not all at once.
+        retried = sorted(s.at for s in r.mock.posts()[4:])
+        assert min(b - a for a, b in itertools.pairwise(retried)) >= 0.5
+        ((known, text),) = r.gateway.learned().values()
+        assert (known.per_window, known.window, known.throttles) == (1.0, 0.5, 4)
+        assert text == describe(known)
+        assert text.endswith("(none declared)")
+        learned = [e for e in r.events if e["event"] == "api.learned"]
+        assert {k: learned[-1][k] for k in ("api", "perWindow", "window", "text")} == {
+            "api": "anthropic",
+            "perWindow": 1.0,
+            "window": 0.5,
+            "text": text,
+        }
+
+
+async def test_what_the_last_run_learned_paces_from_the_first_request() -> None:
+    seed = Learned(rate=4.0, window=1.0, throttles=3)
+    # Declared 20 a second: alone, the window would let all four go at once.
+    async with rig(learned={"anthropic": seed}, requests=Window(limit=20, per=1.0)) as r:
+        token = r.token()
+        await asyncio.gather(*(r.post(token, message()) for _ in range(4)))
+        times = sorted(s.at for s in r.mock.posts())
+        assert min(b - a for a, b in itertools.pairwise(times)) >= 0.25  # 1.05 / 4 s apart
+        assert r.gateway.learned() == {
+            "anthropic": (seed, "4.0 per 1.0s learned from 3 throttles (declared 20 per 1.0s)")
+        }
 
 
 async def test_past_the_deadline_a_429_passes_through() -> None:
