@@ -201,7 +201,11 @@ class Membership:
             throttled_at=self._throttled_at,
             heartbeat=now,
         )
-        _write(self.path, own.as_dict())
+        try:
+            _write(self.path, own.as_dict())
+        except FileNotFoundError:  # the last other member left, taking the folder
+            _private_dir(self.group)
+            _write(self.path, own.as_dict())
         self._written_demand = own.demand
         self.peers = list(self._read(now))
         demanding = sum(1 for p in self.peers if p.demand or now - p.busy_at < STALE_S)
