@@ -12,11 +12,15 @@ Claude Code CLI runs the same locally and over SSH in test_gateway_claude.py."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fanout import hidden
 
 from helpers import cli, write_job
 from mockapi import MockApi, Usage
@@ -129,6 +133,10 @@ def test_a_paced_run_stays_under_the_upstreams_limit_and_reports_its_tally(
     assert [p.status for p in posts] == [200] * 16  # no 429 was ever answered
     assert mock_api.max_in_window(0.9) <= 4
     assert {p.key for p in posts} == {KEY}
+    # The run's gateway was a member of the pacing ledger beside the state-dir
+    # registry, and left it.
+    shares = hidden.registry(os.environ).parent / "shares"
+    assert (stat.S_IMODE(shares.stat().st_mode), list(shares.iterdir())) == (0o700, [])
     report = _report(tmp_path)
     assert report["totals"] == {"succeeded": 8}
     assert [h["host"] for h in report["hosts"]] == (["h1"] if where == "ssh" else [])
