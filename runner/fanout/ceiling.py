@@ -248,6 +248,9 @@ class Ceiling:
         self._after_pause = False
         if self._calm_since is None:
             self._calm_since = now
+            # A seed's refusal dates from the first start (0.0 is a clock's own zero:
+            # a loop's monotonic clock is far past it, and the seed was probed at once).
+            self._refused_at = now
         self._forget(now)
         return admission
 
@@ -435,7 +438,10 @@ class Ceiling:
         self.window = max(self.window or 0.0, learned.window)
         if self.declared:
             self.window = min(self.window, self.declared[1])
-        self._flight = None
+        # The peer was refused one start a window above it, as a seed was: no probe
+        # there until that is HOLD_MAX windows old.
+        self._refused, self._refused_at = rate + 1 / self.window, now
+        self._generation = None
         self._calm_since = now
         self._wanted = False
         self.version += 1
