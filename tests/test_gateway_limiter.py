@@ -476,11 +476,36 @@ async def test_a_share_scales_each_declared_window() -> None:
 
 
 async def test_a_request_settled_without_an_answer_is_forgotten_by_the_ceiling() -> None:
-    limiter = _limiter()  # slow start: four in flight
+    limiter = Limiter(
+        requests=None,
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        rng=_NoJitter(),
+    )
     tickets = [await _within(limiter.admit(input_tokens=0, output_tokens=0), 1) for _ in range(4)]
-    waiting = asyncio.create_task(limiter.admit(input_tokens=0, output_tokens=0))
     await asyncio.sleep(1)
-    assert not waiting.done()  # the flight is full
-    limiter.release(tickets[0])  # the upstream could not be reached
-    assert (await _within(waiting, 1)).queued == 1
-    assert limiter.ceiling.known() is None
+    for ticket in tickets[:3]:
+        limiter.release(ticket)  # the upstream could not be reached
+    limiter.throttled(tickets[3], 10.0)
+    limiter.release(tickets[3])
+    # Had the three been running still, or got through, the window would hold 3.
+    known = limiter.ceiling.known()
+    assert known is not None
+    assert (known.per_window, known.window) == (1.0, 10.0)
+
+
+async def test_a_seeded_rate_is_not_probed_early_on_a_clock_far_from_zero() -> None:
+    # A loop's monotonic clock reads hours or days; the seed's refused rate (one
+    # request a window above it) must still hold for HOLD_MAX windows from the start.
+    loop = asyncio.get_running_loop()
+    limiter = Limiter(
+        requests=None,
+        input_tokens=None,
+        output_tokens=None,
+        max_in_flight=None,
+        clock=lambda: loop.time() + 86_400,
+        learned=Learned(rate=0.2, window=10, throttles=1),
+    )
+    times = [await _admitted_at(limiter) for _ in range(12)]
+    assert {round(b - a, 6) for a, b in itertools.pairwise(times)} == {5.25}

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..ceiling import RAMP_S, Admission, Ceiling, Learned, Pause
+from ..ceiling import Admission, Ceiling, Learned, Pause
 from ..spec import Throttle, Window
 from .windows import SKEW, Entry, Kind, Log
 
@@ -314,8 +314,8 @@ class Limiter:
     def _grant(self) -> None:
         """Admit the head of the queue while it fits; else arm one timer for its due
         moment (none when only an in-flight cap holds it: an answer or a settle
-        re-checks; but slow start's flight also grows with time).  Called after every
-        change, the ceiling's pace included, so the timer is always for the newest."""
+        re-checks).  Called after every change, the ceiling's pace included, so the
+        timer is always for the newest."""
         if self._timer is not None:
             self._timer.cancel()  # the head, or the moment it is due, may have changed
             self._timer = None
@@ -332,12 +332,10 @@ class Limiter:
                 continue
             now = self._now()
             due = self._due(head.entry, now + _DUST)
-            loop = asyncio.get_running_loop()
             if due is None:
-                if self.ceiling.ramping:
-                    self._timer = loop.call_later(RAMP_S, self._grant)
                 return
             if due > now + _DUST:
+                loop = asyncio.get_running_loop()
                 self._timer = loop.call_later(due - now, self._grant)
                 return
             self._queue.popleft()
