@@ -81,7 +81,7 @@ async def test_two_jobs_sharing_a_key_stay_under_its_limit_and_split_it(tmp_path
         used = (len(accepted) - 1) / (accepted[-1] - accepted[0]) * WINDOW / LIMIT
         print(f"answered {answered}, 429s {refused}, {used:.2f} of the limit used")
         # Measured with the ledger: 0 429s, 9 and 9 answers, 1.01 of the limit used (the
-        # first window's burst); without it: 2 429s, 5 and 13, 0.65.
+        # first window's burst); without it: 2 429s, 5 and 12 or 13, 0.59 to 0.64.
         assert refused <= 1, statuses
         assert used >= 0.85
         assert min(answered) / sum(answered) * used >= 0.35, answered  # each its part
