@@ -354,14 +354,9 @@ class RateGate:
                 ceiling.finish(admission, now, throttled=False)
             else:
                 assert result is not None
-                state.throttles += 1
-                before = ceiling.paused_until
-                pause = ceiling.finish(
-                    admission, now, throttled=True, retry_after=result.retry_after
+                self._throttled(
+                    state, admission, now, result.retry_after, result.reason, running=True
                 )
-                if pause is not None and pause.seconds > 0:
-                    state.paused_seconds += pause.until - max(now, before)
-                    self._paused(state, pause, result)
             self._tell(state)
         self._wake()
 
@@ -369,18 +364,36 @@ class RateGate:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _paused(self, state: _State, pause: Pause, result: AttemptResult) -> None:
-        known = state.ceiling.known()
-        self._events.emit(
-            "limit.paused",
-            limit=_label(state.name),
-            seconds=round(pause.seconds, 3),
-            retryAfter=result.retry_after,
-            reason=result.reason,
-            episode="new" if pause.new_episode else "same",
-            level=pause.level,
-            learned=None if known is None else describe(known, declared=state.ceiling.declared),
+    def _throttled(
+        self,
+        state: _State,
+        admission: Admission,
+        now: float,
+        retry_after: float | None,
+        reason: str,
+        *,
+        running: bool,
+    ) -> Pause | None:
+        """Tell ``state``'s ceiling of a throttle; count it, and say the pause it takes."""
+        state.throttles += 1
+        before = state.ceiling.paused_until
+        pause = state.ceiling.finish(
+            admission, now, throttled=True, retry_after=retry_after, running=running
         )
+        if pause is not None and pause.seconds > 0:
+            state.paused_seconds += pause.until - max(now, before)
+            known = state.ceiling.known()
+            self._events.emit(
+                "limit.paused",
+                limit=_label(state.name),
+                seconds=round(pause.seconds, 3),
+                retryAfter=retry_after,
+                reason=reason,
+                episode="new" if pause.new_episode else "same",
+                level=pause.level,
+                learned=None if known is None else describe(known, declared=state.ceiling.declared),
+            )
+        return pause
 
     def _tell(self, state: _State) -> None:
         """Say a change of a limit's learned pace (``limit.learned``) or of slow start's
@@ -407,28 +420,11 @@ class RateGate:
         """Pause ``name`` as a throttle signal from outside any start asks (a new
         episode); returns the pause in seconds."""
         state = self._states[name]
-        loop = asyncio.get_running_loop()
-        admission = state.ceiling.start(loop.time())
-        before = state.ceiling.paused_until
-        pause = state.ceiling.finish(
-            admission, loop.time(), throttled=True, retry_after=retry_after, running=False
-        )
-        state.throttles += 1
-        seconds = 0.0 if pause is None else pause.seconds
-        if pause is not None and pause.seconds > 0:
-            state.paused_seconds += pause.until - max(loop.time(), before)
-            self._events.emit(
-                "limit.paused",
-                limit=_label(name),
-                seconds=round(seconds, 3),
-                retryAfter=retry_after,
-                reason=reason,
-                episode="new" if pause.new_episode else "same",
-                level=pause.level,
-                learned=None,
-            )
+        now = asyncio.get_running_loop().time()
+        admission = state.ceiling.start(now)
+        pause = self._throttled(state, admission, now, retry_after, reason, running=False)
         self._wake()
-        return seconds
+        return 0.0 if pause is None else pause.seconds
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per limit: starts, achieved and configured starts per minute, throttles,
