@@ -199,3 +199,28 @@ def test_learn_false_only_pauses() -> None:
     assert (again.new_episode, again.level, again.until) == (False, 0, 10.2)
     assert ceiling.due(10.2) == 10.2
     assert (ceiling.rate, ceiling.concurrency, ceiling.known()) == (None, None, None)
+
+
+def test_case_b_without_retry_after_the_window_grows_to_the_upstreams() -> None:
+    """A worker that says no Retry-After (the claude CLI drops it): 8 requests, 4
+    slots, 2 per 10 s, the least possible 30 s.  The window was guessed from the first
+    pause (5-7.5 s, jitter included) and kept: too short, so the rate learned from it
+    was too high and the next run's seed with it (51-68 s over these seeds, and 0.25-0.35
+    a second learned where 0.2 is the limit).  A pause that ends in another throttle was
+    shorter than the window: the guess grows with the backoff that follows it."""
+    walls = []
+    for seed in range(1, 6):
+        upstream = Upstream(fixed(2), 10, honest=False)
+        ceiling = _ceiling(seed, slots=4)
+        record = run(ceiling, upstream, units=8, slots=4)
+        assert len(upstream.answers) == 8
+        known = ceiling.known()
+        assert known is not None
+        assert known.window == 10.0
+        # The first burst's two, and the one start at the first pause's end (its
+        # window had not emptied: without Retry-After nothing says when it will).
+        assert len(upstream.refusals) == 3
+        walls.append(record.wall)
+    # Without Retry-After the second pause is a backoff step with jitter on top, not
+    # the window's end: 45-51 s here.  Case A's figures need the Retry-After.
+    assert max(walls) <= 1.75 * 30, walls

@@ -18,8 +18,9 @@ The controller (README "How fanout learns a limit nobody declared" says why this
   Retry-After R the upstream's window is at least R long (an honest R is the time until
   its oldest counted request leaves), so the window learned is the longest R seen, and
   the rate the starts that got through in that window, one window's worth: an exact
-  count where AIMD's halving would guess.  With no Retry-After the window is the pause
-  taken, and the rate ``BETA`` times the lower of the rate paced at and what got through.
+  count where AIMD's halving would guess.  With no Retry-After the window is the
+  longest pause taken (a pause that ended too soon is followed by a longer one), and the
+  rate ``BETA`` times the lower of the rate paced at and what got through.
   The starts in flight are capped as well, at what ran beside the throttled one
   (Netflix's concurrency-limits AIMD, decreased to what got through), then one more
   for each cap's worth that gets through: that is the bound for long units, whose
@@ -58,6 +59,9 @@ INITIAL_WINDOW = 4  # slow start's first flight (RFC 6928 starts TCP at 10 segme
 RAMP_S = 2.0
 HOLD = 2  # windows without a throttle before the first probe
 HOLD_MAX = 8
+# The longest window guessed from pauses when the upstream says no Retry-After: rate
+# limits are counted per second, per 10 s or per minute.
+GUESS_MAX = 60.0
 CLOSE = 0.03  # within 3% of the refused rate: stop probing
 
 
@@ -325,6 +329,14 @@ class Ceiling:
         window = self.window or (
             self.declared[1] if self.declared else max(self.throttle.initial, pause.seconds)
         )
+        if retry_after is None and pause.new_episode and not self.declared:
+            # With no Retry-After the window is a guess, the backoff: a pause the first
+            # starts after it were throttled again was shorter than the upstream's
+            # window, so the guess grows with the backoff that follows (without its
+            # jitter, which is not the upstream's; to GUESS_MAX: a longer pause is an
+            # outage, not a window).
+            backoff = self.throttle.initial * 2.0**pause.level
+            window = max(window, min(backoff, self.throttle.max, GUESS_MAX))
         self.window = window
         got = sum(
             1

@@ -1,5 +1,5 @@
 def greet(name):
-    return "Hello, {}!".format(name)
+    return f"Hello, {name}!"
 
 
 def shout(name):

@@ -2,7 +2,6 @@ import json
 
 
 def summary(items, limit=None):
-    if limit == None:
+    if limit is None:
         limit = len(items)
-    unused = 42
     return json.dumps(items[:limit])

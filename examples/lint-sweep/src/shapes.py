@@ -1,5 +1,4 @@
-from typing import List
 
 
-def widths(boxes: List[tuple[int, int]]) -> List[int]:
+def widths(boxes: list[tuple[int, int]]) -> list[int]:
     return [width for width, _ in boxes]
