@@ -258,9 +258,26 @@ async def test_little_remaining_is_spread_until_the_reset() -> None:
     limiter = _limiter(requests=_w(100, 60))
     limiter.observe(Remaining(requests=4, requests_reset=8))  # under 10% of 100: spread
     times = [await _admitted_at(limiter) for _ in range(7)]
-    assert times == [0, 2, 4, 6, 8, 8, 8]  # one per 8 / 4 s, and no longer after the reset
+    # 4 left and one more free by the reset: one per 8 / 5 s, and no longer after it.
+    assert times == [0, 1.6, 3.2, 4.8, 6.4, 8, 8]
     limiter.observe(Remaining(requests=40, requests_reset=8))  # plenty: no spread
     assert [await _admitted_at(limiter) for _ in range(3)] == [8, 8, 8]
+
+
+async def test_a_sliding_window_of_two_is_paced_at_two_a_window() -> None:
+    """Bench case C: an upstream counting 2 requests per sliding 10 s says, after one
+    request, 1 remaining and a reset in 10 s (when its oldest leaves).  Spreading the 1
+    over the 10 s let one request through per window, half the limit (110 s for 12
+    requests where 50 s is the least)."""
+    limiter = _limiter()
+    assert await _admitted_at(limiter) == 0
+    limiter.observe(Remaining(requests=1, requests_reset=10))
+    assert await _admitted_at(limiter) == 5
+    limiter.observe(Remaining(requests=0, requests_reset=5))  # the one at 0 leaves at 10
+    waiting = [asyncio.create_task(_admitted_at(limiter)) for _ in range(3)]
+    # At the reset one is free: the waiters go one a reset apart, not all at once, for
+    # two resets (an answer's headers say more by then; without one, bursts resume).
+    assert [await w for w in waiting] == [10, 15, 15]
 
 
 async def test_little_remaining_of_tokens_spreads_by_each_requests_tokens() -> None:
@@ -282,7 +299,7 @@ async def test_what_counts_as_little_remaining() -> None:
     bare.observe(Remaining(requests=5, requests_reset=10, tokens=1, tokens_reset=10))
     assert [await _admitted_at(bare, 100, 100) for _ in range(2)] == [4, 4]
     bare.observe(Remaining(requests=4, requests_reset=10))
-    assert [await _admitted_at(bare) for _ in range(2)] == [6.5, 9]  # from the last, at 4
+    assert [await _admitted_at(bare) for _ in range(2)] == [6, 8]  # from the last, at 4
 
 
 async def test_a_cancelled_waiter_leaves_no_trace() -> None:

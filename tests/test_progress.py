@@ -360,7 +360,9 @@ RESUMED_LIVE = [
     "run R resumed at round 1",
     "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
     "| round 1  ━╺━━━━━━━━━━━━━━━━━━  31/450 done  0.0s",
-    "| 4 running  415 queued  0 failed  paced by 4 slot(s)",
+    # Slow start's first generation is 4 starts, as many as the slots: it still counts
+    # them (a slot freed by a quick answer waits for the generation).
+    "| 4 running  415 queued  0 failed  paced by slow start (finding the pace)",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
     "| round 1  ━╸━━━━━━━━━━━━━━━━━━  35/450 done  1.0s  4.0/s  eta 1m 44s",
@@ -371,10 +373,12 @@ RESUMED_LIVE = [
 
 RESUMED_PLAIN = [
     "run R resumed at round 1",
+    "limit all dispatch: slow start, finding the pace (nothing learned yet)",
     "round 1: resuming (up to 4 at once)",
     "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
+    "limit all dispatch: slow start over, the slots bound it",
     "progress: round 1  267/450 done  1m  3.9/s  eta 47s  3 running  180 queued  1 failed  paced by 4 slot(s)",
 ]
 
@@ -382,7 +386,7 @@ RESUMED_SELECTED_LIVE = [
     "run R resumed at round 1",
     "round 1: 20 unit(s) from 20 record(s), 11 settled before (11 succeeded, 0 failed), 9 remain",
     "| round 1  ━━━━━━━━━━━╺━━━━━━━━  11/20 done  0.0s",
-    "| 4 running  5 queued  0 failed  paced by 4 slot(s)",
+    "| 4 running  5 queued  0 failed  paced by slow start (finding the pace)",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
     "| round 1  ━━━━━━━━━━━━━━━╺━━━━  15/20 done  1.0s  4.0/s  eta 1.2s",
@@ -681,12 +685,17 @@ def test_a_run_an_apis_window_paces_names_the_window_not_the_slots(
         display(event)
         if event["event"] == "unit.settled" or (event["event"] == "attempt.started" and not paced):
             paced.append(_shown(display, 118)[1])  # the line under the bar
-    # Before an attempt has finished nothing says what an attempt takes of the API (the
-    # slots are named); from the first one on, the window.
+    # Before an attempt has finished nothing says what an attempt takes of the API (all
+    # dispatch's slow start is named); from the first one on, the window.
     assert finished == 8
-    assert paced[0].endswith("  0 failed  paced by 4 slot(s)")
+    assert paced[0].endswith("  0 failed  paced by slow start (finding the pace)")
     assert len(paced) == 9  # the first start, then each unit settled
-    assert all(line.endswith("paced by api anthropic 240 requests/min") for line in paced[1:])
+    # Slow start's first generation (4 starts) names itself until it is over, at the
+    # latest once the fifth unit has started: never the slots.
+    window = "paced by api anthropic 240 requests/min"
+    slow = "paced by slow start (finding the pace)"
+    assert all(line.endswith((window, slow)) for line in paced), paced
+    assert all(line.endswith(window) for line in paced[5:]), paced
     assert paced[-1] == "0 running  0 queued  0 failed  paced by api anthropic 240 requests/min"
     (started,) = [e for e in log if e["event"] == "round.started"]
     assert started["paces"] == [

@@ -59,11 +59,13 @@ def run(
     units: int,
     slots: int,
     duration: Callable[[int], float] = lambda unit: 0.05,
+    refusal: float | None = None,
     until: float = 100_000.0,
 ) -> Record:
     """Run ``units`` through ``ceiling`` against ``upstream``; each unit's request is
     sent as it starts and the unit ends ``duration(unit)`` later, or at once when its
-    request is refused."""
+    request is refused (or ``refusal`` later: a worker that takes longer to say it was
+    throttled than to answer)."""
     record = Record()
     pending = deque(range(units))
     running: list[tuple[float, int, Admission, float | None]] = []
@@ -79,6 +81,8 @@ def run(
             refused = upstream.ask(t)
             # A refused request comes back at once: the worker exits with its 429.
             took = duration(unit) if refused is None else min(duration(unit), 0.05)
+            if refused is not None and refusal is not None:
+                took = refusal
             running.append((t + took, unit, admission, refused))
         moments = [end for end, *_ in running]
         if pending and len(running) < slots:

@@ -172,9 +172,11 @@ class Ceiling:
             self.throttles = self.learned.throttles
         # Slow start's generation: its size (None: not ramping), how many of it have
         # started, which of those are still running, and when it opened.
-        wide = self.slots is not None and self.slots <= INITIAL_WINDOW  # nothing to open
+        # Also when the slots are no more than the first generation: it counts starts, so
+        # a slot freed by a quick answer waits for the generation (bench case A: two
+        # answers back before two 429s let two more starts into the same burst).
         self._generation: int | None = (
-            INITIAL_WINDOW if self.slow_start and self.rate is None and not wide else None
+            INITIAL_WINDOW if self.slow_start and self.rate is None else None
         )
         self._generation_started = 0
         self._generation_open: set[int] = set()

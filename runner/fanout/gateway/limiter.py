@@ -27,13 +27,18 @@ of the limit this job may use when other jobs share the key (``shares``): the le
 pace and every declared window are scaled by it.
 
 Upstream feedback (``observe``).  Remaining 0 with a known reset: nothing is admitted
-until the reset.  Remaining small (below SMALL_FRACTION of our window of that kind; with
+until the reset, and requests then go one a reset apart until an answer says more.
+Remaining small (below SMALL_FRACTION of our window of that kind; with
 no such window, fewer than SMALL_REQUESTS requests, and tokens are never "small"): the
 rest is spread until the reset, so an admission of amount ``a`` of that kind is followed
-by the next no sooner than ``a * reset / remaining`` later (requests: one per ``reset /
-remaining``), and never later than the reset.  Only when little remains, so bursts stay
-while there is room: Anthropic's reset is when its bucket is full again, which
-understates the real rate.  The newest observation of a kind replaces the older one.
+by the next no sooner than ``a * reset / remaining`` later, and never later than the
+reset.  Requests count one more: by its reset at least one more request is free again
+(a sliding window's oldest leaves, Anthropic's bucket is full), so ``remaining + 1``
+fit in that span, one per ``reset / (remaining + 1)``; spreading ``remaining`` alone
+halved the pace at a sliding window of 2 (remaining 1, reset 10 s: one request in 10 s
+where 2 fit).  Only when little remains, so bursts stay while there is room:
+Anthropic's reset is when its bucket is full again, which understates the real rate.
+The newest observation of a kind replaces the older one.
 """
 
 from __future__ import annotations
@@ -290,8 +295,14 @@ class Limiter:
             self._spreads.pop(kind, None)
             if left <= 0:
                 self._paused_until = max(self._paused_until, now + reset)
+                if kind is Kind.REQUESTS and reset > 0:
+                    # At the reset one more is free, not one for every waiter: they go
+                    # one a reset apart until an answer says more (bench case C: four
+                    # at the reset of a window of 2 drew three 429s).
+                    self._spreads[kind] = (1 / reset, now + 2 * reset)
             elif reset > 0 and self._small(kind, left):
-                self._spreads[kind] = (left / reset, now + reset)
+                fit = left + 1 if kind is Kind.REQUESTS else left
+                self._spreads[kind] = (fit / reset, now + reset)
         if r.requests_limit is not None:
             self.ceiling.stated(r.requests_limit)
         self._grant()
