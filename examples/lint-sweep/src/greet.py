@@ -1,5 +1,5 @@
 def greet(name):
-    return f"Hello, {name}!"
+    return "Hello, {}!".format(name)
 
 
 def shout(name):

@@ -2,6 +2,7 @@ import json
 
 
 def summary(items, limit=None):
-    if limit is None:
+    if limit == None:
         limit = len(items)
+    unused = 42
     return json.dumps(items[:limit])

@@ -1,4 +1,5 @@
+from typing import List
 
 
-def widths(boxes: list[tuple[int, int]]) -> list[int]:
+def widths(boxes: List[tuple[int, int]]) -> List[int]:
     return [width for width, _ in boxes]
