@@ -180,6 +180,15 @@ def test_a_broken_link_between_pages_fails_the_build(tmp_path: Path) -> None:
     assert "no-such-part" in done.stderr
 
 
+def test_the_readmes_links_resolve() -> None:
+    readme = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10
+    for link in local:
+        assert (REPO / link).exists(), link
+
+
 # -- the command lines in the docs ---------------------------------------------------
 
 _FENCE = re.compile(r"```(\w*)[^\n]*\n(.*?)```", re.S)
