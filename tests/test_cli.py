@@ -433,7 +433,7 @@ def test_a_stopped_run_says_its_reason_once(chdir_tmp: Path) -> None:
 
 
 def test_logs_are_where_the_readme_says(chdir_tmp: Path, repo: Path) -> None:
-    readme = (repo / "README.md").read_text()
+    readme = (repo / "docs" / "guides" / "sandboxing.md").read_text()
     assert "`.fanout/runs/<run>/logs/<unit>-<hash>/r<round>-a<attempt>.log`" in readme
     write_job(
         chdir_tmp,

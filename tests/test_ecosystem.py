@@ -22,7 +22,7 @@ from fanout.errors import Problem
 from helpers import cli
 
 TOOLS = Path(sys.executable).parent
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "ci.md").read_text()
 
 
 def taplo(cwd: Path, *files: str) -> subprocess.CompletedProcess[str]:
