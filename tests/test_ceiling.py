@@ -39,13 +39,18 @@ def test_a_slot_freed_by_a_quick_answer_waits_for_the_generation() -> None:
     """Case A as bench/adaptive.py measured it: a throttled worker takes longer to exit
     (0.3 s) than one that got its answer (0.1 s).  With no more slots than slow start's
     first generation there was no generation, so the two slots freed by answers took
-    two more starts into the same burst: 4 429s where 2 is the burst's own."""
-    upstream = Upstream(fixed(2), 10)
-    ceiling = _ceiling(slots=4)
-    record = run(ceiling, upstream, units=12, slots=4, duration=lambda unit: 0.1, refusal=0.3)
-    assert len(upstream.answers) == 12
-    assert len(upstream.refusals) == 2
-    assert record.wall <= 1.3 * 50
+    two more starts into the same burst: 4 429s where 2 is the burst's own.  On a clock
+    far from zero, as a loop's is (the first generation was dated 0.0, so it had been
+    open RAMP_S long before its first start, and the next opened at once)."""
+    for start in (0.0, 1e6):
+        upstream = Upstream(fixed(2), 10)
+        ceiling = _ceiling(slots=4)
+        record = run(
+            ceiling, upstream, units=12, slots=4, duration=lambda u: 0.1, refusal=0.3, start=start
+        )
+        assert len(upstream.answers) == 12
+        assert len(upstream.refusals) == 2, start
+        assert record.wall <= 1.3 * 50
 
 
 def test_one_burst_is_one_episode_and_one_pause() -> None:

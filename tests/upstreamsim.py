@@ -60,17 +60,18 @@ def run(
     slots: int,
     duration: Callable[[int], float] = lambda unit: 0.05,
     refusal: float | None = None,
+    start: float = 0.0,
     until: float = 100_000.0,
 ) -> Record:
     """Run ``units`` through ``ceiling`` against ``upstream``; each unit's request is
     sent as it starts and the unit ends ``duration(unit)`` later, or at once when its
     request is refused (or ``refusal`` later: a worker that takes longer to say it was
-    throttled than to answer)."""
+    throttled than to answer).  The clock starts at ``start`` (a loop's is far past 0)."""
     record = Record()
     pending = deque(range(units))
     running: list[tuple[float, int, Admission, float | None]] = []
-    t = 0.0
-    while (pending or running) and t < until:
+    t = start
+    while (pending or running) and t < start + until:
         while pending and len(running) < slots:
             due = ceiling.due(t)
             if due is None or due > t + 1e-9:
@@ -103,7 +104,7 @@ def run(
                 pending.appendleft(unit)
             if pause is not None:
                 record.pauses.append(pause)
-    record.wall = t
+    record.wall = t - start
     return record
 
 

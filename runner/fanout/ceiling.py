@@ -180,7 +180,9 @@ class Ceiling:
         )
         self._generation_started = 0
         self._generation_open: set[int] = set()
-        self._generation_at = 0.0
+        # When the generation opened: the first's with its first start (a loop's clock
+        # is far past 0.0, so 0.0 had the first generation opened RAMP_S long ago).
+        self._generation_at: float | None = None
         self._flight_gains = 0
         self._recent: deque[_Start] = deque()
         self._running: dict[int, _Start] = {}
@@ -225,10 +227,11 @@ class Ceiling:
         self._probe(now)
         due = max(now, self.paused_until)
         if self.ramping and self._generation_started >= (self._generation or 0):
-            if not self._generation_open or now - self._generation_at >= RAMP_S:
+            opened = now if self._generation_at is None else self._generation_at
+            if not self._generation_open or now - opened >= RAMP_S:
                 self._next_generation(now)
             else:  # the next generation opens when this one is through, or at RAMP_S
-                due = max(due, self._generation_at + RAMP_S)
+                due = max(due, opened + RAMP_S)
         if self.concurrency is not None and len(self._running) >= self.concurrency:
             return None
         interval = self.interval
@@ -248,6 +251,8 @@ class Ceiling:
         self._running[admission.number] = entry
         self._recent.append(entry)
         if self.ramping:
+            if self._generation_at is None:
+                self._generation_at = now
             self._generation_started += 1
             self._generation_open.add(admission.number)
         self._last_start = now
