@@ -71,11 +71,11 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fanout.apistyles import FACTS, Style
 from fanout.events import Events
 from fanout.gateway import Gateway, books
 from fanout.journal import Journal
 from fanout.spec import Api, Window
+from fanout.spec.apis import FACTS, Style
 
 from mockapi import MockApi
 

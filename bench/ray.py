@@ -24,14 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import raycluster
 
 from fanout import spec
-from fanout.cluster import RayTransport
+from fanout.attempt.seam import Transport
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.local import LocalTransport
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 from fanout.spec import Host, Ray
-from fanout.ssh import SshTransport
-from fanout.transport import Transport
+from fanout.transports.local import LocalTransport
+from fanout.transports.ray import RayTransport
+from fanout.transports.ssh import SshTransport
 
 from sshd import make_pool
 

@@ -65,9 +65,9 @@ def synthetic_journal(units: int, workdir: Path) -> None:
     """A finished run of ``units`` settled units (each with one attempt), written
     straight into a journal as fanout would have left it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+    from fanout.backlog.units import Unit
     from fanout.journal import Journal
     from fanout.outcome import RunState
-    from fanout.units import Unit
 
     journal = Journal(workdir / ".fanout" / "journal.sqlite")
     run = journal.create_run(job="scale", job_file=str(workdir / "job.toml"), apply=False)

@@ -22,13 +22,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fanout import spec
-from fanout.attempt import Attempt
+from fanout.attempt.model import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import Status
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 from fanout.spec import Host
-from fanout.ssh import SshTransport
+from fanout.transports.ssh import SshTransport
 
 from helpers import make_attempt
 from procs import marker, wait_until_present

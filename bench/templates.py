@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fanout.templates import RenderError, Templates, render_off_loop
+from fanout.spec.templates import RenderError, Templates, render_off_loop
 
 PROMPT = """Fix {{ unit.id }} ({{ unit.index }}) with {{ rung.vars.model }}.
 {% for item in unit.items %}- {{ item.path | relpath }}:{{ item.line }} {{ item.message | trim }}

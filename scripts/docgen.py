@@ -518,7 +518,7 @@ def pages(schema: Mapping[str, Any] | None = None, root: Path = REPO) -> dict[Pa
     import typer.main
 
     from fanout.cli import app
-    from fanout.schema import job_schema
+    from fanout.spec.schema import job_schema
 
     tree = command_tree(typer.main.get_command(app))
     codes = exit_codes((root / EXIT_CODES_PAGE).read_text(encoding="utf-8"))

@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fanout.presets import PRESETS
+from fanout.spec.presets import PRESETS
 
 from helpers import run_agent
 from mockapi import Fault, MockApi, Usage

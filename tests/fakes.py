@@ -16,12 +16,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fanout import collecting, removal
-from fanout.attempt import LAYOUT, Attempt, execute
-from fanout.capture import OutputCapture
-from fanout.collecting import Entry, Kind
+from fanout.attempt import collecting
+from fanout.attempt.capture import OutputCapture
+from fanout.attempt.collecting import Entry, Kind
+from fanout.attempt.driver import execute
+from fanout.attempt.model import LAYOUT, Attempt
+from fanout.attempt.sandbox import Command, Sandbox, StagedFile
+from fanout.isolation import removal
+from fanout.isolation.place import Place
 from fanout.outcome import AttemptResult, Status
-from fanout.transport import Command, Place, Sandbox, StagedFile
 
 Script = Callable[[Attempt], AttemptResult]
 

@@ -16,14 +16,14 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from fanout import sandbox
-from fanout.attempt import Attempt
+from fanout.attempt.collecting import Collect
+from fanout.attempt.invocation import Invocation
+from fanout.attempt.model import Attempt
+from fanout.attempt.sandbox import StagedFile
 from fanout.cli import app
 from fanout.cli.app import set_dumpable
-from fanout.collecting import Collect
-from fanout.invocation import Invocation
-from fanout.sandbox import Kind
-from fanout.transport import Place, StagedFile
+from fanout.isolation import tools as sandbox
+from fanout.isolation.place import Kind, Place
 
 MINIMAL = """\
 version = 1

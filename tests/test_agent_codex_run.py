@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import staging
+from fanout.attempt import staging
 
 from helpers import cli, write_job
 from mockapi import MockApi, Usage

@@ -20,7 +20,7 @@ from fanout import spec
 from fanout.errors import InputFailed
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.run import CLOSE_BOUND_S, Options, Runner
+from fanout.run.job import CLOSE_BOUND_S, Options, Runner
 
 from fakes import FakeTransport
 from helpers import write_job

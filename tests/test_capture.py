@@ -8,10 +8,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.capture import OutputCapture
+from fanout.attempt.capture import OutputCapture
+from fanout.attempt.verdict import Verdict
 from fanout.outcome import Status
-from fanout.redact import Redactor, encoded_forms, patterns, redact_text
-from fanout.verdict import Verdict
+from fanout.values.redact import Redactor, encoded_forms, patterns, redact_text
 
 from helpers import make_attempt
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from upstreamsim import Upstream, fixed, most_in_any_window, run
 
-from fanout.ceiling import Ceiling, Learned, describe
+from fanout.pacing.ceiling import Ceiling, Learned, describe
 from fanout.spec import Throttle
 
 THROTTLE = Throttle(initial=5, max=600, jitter=0.5)

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from fanout import commands, sandbox, spec
+from fanout import spec
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
+from fanout.isolation import tools as sandbox
 from fanout.journal import Journal
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 from fanout.spec import Host
-from fanout.ssh import SshTransport
+from fanout.transports import preflight as commands
+from fanout.transports.ssh import SshTransport
 
 from helpers import cli, wrapped, write_job
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from fanout import compute, report, spec
+from fanout import spec
+from fanout.backlog.units import Unit
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Outcome, Status, UnitState
-from fanout.units import Unit
+from fanout.report import compute
+from fanout.report import document as report
 
 from helpers import cli, write_job
 

@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from fanout.attempt import Attempt
-from fanout.local import LocalTransport
+from fanout.attempt.model import Attempt
+from fanout.attempt.sandbox import StagedFile
+from fanout.attempt.seam import Sandboxes
+from fanout.isolation.place import Containment
 from fanout.outcome import AttemptResult, Status
-from fanout.sandbox import Containment
-from fanout.ssh import SshTransport
-from fanout.ssh.probe import GROUP_ONLY
-from fanout.transport import Sandboxes, StagedFile
+from fanout.transports.local import LocalTransport
+from fanout.transports.ssh import SshTransport
+from fanout.transports.ssh.probe import GROUP_ONLY
 
 from fakes import FakeSandboxes
 from helpers import make_attempt
@@ -157,9 +158,9 @@ class Rays:
             return self.remotes[kind]
         import ray
 
-        from fanout import sandbox
-        from fanout.cluster import RayTransport
+        from fanout.isolation import tools as sandbox
         from fanout.spec import Ray
+        from fanout.transports.ray import RayTransport
 
         cluster = request.getfixturevalue("ray_cluster")  # skips without ray, but in CI
         root = cluster.root / f"conformance-{kind}"

@@ -19,7 +19,7 @@ import pytest
 from fanout import spec
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 
 from fakes import FakeTransport
 from helpers import write_job

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from fanout import sandbox
-from fanout.attempt import Attempt
-from fanout.local import LocalTransport
+from fanout.attempt.model import Attempt
+from fanout.isolation import tools as sandbox
 from fanout.outcome import Status
+from fanout.transports.local import LocalTransport
 
 from helpers import make_attempt, write_job
 from procs import marker, pids_with, wait_until_gone, wait_until_present
@@ -167,7 +167,7 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
         "import asyncio, pathlib, sys; from fanout import sandbox; "
         "print(sandbox.containment('none').value); "
         "print(' '.join(sandbox.pid_namespace()[1:])); "
-        "from fanout.transport import Place; "
+        "from fanout.attempt.sandbox import Place; "
         "place = Place(host='local', kind='none', base='/', path='/usr/bin:/bin', "
         "namespace=sandbox.pid_namespace()); "
         "argv = sandbox.guarded(sandbox.command(place, ['sh', '-c', 'echo $$ $(id -un)'], "

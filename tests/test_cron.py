@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fanout import cron
+from fanout.values import cron
 
 
 def _table(expression: str, zone: str, after: str, count: int) -> list[str]:

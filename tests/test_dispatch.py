@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from fanout import ladder, spec
-from fanout.attempt import Attempt
+from fanout import spec
+from fanout.attempt.model import Attempt
 from fanout.errors import HostsUnavailable, StateError
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
-from fanout.run import Options, Runner
+from fanout.run import ladder
+from fanout.run.job import Options, Runner
 from fanout.spec import Backoff
 
 from fakes import FakeTransport
@@ -221,7 +222,7 @@ def test_backoff_grows_exponentially_to_its_cap_with_full_jitter() -> None:
 async def test_a_throttled_unit_pauses_dispatch_and_runs_again_on_the_same_rung(
     tmp_path: Path,
 ) -> None:
-    from fanout.limits import gate_for
+    from fanout.pacing.limits import gate_for
 
     job = _job(
         tmp_path,
@@ -402,7 +403,7 @@ async def test_a_throttled_unit_goes_to_the_back_and_every_unit_starts(
 ) -> None:
     """Issue 9, defect 5: a unit throttled on every attempt took every start after each
     pause and u3 never started; now it waits behind the whole backlog, then is failed."""
-    from fanout.limits import gate_for
+    from fanout.pacing.limits import gate_for
 
     job = _job(tmp_path, items=4, concurrency=2, extra=limit + STARVING)
     starts: list[tuple[str, float]] = []
@@ -429,7 +430,7 @@ async def test_a_throttled_unit_goes_to_the_back_and_every_unit_starts(
 
 
 async def test_the_other_units_start_as_soon_as_the_pause_ends(tmp_path: Path) -> None:
-    from fanout.limits import gate_for
+    from fanout.pacing.limits import gate_for
 
     job = _job(tmp_path, items=4, concurrency=2, extra=STARVING)
     starts: list[tuple[str, float]] = []
@@ -459,7 +460,7 @@ async def test_the_other_units_start_as_soon_as_the_pause_ends(tmp_path: Path) -
 
 
 async def test_a_unit_throttled_longer_than_max_wait_is_failed(tmp_path: Path) -> None:
-    from fanout.limits import gate_for
+    from fanout.pacing.limits import gate_for
 
     job = _job(
         tmp_path,

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from fanout import spec
-from fanout.schema import subschema
+from fanout.spec.schema import subschema
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```toml\n(.*?)```", (REPO / "README.md").read_text(), re.S)

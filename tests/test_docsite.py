@@ -20,7 +20,7 @@ import pytest
 import typer.main
 
 from fanout.cli import app
-from fanout.schema import job_schema
+from fanout.spec.schema import job_schema
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

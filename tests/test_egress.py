@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 
-from fanout import plan, sandbox, spec
+from fanout import plan, spec
 from fanout.errors import EnvironmentProblem, HostsUnavailable, JobError
 from fanout.events import Events
 from fanout.gateway import Gateway
-from fanout.local import LocalTransport
-from fanout.ssh import SshTransport
-from fanout.transport import Place
+from fanout.isolation import tools as sandbox
+from fanout.isolation.place import Place
+from fanout.transports.local import LocalTransport
+from fanout.transports.ssh import SshTransport
 
 from helpers import cli, table_rows, write_job
 from mockapi import MockApi

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from fanout import staging
+from fanout.attempt import staging
 
 from helpers import cli
 from mockapi import Edit, MockApi

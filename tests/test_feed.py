@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
+from fanout.backlog.feed import Feed
 from fanout.errors import InputFailed
-from fanout.feed import Feed
 
 
 class _Pipe(asyncio.ReadTransport):

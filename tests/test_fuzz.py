@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from fanout import plan, spec
 from fanout.errors import InputFailed, JobError, Problem
-from fanout.schema import key_name
-from fanout.tomlpos import KeyPath
+from fanout.spec.schema import key_name
+from fanout.values.tomlpos import KeyPath
 
 from helpers import cli
 

@@ -18,13 +18,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fanout.apistyles import FACTS, Style
-from fanout.ceiling import Learned, describe
 from fanout.errors import FanoutError, SpendStopped
 from fanout.events import Events
 from fanout.gateway import Gateway
 from fanout.gateway.limiter import Limiter
 from fanout.outcome import ApiUsage
+from fanout.pacing.ceiling import Learned, describe
+from fanout.spec.apis import FACTS, Style
 from fanout.spec.model import Api, Price, Window
 
 from mockapi import Fault, MockApi, MockConfig, Usage

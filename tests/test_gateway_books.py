@@ -17,14 +17,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fanout import accounting
-from fanout.apistyles import FACTS, Style
 from fanout.errors import FanoutError, StateError
 from fanout.events import Events
 from fanout.gateway import Gateway, books
 from fanout.gateway.usage import Ledger
 from fanout.journal import Journal
 from fanout.outcome import ApiUsage
+from fanout.report import accounting
+from fanout.spec.apis import FACTS, Style
 from fanout.spec.model import Api, Price
 
 from mockapi import MockApi, MockConfig

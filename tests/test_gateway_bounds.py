@@ -18,13 +18,13 @@ from aiohttp import web
 from test_gateway import KEY, Rig, make_api, message, rig, wait_until
 from yarl import URL
 
-from fanout.apistyles import Style
 from fanout.events import Events
 from fanout.gateway import Gateway, admission
 from fanout.gateway.admission import Attempts
 from fanout.gateway.complaints import Complaints
 from fanout.gateway.connections import connection_cap
 from fanout.gateway.tokens import Grant, Grants
+from fanout.spec.apis import Style
 
 from mockapi import MockApi, MockConfig
 

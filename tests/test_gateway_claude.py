@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fanout import staging
+from fanout.attempt import staging
 
 from helpers import cli, write_job
 from mockapi import MockApi, Usage

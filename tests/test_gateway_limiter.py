@@ -11,9 +11,9 @@ from typing import TypeVar
 
 import pytest
 
-from fanout.ceiling import MARGIN, Learned, Pause
 from fanout.gateway.limiter import Limiter, Remaining, Ticket
 from fanout.gateway.windows import SKEW
+from fanout.pacing.ceiling import MARGIN, Learned, Pause
 from fanout.spec import Window
 
 pytestmark = pytest.mark.looptime

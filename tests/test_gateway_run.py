@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fanout import hidden
+from fanout.isolation import hidden
 
 from helpers import cli, write_job
 from mockapi import MockApi, Usage

@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 from test_gateway import KEY, make_api, message
 
-from fanout.ceiling import Learned
 from fanout.events import Events
 from fanout.gateway import Gateway
+from fanout.pacing.ceiling import Learned
 
 from mockapi import MockApi, MockConfig
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from fanout.apistyles import Style
 from fanout.gateway import forwarding, ratelimits, styles
 from fanout.gateway.answers import TokenCounts, UsageReader
 from fanout.gateway.limiter import Remaining
@@ -18,8 +17,9 @@ from fanout.gateway.styles import Estimate, Verdict
 from fanout.gateway.tokens import Grants
 from fanout.gateway.usage import Ledger, cost_usd, price_for
 from fanout.outcome import ApiUsage
-from fanout.redact import TOKEN_LENGTH, TOKEN_PREFIX
+from fanout.spec.apis import Style
 from fanout.spec.model import Price
+from fanout.values.redact import TOKEN_LENGTH, TOKEN_PREFIX
 
 NOW = datetime(2026, 12, 1, 14, 40, 0, tzinfo=UTC)
 

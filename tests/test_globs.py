@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from fanout import spec
-from fanout.collecting import Collect, Entry, Kind
-from fanout.globs import compile_glob
-from fanout.units import select
+from fanout.attempt.collecting import Collect, Entry, Kind
+from fanout.backlog.units import select
+from fanout.values.globs import compile_glob
 
 
 @pytest.mark.parametrize(

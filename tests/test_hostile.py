@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from fanout import spec
+from fanout.attempt.seam import Transport
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.local import LocalTransport
-from fanout.run import Options, Runner
-from fanout.transport import Transport
+from fanout.run.job import Options, Runner
+from fanout.transports.local import LocalTransport
 
 from helpers import cli, run_report, write_job
 from procs import pids_with, short_marker
@@ -102,7 +102,7 @@ async def test_hostile_values_are_refused_locally(tmp_path: Path) -> None:
 async def test_hostile_values_are_refused_over_ssh_the_same_way(
     ssh_pool: Any, tmp_path: Path
 ) -> None:
-    from fanout.ssh import SshTransport
+    from fanout.transports.ssh import SshTransport
 
     server = ssh_pool.add("h1")
     shared = ssh_pool.base / "shared"

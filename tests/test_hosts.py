@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
-from fanout import knownhosts
 from fanout.errors import HostsUnavailable
 from fanout.spec import Host
-from fanout.ssh import SshTransport
-from fanout.ssh.connection import user_known_hosts
+from fanout.transports.ssh import SshTransport, knownhosts
+from fanout.transports.ssh.connection import user_known_hosts
 
 from helpers import make_attempt, write_job
 

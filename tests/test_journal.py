@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fanout.ceiling import Learned
+from fanout.backlog.units import Unit
 from fanout.errors import StateError
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA, merge_limits
 from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
-from fanout.units import Unit
+from fanout.pacing.ceiling import Learned
 
 from helpers import write_job
 

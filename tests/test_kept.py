@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from fanout import kept, spec
-from fanout.attempt import Attempt
-from fanout.ceiling import Learned
+from fanout import spec
+from fanout.attempt.model import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.limits import gate_for
 from fanout.outcome import AttemptResult, Status
-from fanout.run import Options, Runner
+from fanout.pacing.ceiling import Learned
+from fanout.pacing.limits import gate_for
+from fanout.run import kept
+from fanout.run.job import Options, Runner
 
 from fakes import FakeTransport
 from helpers import cli, write_job

@@ -26,11 +26,12 @@ from typing import Any
 
 import pytest
 
-from fanout import aggregate, spec
+from fanout import spec
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.local import LocalTransport
-from fanout.run import Options, Runner
+from fanout.report import aggregate
+from fanout.run.job import Options, Runner
+from fanout.transports.local import LocalTransport
 
 from helpers import cli, write_job
 from sshd import TEST_USER, login_user

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fanout import limits, spec
-from fanout.limits import RateGate
+from fanout import spec
 from fanout.outcome import AttemptResult, Status
+from fanout.pacing import limits
+from fanout.pacing.limits import RateGate
 from fanout.spec import Limit, Throttle
 
 from helpers import write_job

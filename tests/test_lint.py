@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 
-from fanout import lint, spec
+from fanout import spec
+from fanout.backlog import lint
+from fanout.backlog.sources import parse_lint
+from fanout.backlog.units import select
 from fanout.errors import InputFailed
-from fanout.sources import parse_lint
-from fanout.units import select
 
 DATA = Path(__file__).resolve().parent / "data" / "lint"
 SOURCES = DATA / "sources"

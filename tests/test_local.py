@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from fanout import removal
-from fanout.attempt import Attempt
-from fanout.collecting import Collect, PathRefused
-from fanout.local import LocalTransport
+from fanout.attempt.collecting import Collect, PathRefused
+from fanout.attempt.model import Attempt
+from fanout.attempt.sandbox import StagedFile
+from fanout.isolation import removal
+from fanout.isolation.place import Kind
 from fanout.outcome import Status
-from fanout.sandbox import Kind
-from fanout.steps import SandboxInit
-from fanout.transport import StagedFile
+from fanout.transports.local import LocalTransport
+from fanout.transports.steps import SandboxInit
 
 from helpers import cli, make_attempt, wrapped, write_job
 from procs import marker, pids_with, wait_until_gone, wait_until_present
@@ -329,7 +329,7 @@ async def test_tools_installed_under_tmp_stay_visible_in_bwrap(tmp_path: Path) -
 
 
 def test_tool_dirs_bring_a_bin_directory_s_prefix() -> None:
-    from fanout.sandbox import tool_dirs
+    from fanout.isolation.tools import tool_dirs
 
     assert tool_dirs("/tmp/ci/.venv/bin:/usr/bin:/var/tmp/tools:/tmp:relative") == [
         Path("/tmp/ci/.venv"),

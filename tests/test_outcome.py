@@ -14,7 +14,7 @@ from fanout.errors import FanoutError, Interrupted, NothingSelected
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import RunState, StopReason
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 
 from fakes import FakeTransport
 from helpers import write_job

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fanout import plan, spec
-from fanout.ceiling import Learned
 from fanout.journal import Journal
+from fanout.pacing.ceiling import Learned
 
 from helpers import MINIMAL, cli, write_job
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from fanout import plan, presets, spec
-from fanout.apistyles import Style
+from fanout import plan, spec
 from fanout.errors import JobError
-from fanout.schema import job_schema
+from fanout.spec import presets
+from fanout.spec.apis import Style
+from fanout.spec.schema import job_schema
 
 from helpers import write_job
 

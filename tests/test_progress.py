@@ -16,14 +16,15 @@ from rich.console import Console
 from rich.text import Text
 from test_gateway_run import KEY, WORKER
 
-from fanout import limits, spec
-from fanout.attempt import Attempt
+from fanout import spec
+from fanout.attempt.model import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
+from fanout.pacing import limits
 from fanout.progress import Display
-from fanout.run import Options, Runner
-from fanout.ssh import SshTransport
+from fanout.run.job import Options, Runner
+from fanout.transports.ssh import SshTransport
 
 from fakes import FakeTransport
 from helpers import cli, write_job

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fanout.quantities import (
+from fanout.values.quantities import (
     duration_text,
     format_duration,
     parse_duration,

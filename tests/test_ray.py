@@ -21,14 +21,15 @@ import pytest
 from test_gateway_run import KEY, WORKER
 
 import fanout
-import fanout.cluster
-from fanout import launch, spec
-from fanout.cluster import RayTransport
-from fanout.cluster.facts import NodeReport, Opened, Opening
+import fanout.transports.ray
+from fanout import spec
 from fanout.errors import EnvironmentProblem
-from fanout.exposure import NOTHING, Handed
+from fanout.isolation.exposure import NOTHING, Handed
+from fanout.isolation.place import Place
+from fanout.run import launch
 from fanout.spec import Ray
-from fanout.transport import Place
+from fanout.transports.ray import RayTransport
+from fanout.transports.ray.facts import NodeReport, Opened, Opening
 
 from helpers import cli
 from mockapi import MockApi, Usage
@@ -223,7 +224,7 @@ def test_a_node_killed_mid_run_loses_its_attempts_and_every_unit_settles_once(
 def test_a_node_with_another_fanout_is_refused(
     ray_cluster: Any, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fanout.cluster.transport, "__version__", "9.9.9")
+    monkeypatch.setattr(fanout.transports.ray.transport, "__version__", "9.9.9")
     transport = RayTransport(Ray(address=ray_cluster.address, sandbox_root=str(root)), slots=1)
 
     async def started() -> None:
@@ -241,8 +242,8 @@ def test_a_node_with_another_fanout_is_refused(
 
 def test_without_ray_a_ray_job_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as if not installed
-    monkeypatch.delitem(sys.modules, "fanout.cluster.rayapi", raising=False)
-    monkeypatch.delattr(fanout.cluster, "rayapi", raising=False)
+    monkeypatch.delitem(sys.modules, "fanout.transports.ray.rayapi", raising=False)
+    monkeypatch.delattr(fanout.transports.ray, "rayapi", raising=False)
     transport = RayTransport(Ray(address="127.0.0.1:1"), slots=1)
     with pytest.raises(EnvironmentProblem) as caught:
         asyncio.run(transport.start())
@@ -441,7 +442,7 @@ def test_staged_files_go_to_the_node_in_pieces_whole_and_with_their_bits(
 ) -> None:
     # Pieces of 1,000 bytes: a file of 2,500 is three, a read-only one of 1,500 two (the
     # second appended to a file whose bits forbid it), an empty one still one.
-    monkeypatch.setattr(fanout.cluster.transport, "STAGE_BATCH", 1000)
+    monkeypatch.setattr(fanout.transports.ray.transport, "STAGE_BATCH", 1000)
     files = {"big.bin": os.urandom(2500), "ro.txt": b"r" * 1500, "empty.txt": b""}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
@@ -456,7 +457,7 @@ def test_staged_files_go_to_the_node_in_pieces_whole_and_with_their_bits(
             'collect = ["out.txt"]\nstage = ["big.bin", "ro.txt", "empty.txt", "run.sh"]',
         )
     )
-    from fanout.cluster import rayapi
+    from fanout.transports.ray import rayapi
 
     sent: list[int] = []  # the bytes of each call's pieces, as the coordinator sends them
     stage = rayapi.Actor.stage
@@ -480,7 +481,7 @@ def test_a_killed_actors_sandbox_is_removed_on_its_node_as_a_local_run_would(
 ) -> None:
     """``node.remove`` (the task pinned to a killed actor's node) removes any tree and
     sets aside, said, what it cannot: the same ``local.clear`` a run's start uses."""
-    from fanout.cluster import node
+    from fanout.transports.ray import node
 
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     pid = int(dead.stdout)
@@ -511,7 +512,7 @@ def test_a_killed_actors_sandbox_is_removed_on_its_node_as_a_local_run_would(
 
 
 def test_a_nodes_relay_keeps_at_most_its_bound_and_says_what_it_dropped() -> None:
-    from fanout.cluster.node import Relay
+    from fanout.transports.ray.node import Relay
 
     relay = Relay(most=10)
     relay.feed(b"0123456789")
@@ -530,7 +531,7 @@ def test_a_step_that_prints_faster_than_the_coordinator_takes_it_is_bounded_on_t
     # 64 MiB printed at once; the coordinator takes a chunk (1 MiB) every 50 ms: the
     # generator holds 8 in flight, the node's relay 16 MiB, and the rest is dropped
     # there, said in the log; the step's last words still arrive.
-    from fanout.capture import OutputCapture
+    from fanout.attempt.capture import OutputCapture
 
     feed = OutputCapture.feed
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.gateway.tokens import Grants
-from fanout.redact import TOKEN_LENGTH, TOKEN_PREFIX, Redactor, patterns, redact_text
+from fanout.values.redact import TOKEN_LENGTH, TOKEN_PREFIX, Redactor, patterns, redact_text
 
 _TOKEN = re.compile(re.escape(TOKEN_PREFIX).encode() + rb"[A-Za-z0-9_-]{1,%d}" % TOKEN_LENGTH)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fanout import inodes, removal
-from fanout.removal import OutOfTime, Unremovable
+from fanout.isolation import inodes, removal
+from fanout.isolation.removal import OutOfTime, Unremovable
 
 from sshd import login_user
 

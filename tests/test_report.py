@@ -7,11 +7,13 @@ import json
 import sqlite3
 from pathlib import Path
 
-from fanout import fleet, report
+from fanout.backlog.units import Unit
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
 from fanout.outcome import AttemptResult, CollectedFile, Outcome, RunState, Status, UnitState
-from fanout.units import Unit
+from fanout.report import document as report
+from fanout.report import fleet
+from fanout.report.status import status_text
 
 
 def _settled_run(journal: Journal, units: int, failed_every: int = 0) -> str:
@@ -109,7 +111,7 @@ def test_counts_and_failures_are_of_each_unit_s_latest_round(tmp_path: Path) -> 
     run = _settled_run(journal, 1500, failed_every=3)
     # 500 units went to round 2; the 250 odd ones of them failed there too.
     assert journal.unit_counts(run) == {"failed": 250, "succeeded": 1250}
-    assert report.status_text(journal, run, shown=2) == (
+    assert status_text(journal, run, shown=2) == (
         f"run {run} of big: finished, round 1\n"
         "  failed       250\n"
         "    u00003  rung -  0 attempt(s)  failed\n"

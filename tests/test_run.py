@@ -20,9 +20,9 @@ from fanout import spec
 from fanout.errors import Interrupted, StateError
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.local import LocalTransport
 from fanout.outcome import AttemptResult, Status, UnitState
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
+from fanout.transports.local import LocalTransport
 
 from helpers import MINIMAL, cli, write_job
 from procs import wait_until_gone

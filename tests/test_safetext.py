@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from fanout import report, safetext, spec
-from fanout.attempt import Attempt
+from fanout import spec
+from fanout.attempt.model import Attempt
+from fanout.attempt.staging import Change, ChangeState
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
-from fanout.run import Options, Runner
-from fanout.staging import Change, ChangeState
+from fanout.report import document as report
+from fanout.run.job import Options, Runner
+from fanout.values import safetext
 
 from fakes import FakeTransport
 from helpers import write_job

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fanout import collecting, hidden, spec, staging
-from fanout.launch import transport_for
-from fanout.local import LocalTransport
+from fanout import spec
+from fanout.attempt import collecting, staging
+from fanout.isolation import hidden
+from fanout.run.launch import transport_for
+from fanout.transports.local import LocalTransport
 
 from helpers import cli, make_attempt, write_job
 from procs import marker

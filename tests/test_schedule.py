@@ -17,8 +17,8 @@ import pytest
 
 from fanout import spec
 from fanout.errors import JobLocked, Parked
-from fanout.lock import JobLock
-from fanout.schedule import Fire, FireLog, Scheduler, trigger_key
+from fanout.run.lock import JobLock
+from fanout.schedule.scheduler import Fire, FireLog, Scheduler, trigger_key
 
 from helpers import write_job
 
@@ -335,7 +335,7 @@ LOCKER = """
 import sys, time
 sys.path.insert(0, {runner!r})
 from pathlib import Path
-from fanout.lock import JobLock
+from fanout.run.lock import JobLock
 lock = JobLock(Path({state!r}), "race")
 got = lock.try_acquire(by="racer")
 print("got" if got else "lost", flush=True)

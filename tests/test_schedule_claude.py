@@ -21,7 +21,7 @@ import pytest
 
 from fanout import spec
 from fanout.journal import Journal
-from fanout.schedule import FireLog, trigger_key
+from fanout.schedule.scheduler import FireLog, trigger_key
 
 from helpers import claude_own_key_job
 from mockapi import Fault, MockApi

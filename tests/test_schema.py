@@ -14,9 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from fanout import quantities, schema, spec
-from fanout.quantities import parse_duration, parse_size
-from fanout.schema import job_schema, schema_text, with_defaults
+from fanout import spec
+from fanout.spec import schema
+from fanout.spec.schema import job_schema, schema_text, with_defaults
+from fanout.values import quantities
+from fanout.values.quantities import parse_duration, parse_size
 
 from helpers import MINIMAL, write_job
 

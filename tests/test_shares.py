@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fanout.ceiling import Learned
 from fanout.gateway.limiter import Limiter, Ticket
 from fanout.gateway.shares import STALE_S, Membership, group_name
+from fanout.pacing.ceiling import Learned
 
 pytestmark = pytest.mark.looptime
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from fanout.slots import Lane, Slots
+from fanout.pacing.slots import Lane, Slots
 
 pytestmark = pytest.mark.looptime
 

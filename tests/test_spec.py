@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from fanout import plan, spec, units
+from fanout import plan, spec
+from fanout.backlog import units
 from fanout.errors import InputFailed, JobError
-from fanout.schema import job_schema
+from fanout.spec.schema import job_schema
 
 from helpers import MINIMAL, write_job
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from fanout import plan, spec, starter
-from fanout.apikeys import api_keys
-from fanout.apistyles import FACTS, Style
+from fanout import plan, spec
+from fanout.cli import starter
 from fanout.errors import EnvironmentProblem, JobError
-from fanout.schema import job_schema
+from fanout.spec.apikeys import api_keys
+from fanout.spec.apis import FACTS, Style
+from fanout.spec.schema import job_schema
 
 from helpers import MINIMAL, write_job
 

@@ -17,17 +17,18 @@ from typing import Any
 
 import pytest
 
-from fanout import collecting, spec
-from fanout.attempt import Attempt
+from fanout import spec
+from fanout.attempt import collecting
+from fanout.attempt.model import Attempt
+from fanout.attempt.sandbox import StagedFile
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
-from fanout.exposure import NOTHING, Handed
+from fanout.isolation.exposure import NOTHING, Handed
 from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 from fanout.spec import Host
-from fanout.ssh import SshTransport, wire
-from fanout.transport import StagedFile
+from fanout.transports.ssh import SshTransport, wire
 
 from helpers import make_attempt, write_job
 from procs import marker, pids_with, short_marker, wait_until_gone, wait_until_present
@@ -719,7 +720,7 @@ def test_a_frozen_host_is_given_up_after_15_seconds_of_silence() -> None:
     """The README's figure, from the parameters asyncssh gets: it drops a connection at
     the end of the interval after ``keepalive_count_max`` unanswered keepalives.  (The
     measured figure, with a really frozen sshd: bench/ssh.py.)"""
-    from fanout.ssh.connection import Connector
+    from fanout.transports.ssh.connection import Connector
 
     connector = SshTransport([], known_hosts=[])._connector
     options = connector.options(Host(name="h", address="a"))

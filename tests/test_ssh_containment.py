@@ -17,8 +17,8 @@ import pytest
 from test_ssh import _host, _sandboxes, _transport, _wait_empty
 
 from fanout.outcome import AttemptResult, Status
-from fanout.ssh import SshTransport
-from fanout.ssh.probe import GROUP_ONLY, Facilities
+from fanout.transports.ssh import SshTransport
+from fanout.transports.ssh.probe import GROUP_ONLY, Facilities
 
 from helpers import make_attempt, write_job
 from procs import marker, pids_with, wait_until_gone
@@ -242,8 +242,8 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
 ) -> None:
     """Where unshare does not work, units still run (in process groups), and the run
     says once per host what that leaves open."""
-    from fanout.ssh import probe
-    from fanout.ssh import transport as transport_module
+    from fanout.transports.ssh import probe
+    from fanout.transports.ssh import transport as transport_module
 
     real = probe.facilities
 
@@ -280,8 +280,8 @@ async def test_without_pid_namespaces_escapees_in_the_sandbox_die_at_its_end(
     (its environment cleared), or carries its FANOUT_CONTROL elsewhere, is found by the local rule when the sandbox
     is closed, even under a sandbox root reached through a symlink (the kernel names
     a cwd by its real path)."""
-    from fanout.ssh import probe
-    from fanout.ssh import transport as transport_module
+    from fanout.transports.ssh import probe
+    from fanout.transports.ssh import transport as transport_module
 
     real = probe.facilities
 

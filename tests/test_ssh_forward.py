@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from fanout.ssh.forward import beyond_loopback, listen_script
+from fanout.transports.ssh.forward import beyond_loopback, listen_script
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid"
 

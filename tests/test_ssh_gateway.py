@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from fanout import spec
-from fanout.attempt import ApiAccess, Attempt
+from fanout.attempt.model import ApiAccess, Attempt
 from fanout.errors import HostsUnavailable
-from fanout.launch import transport_for
-from fanout.local import LocalTransport
 from fanout.outcome import Status
+from fanout.run.launch import transport_for
 from fanout.spec import Host
-from fanout.ssh import SshTransport
+from fanout.transports.local import LocalTransport
+from fanout.transports.ssh import SshTransport
 
 from helpers import MINIMAL, cli, make_attempt, table_rows, write_job
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from fanout.capture import OutputCapture
-from fanout.collecting import Entry, Kind
-from fanout.ssh import wire
-from fanout.transport import Command, StagedFile
+from fanout.attempt.capture import OutputCapture
+from fanout.attempt.collecting import Entry, Kind
+from fanout.attempt.sandbox import Command, StagedFile
+from fanout.transports.ssh import wire
 
 TOKEN = "0123456789abcdef"
 

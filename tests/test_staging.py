@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import collecting, staging
+from fanout.attempt import collecting, staging
 from fanout.outcome import CollectedFile
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from fanout import report
-from fanout.ceiling import Learned
+from fanout.backlog.units import Unit
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
 from fanout.outcome import Outcome, RunState, UnitState
-from fanout.units import Unit
+from fanout.pacing.ceiling import Learned
+from fanout.report.status import status_text
 
 from helpers import cli, write_job
 
@@ -163,7 +163,7 @@ def _detailed_run(journal: Journal) -> tuple[str, str]:
 def test_status_of_a_run_lists_its_units_by_state_failures_first(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.sqlite")
     run, retry = _detailed_run(journal)
-    assert report.status_text(journal, run, shown=4) == (
+    assert status_text(journal, run, shown=4) == (
         "run 20260301T120000-aaaa of sweep: stopped, round 1 (no space left on device)\n"
         "  retried in 20260301T130000-bbbb\n"
         "  failed       6\n"
@@ -181,13 +181,13 @@ def test_status_of_a_run_lists_its_units_by_state_failures_first(tmp_path: Path)
         "  succeeded    1\n"
         "    src/ok.py  rung default  1 attempt(s)  ok\n"
     )
-    assert report.status_text(journal, retry) == (
+    assert status_text(journal, retry) == (
         "run 20260301T130000-bbbb of sweep: finished, round 1\n"
         "  retry of 20260301T120000-aaaa\n"
         "  succeeded    1\n"
         "    src/f0.py  rung -  0 attempt(s)  ok\n"
     )
-    assert report.status_text(journal, None) == (
+    assert status_text(journal, None) == (
         "run                   job                   state        round  units\n"
         "20260301T130000-bbbb  sweep                 finished         1  1 succeeded"
         "  (retry of 20260301T120000-aaaa)\n"
@@ -216,7 +216,7 @@ def test_a_long_reason_is_cut_on_the_terminal(tmp_path: Path) -> None:
     journal.unit_settled(
         run, Outcome(unit_id="u", round=1, state=UnitState.FAILED, reason="why " * 100)
     )
-    (line,) = [x for x in report.status_text(journal, run).splitlines() if x.startswith("    u")]
+    (line,) = [x for x in status_text(journal, run).splitlines() if x.startswith("    u")]
     assert line == "    u  rung -  0 attempt(s)  " + ("why " * 40)[:157] + "..."
 
 
@@ -267,29 +267,29 @@ def test_status_says_what_a_run_s_limits_learned_and_what_each_job_keeps(tmp_pat
             "quiet": {"starts": 3, "throttles": 0, "learned": None, "learnedText": None},
         },
     )
-    assert report.status_text(journal, done).endswith(
+    assert status_text(journal, done).endswith(
         f"  learned limits\n    all dispatch: {text}\n    api anthropic\\x1b[2J: 60.0 per 1m\n"
     )
     # A run still going (or killed) has recorded nothing yet: what its rounds kept.
     going = journal.create_run(job="crm", job_file="crm.toml", apply=False, run_id="r-going")
     later = Learned(rate=0.3, window=10.0, throttles=4)
     journal.save_ceilings("crm", {"*": (later, "3.0 per 10s learned")}, run_id=going)
-    assert report.status_text(journal, going).endswith(
+    assert status_text(journal, going).endswith(
         "  learned limits\n    all dispatch: 3.0 per 10s learned\n"
     )
-    assert "learned limits" not in report.status_text(
+    assert "learned limits" not in status_text(
         journal, journal.create_run(job="new", job_file="n.toml", apply=False)
     )
     # Resumed, the finished stretch's record is overtaken by what the rounds keep now.
     journal.reopen_run(done)
     journal.save_ceilings("crm", {"*": (later, "3.0 per 10s, resumed")}, run_id=done)
-    assert report.status_text(journal, done).endswith(
+    assert status_text(journal, done).endswith(
         "  learned limits\n"
         "    all dispatch: 3.0 per 10s, resumed\n"
         "    api anthropic\\x1b[2J: 60.0 per 1m\n"
     )
     # The runs, then what each job's next run starts from.
-    assert report.status_text(journal, None).endswith(
+    assert status_text(journal, None).endswith(
         "\nlearned limits (kept for each job's next run)\n"
         "  crm  all dispatch: 3.0 per 10s, resumed\n"
     )

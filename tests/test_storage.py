@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout.capture import OutputCapture
+from fanout.attempt.capture import OutputCapture
 from fanout.errors import storage_error, storage_problem
 
 from helpers import write_job

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from fanout import invocation, spec
+from fanout import spec
+from fanout.attempt import invocation
+from fanout.backlog.units import Unit
 from fanout.errors import JobError
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.run import Options, Runner
-from fanout.templates import UNIT_SHAPE, RenderError, Templates
-from fanout.units import Unit
+from fanout.run.job import Options, Runner
+from fanout.spec.templates import UNIT_SHAPE, RenderError, Templates
 
 from fakes import FakeTransport
 from helpers import write_job

@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
-from fanout import invocation, spec
-from fanout.templates import RenderError, Templates, bounded, render_off_loop
-from fanout.templates.bounds import Budget
-from fanout.units import Unit
+from fanout import spec
+from fanout.attempt import invocation
+from fanout.backlog.units import Unit
+from fanout.spec.templates import RenderError, Templates, bounded, render_off_loop
+from fanout.spec.templates.bounds import Budget
 
 from helpers import cli, run_report, write_job
 from mockapi import MockApi

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from fanout import spec, throttle
-from fanout.attempt import Attempt
+from fanout import spec
+from fanout.attempt.model import Attempt
 from fanout.events import Events
 from fanout.journal import Journal
-from fanout.limits import gate_for
-from fanout.local import LocalTransport
 from fanout.outcome import Status
-from fanout.run import Options, Runner
+from fanout.pacing import signals as throttle
+from fanout.pacing.limits import gate_for
+from fanout.run.job import Options, Runner
+from fanout.transports.local import LocalTransport
 
 from api429 import Api, serve
 from helpers import make_attempt, write_job

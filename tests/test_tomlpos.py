@@ -11,7 +11,7 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.tomlpos import KeyPath, huge_integer, scan, too_deep
+from fanout.values.tomlpos import KeyPath, huge_integer, scan, too_deep
 
 DOCUMENT = '''\
 #:schema x

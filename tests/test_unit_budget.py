@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from fanout import spec
-from fanout.attempt import Attempt
+from fanout.attempt.model import Attempt
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import ApiUsage, AttemptResult
-from fanout.run import Options, Runner
+from fanout.run.job import Options, Runner
 
 from fakes import FakeTransport
 from helpers import cli, write_job

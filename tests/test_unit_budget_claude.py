@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout.quantities import usd_text
+from fanout.values.quantities import usd_text
 
 from helpers import claude_own_key_job, cli, finished_attempts, own_key
 from mockapi import MockApi

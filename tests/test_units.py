@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from fanout import removal, spec
+from fanout import spec
+from fanout.backlog.units import select, state_dir_drops
 from fanout.errors import InputFailed, JobError
-from fanout.units import select, state_dir_drops
+from fanout.isolation import removal
 
 from helpers import cli, write_job
 

@@ -49,7 +49,7 @@ def test_installed_wheel_validates_with_its_own_schema(tmp_path: Path) -> None:
     job = tmp_path / "job.toml"
     job.write_text((REPO / "fanout.toml.example").read_text())
     where = subprocess.run(
-        [str(python), "-c", "import fanout.schema as s; print(s.__file__)"],
+        [str(python), "-c", "import fanout.spec.schema as s; print(s.__file__)"],
         capture_output=True,
         text=True,
         check=True,
@@ -63,9 +63,9 @@ def test_installed_wheel_validates_with_its_own_schema(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert (done.returncode, done.stdout) == (0, "1 job file(s) valid\n"), done.stderr
-    # The SSH agent is package data of fanout.ssh, read by importlib.resources.
+    # The SSH agent is package data of fanout.transports.ssh, read by importlib.resources.
     agent = subprocess.run(
-        [str(python), "-c", "from fanout.ssh import wire; print(wire.agent_script())"],
+        [str(python), "-c", "from fanout.transports.ssh import wire; print(wire.agent_script())"],
         capture_output=True,
         text=True,
         check=True,

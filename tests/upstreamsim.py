@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fanout.ceiling import Admission, Ceiling, Pause
+from fanout.pacing.ceiling import Admission, Ceiling, Pause
 
 
 @dataclass

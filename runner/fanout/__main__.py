@@ -1,3 +1,3 @@
-from fanout.cli import main
+from .cli import main
 
 main()

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from .errors import FanoutError, Interrupted, NothingSelected
-from .quantities import usd_text
+from .values.quantities import usd_text
 
 
 class Status(StrEnum):

@@ -254,7 +254,7 @@ def sealed_environ(jobs: Iterable[Spec]) -> dict[str, str]:
     non-dumpable, which makes both readable by root alone, not by a worker of the same
     user (and writes no core dump).  Its children are dumpable again after their exec;
     fanout reads only their /proc entries and its own, which it still may."""
-    from ..apikeys import secret_names
+    from ..spec.apikeys import secret_names
 
     values = environ()
     for name in {name for job in jobs for name in secret_names(job)}:

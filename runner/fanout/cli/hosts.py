@@ -27,7 +27,8 @@ def _runtime(file: Path | None, hosts: Path | None) -> tuple[Any, str, bool, Any
     """The job's hosts, the sandbox its units ask for, whether it has APIs (its
     workers then reach the gateway through a forward on each host), its network, and
     the commands its workers start (each host must start them)."""
-    from .. import commands, spec
+    from .. import spec
+    from ..transports import preflight as commands
 
     if file is not None:
         job = spec.load(file, hosts_file=hosts)
@@ -56,11 +57,11 @@ def hosts_check(
     from rich.console import Console
     from rich.table import Table
 
-    from .. import knownhosts as inventory
     from .. import spec
     from ..errors import EnvironmentProblem
-    from ..ssh import SshTransport
-    from ..ssh.probe import GATEWAY_FINE
+    from ..transports.ssh import SshTransport
+    from ..transports.ssh import knownhosts as inventory
+    from ..transports.ssh.probe import GATEWAY_FINE
 
     job = call(lambda: spec.load(file, hosts_file=hosts))
     if job.runtime.ray is not None and not job.runtime.hosts:
@@ -114,7 +115,7 @@ def _ray_check(job: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..cluster import RayTransport
+    from ..transports.ray import RayTransport
 
     transport = RayTransport(job.runtime.ray, slots=1, sandbox_kind=job.runtime.sandbox)
 
@@ -169,8 +170,8 @@ def hosts_trust(
     """
     import asyncio
 
-    from .. import knownhosts as inventory
-    from ..ssh import fetch_host_key
+    from ..transports.ssh import fetch_host_key
+    from ..transports.ssh import knownhosts as inventory
 
     coordinator_env = environ()
     own = inventory.fanout_known_hosts(coordinator_env)

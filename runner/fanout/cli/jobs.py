@@ -141,7 +141,7 @@ def init(
 
     Commit both.  Exit 2 if the job file exists (without --force).
     """
-    from .. import starter
+    from . import starter
 
     # Refusing to overwrite is a usage error (exit 2, like a bad argument), not a failure.
     if path.is_dir():
@@ -168,6 +168,6 @@ def init(
 @app.command(rich_help_panel="Job files")
 def schema() -> None:
     """Print the job file's JSON Schema (draft-07, for editors and CI)."""
-    from ..schema import schema_text
+    from ..spec.schema import schema_text
 
     print(schema_text(), end="")

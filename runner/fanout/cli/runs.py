@@ -80,7 +80,7 @@ def run(
     If the job's last run did not finish (Ctrl-C, a crash, every host down), this
     continues it: settled units are not run again.  --fresh starts a new run instead.
     """
-    from .. import run as running
+    from ..run import job as running
 
     options = running.Options(apply=apply, resume=resume, concurrency=jobs)
     raise typer.Exit(
@@ -108,8 +108,8 @@ def retry(
 
     It uses the job file RUN was started from.
     """
-    from .. import run as running
     from ..journal import Journal
+    from ..run import job as running
 
     def job_file() -> Path:
         journal = Journal(state_dir / "journal.sqlite", read_only=True)
@@ -136,10 +136,11 @@ def _execute(
 ) -> int:
     from rich.console import Console
 
-    from .. import launch, spec
+    from .. import spec
     from ..outcome import StopReason
     from ..progress import Display
-    from ..quantities import format_duration
+    from ..run import launch
+    from ..values.quantities import format_duration
     from .console import ConsoleStream
 
     job = spec.load(file, hosts_file=hosts)
@@ -184,8 +185,8 @@ def status(
     and reason, and the run it retries.  Nothing is written: without a journal in the
     state directory this says so and exits 5.
     """
-    from .. import report
     from ..journal import Journal
+    from ..report.status import status_text
 
     # The same journal for the rest of the units: the report command names it too.
     command = "fanout report"
@@ -195,7 +196,7 @@ def status(
     def action() -> str:
         journal = Journal(state_dir / "journal.sqlite", read_only=True)
         try:
-            return report.status_text(journal, run_id, shown=units, report_command=command)
+            return status_text(journal, run_id, shown=units, report_command=command)
         finally:
             journal.close()
 
@@ -240,8 +241,8 @@ def show_report(
     state_dir: StateDir = Path(".fanout"),
 ) -> None:
     """Print the report of RUN (rebuilt from the journal) as markdown or JSON."""
-    from .. import report
     from ..journal import Journal
+    from ..report import document as report
 
     def action() -> str:
         journal = Journal(state_dir / "journal.sqlite", read_only=True)

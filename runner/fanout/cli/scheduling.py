@@ -72,9 +72,10 @@ def schedule(
 
     from rich.console import Console
 
-    from .. import launch, spec
+    from .. import spec
     from ..progress import Display
-    from ..schedule import Fire, Scheduler
+    from ..run import launch
+    from ..schedule.scheduler import Fire, Scheduler
 
     jobs = [call(lambda f=f: spec.load(f, hosts_file=hosts)) for f in files]  # type: ignore[misc]
     # Read once, for every fire: the keys and secrets leave the process's environment.

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..ceiling import Learned, describe
 from ..errors import FanoutError, SpendStopped
 from ..events import Events
 from ..outcome import ApiUsage
+from ..pacing.ceiling import Learned, describe
 from ..spec.model import Api
 from .books import Write
 from .complaints import Complaints

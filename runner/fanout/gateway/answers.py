@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..apistyles import Style
+from ..spec.apis import Style
 from .styles import count_or_none, json_or_none
 
 

@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import FanoutError
 from ..outcome import ApiUsage
-
-if TYPE_CHECKING:
-    from .usage import Ledger
 
 # How long an answered request's usage may wait for a write to go with: its
 # reservation is in the journal meanwhile.
@@ -38,6 +35,15 @@ Whose = tuple[int, str, int]
 # Writes each attempt's usage so far, in one transaction (the journal's
 # ``record_usages`` for the run): (round, unit id, attempt number, usage per API).
 Write = Callable[[Sequence[tuple[int, str, int, tuple[ApiUsage, ...]]]], None]
+
+
+class Ledger(Protocol):
+    """What the books read of a ledger (``usage.Ledger``, which imports this module)."""
+
+    @property
+    def whose(self) -> Whose | None: ...
+
+    def used(self) -> tuple[ApiUsage, ...]: ...
 
 
 class Books:

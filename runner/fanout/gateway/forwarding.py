@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
-from ..apistyles import FACTS, Style
+from ..spec.apis import FACTS, Style
 
 HOP_BY_HOP = frozenset(
     {

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..ceiling import Admission, Ceiling, Learned, Pause
+from ..pacing.ceiling import Admission, Ceiling, Learned, Pause
 from ..spec import Throttle, Window
 from .windows import SKEW, Entry, Kind, Log
 

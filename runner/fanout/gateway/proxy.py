@@ -39,10 +39,10 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from ..apistyles import Style
-from ..ceiling import Learned, describe
 from ..errors import SpendStopped
 from ..events import Events
+from ..pacing.ceiling import Learned, describe
+from ..spec.apis import Style
 from ..spec.model import Api
 from . import admission, forwarding, ratelimits, styles
 from .admission import Attempts

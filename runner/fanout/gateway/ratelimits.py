@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from ..throttle import parse_retry_after
+from ..pacing.signals import parse_retry_after
 from .limiter import Remaining
 
 _GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")

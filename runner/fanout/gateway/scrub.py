@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..redact import Redactor, encoded_forms, redact_bytes, redact_text
+from ..values.redact import Redactor, encoded_forms, redact_bytes, redact_text
 
 KEY_MIN = 8
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..ceiling import Learned
+from ..pacing.ceiling import Learned
 from .limiter import Limiter
 
 BEAT_S = 1.0

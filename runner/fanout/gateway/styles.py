@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..apistyles import Style
+from ..spec.apis import Style
 
 
 class Verdict(StrEnum):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..outcome import ApiUsage, unit_budget_spent
-from ..redact import TOKEN_PREFIX
+from ..values.redact import TOKEN_PREFIX
 from .usage import Ledger
 
 

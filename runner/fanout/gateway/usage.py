@@ -11,8 +11,8 @@ from fnmatch import fnmatchcase
 from ..errors import SpendStopped
 from ..events import Events
 from ..outcome import ApiUsage
-from ..quantities import usd_text
 from ..spec.model import Api, Price
+from ..values.quantities import usd_text
 from .answers import TokenCounts
 from .books import Books, Whose
 from .styles import Estimate, error_of

@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..ceiling import Admission
+from ..pacing.ceiling import Admission
 
 SKEW = 0.1  # sending to the upstream's arrival (see the docstring)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from .attempts import Attempts
 from .ceilings import Ceilings
-from .compute import Compute
 from .queries import Queries
 from .runs import Runs
 from .store import no_state
 from .tables import KeptCeiling, RunRow, UnitRow, new_run_id
 from .usage import Usage
+from .worktime import Compute
 
 __all__ = [
     "Journal",

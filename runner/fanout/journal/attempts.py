@@ -16,8 +16,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ..backlog.units import Unit
 from ..outcome import AttemptResult, Outcome, UnitState
-from ..units import Unit
 from .store import Store
 from .tables import unit_data
 

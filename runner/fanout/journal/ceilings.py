@@ -13,8 +13,8 @@ import json
 import sqlite3
 from collections.abc import Mapping
 
-from ..ceiling import Learned
-from ..limits import ALL
+from ..pacing.ceiling import Learned
+from ..pacing.limits import ALL
 from .store import Store
 from .tables import KeptCeiling
 

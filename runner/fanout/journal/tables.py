@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..ceiling import Learned
+from ..backlog.units import Unit
 from ..outcome import CollectedFile, RunState, UnitState
-from ..units import Unit
+from ..pacing.ceiling import Learned
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

@@ -19,15 +19,16 @@ from datetime import UTC, datetime
 
 import tomli_w
 
-from .. import invocation, limits
-from ..checks import paths
+from ..attempt import invocation
+from ..attempt.invocation import Invocation
+from ..backlog.units import Unit, select, state_dir_drops
 from ..errors import Problem
-from ..invocation import Invocation
 from ..journal import KeptCeiling
-from ..quantities import duration_text, size_text, usd_text
+from ..pacing import limits
 from ..spec import Rung, Spec
-from ..templates import RenderError
-from ..units import Unit, select, state_dir_drops
+from ..spec.checks import paths
+from ..spec.templates import RenderError
+from ..values.quantities import duration_text, size_text, usd_text
 from . import apis
 from .document import to_document
 
@@ -94,8 +95,8 @@ class Plan:
 def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
     """Select the units and render the first task, without running anything but the
     input command."""
-    from ..apikeys import without_keys
-    from ..commands import plan_lines
+    from ..spec.apikeys import without_keys
+    from ..transports.preflight import plan_lines
 
     # The input command runs as in `fanout run`: without the [[apis]] keys.
     stage_paths = functools.partial(invocation.stage_paths, spec)
@@ -147,9 +148,9 @@ def learned_before(spec: Spec) -> tuple[KeptCeiling, ...]:
     """What earlier runs of the job learned that its next run starts from, read from
     the state directory's journal if there is one; read-only, so a plan creates no state
     (and a journal it cannot read shows nothing learned)."""
-    from .. import kept
     from ..errors import StateError
     from ..journal import Journal
+    from ..run import kept
 
     path = spec.runtime.state_dir / "journal.sqlite"
     if not path.is_file():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import limits
 from ..journal import KeptCeiling
 from ..journal.ceilings import label
-from ..quantities import duration_text, format_duration
+from ..pacing import limits
 from ..spec import Api, Price, Spec, Window
+from ..values.quantities import duration_text, format_duration
 
 
 def pace_lines(spec: Spec, units: int) -> list[str]:

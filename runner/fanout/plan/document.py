@@ -9,10 +9,11 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import cron, limits
-from ..quantities import duration_text, size_text
+from ..pacing import limits
 from ..spec import Api, Inputs, Window, camel_case
-from ..templates import Expression, Template
+from ..spec.templates import Expression, Template
+from ..values import cron
+from ..values.quantities import duration_text, size_text
 
 _SIZES = frozenset({"log_limit", "output_tail", "memory"})
 # ``from_agent`` is the plan's note, and ``args`` are already in the resolved command.

@@ -33,8 +33,8 @@ from rich.console import Console
 from rich.progress import TaskID
 from rich.text import Text
 
-from .. import safetext
-from ..quantities import format_duration
+from ..values import safetext
+from ..values.quantities import format_duration
 from .counts import Counts
 from .live import RunProgress, below
 

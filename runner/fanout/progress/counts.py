@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import limits
 from ..journal.ceilings import label
-from ..quantities import format_duration
+from ..pacing import limits
+from ..values.quantities import format_duration
 
 # How the rate gate's events name its limit of all dispatch (a job without [[limits]]).
 ALL_DISPATCH = label(limits.ALL)

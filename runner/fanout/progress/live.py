@@ -19,8 +19,8 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.table import Column, Table
 from rich.text import Text
 
-from .. import safetext
-from ..quantities import format_duration
+from ..values import safetext
+from ..values.quantities import format_duration
 from .counts import Counts
 
 

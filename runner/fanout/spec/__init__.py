@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import checks, schema, tomlpos
 from ..errors import JobError, Problem
-from ..templates import for_workspace
+from ..values import tomlpos
+from . import checks, schema
 from .build import build, camel_case, dataclass_fields, freeze, host_from, snake_case, thaw
 from .model import (
     DEFAULT_LADDER,
@@ -45,6 +45,7 @@ from .model import (
     Units,
     Window,
 )
+from .templates import for_workspace
 
 __all__ = [
     "DEFAULT_LADDER",

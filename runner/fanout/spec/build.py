@@ -14,12 +14,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .. import cron, presets
-from ..apistyles import FACTS, Style
-from ..quantities import parse_duration, parse_size
-from ..schema import key_name, with_defaults
-from ..templates import Expression, Template, Templates
-from ..tomlpos import KeyPath, Positions
+from ..values import cron
+from ..values.quantities import parse_duration, parse_size
+from ..values.tomlpos import KeyPath, Positions
+from . import presets
+from .apis import FACTS, Style
 from .model import (
     Aggregate,
     Api,
@@ -41,6 +40,8 @@ from .model import (
     Units,
     Window,
 )
+from .schema import key_name, with_defaults
+from .templates import Expression, Template, Templates
 
 
 def build(

@@ -16,11 +16,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .. import cron, schema
-from ..apistyles import Style
-from ..quantities import parse_duration, parse_size
-from ..templates import Expression, Template, Templates
-from ..tomlpos import Positions
+from ..values import cron
+from ..values.quantities import parse_duration, parse_size
+from ..values.tomlpos import Positions
+from . import schema
+from .apis import Style
+from .templates import Expression, Template, Templates
 
 
 def _default(table: str, key: str) -> Any:

@@ -1,0 +1,490 @@
+"""The learned ceiling of one limit: how fast starts may go, and how many may run at
+once, when nobody said how much the upstream allows.  Pure logic on a clock it is given.
+
+A *start* is what the limit counts: a task start for the rate gate (``limits``), a
+request for the gateway (``gateway.limiter``).  The upstream's only word is a throttle
+(a 429, exit 75), often with an honest Retry-After.
+
+The controller (README "How fanout learns a limit nobody declared" says why this one):
+
+- **Slow start** (TCP, RFC 5681), while nothing is known, in generations: the first
+  of ``INITIAL_WINDOW`` starts, each next one twice as large, opened when every start
+  of the one before got through (TCP doubles per round trip) or ``RAMP_S`` after it
+  opened (so units that run for minutes still open it up).  Counting starts, not
+  starts in flight, matters for quick units: a flight refilled as each one ends lets
+  a whole burst through before the first throttle comes back.  It ends at the first
+  throttle, or when a generation would reach the slots.
+- **Decrease to what got through**, not by a fixed factor.  On a throttle with
+  Retry-After R the upstream's window is at least R long (an honest R is the time until
+  its oldest counted request leaves), so the window learned is the longest R seen, and
+  the rate the starts that got through in that window, one window's worth: an exact
+  count where AIMD's halving would guess.  With no Retry-After the window is the
+  longest pause taken (a pause that ended too soon is followed by a longer one), and the
+  rate ``BETA`` times the lower of the rate paced at and what got through.
+  The starts in flight are capped as well, at what ran beside the throttled one
+  (Netflix's concurrency-limits AIMD, decreased to what got through), then one more
+  for each cap's worth that gets through: that is the bound for long units, whose
+  starts are rare but whose requests keep coming.
+- **Probe upward** while there is demand and no throttle: after ``hold`` windows,
+  ``step`` more starts per window, the step doubling on each probe that passes, and no
+  further than halfway to the rate that was last refused (BIC-TCP's binary search, the
+  ancestor of CUBIC).  A probe that is throttled doubles ``hold`` (to ``HOLD_MAX``)
+  and restarts the step at one; close to the refused rate the probing stops until
+  ``HOLD_MAX`` windows pass quietly, and then the refused rate is forgotten (the limit
+  may have been raised).  A declared or stated limit is the bound of every probe.
+- **One backoff per episode.**  Throttles of starts admitted before the current pause
+  began are that pause's episode: they may lower the estimate and lengthen the pause to
+  their Retry-After, but they do not escalate it.  The pause doubles (from
+  ``retry.throttle.initial``) only when the first starts after a pause that honoured the
+  Retry-After are throttled again before any got through.  Retry-After is the floor,
+  with jitter on top.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spec import Throttle
+from ..values.quantities import format_duration
+
+# The interval's widening: a start's request reaches the upstream later than it starts,
+# by a delay that varies.
+MARGIN = 1.05
+BETA = 0.85  # multiplicative decrease where nothing better is known
+INITIAL_WINDOW = 4  # slow start's first flight (RFC 6928 starts TCP at 10 segments, not 1)
+RAMP_S = 2.0
+HOLD = 2  # windows without a throttle before the first probe
+HOLD_MAX = 8
+# The longest window guessed from pauses when the upstream says no Retry-After: rate
+# limits are counted per second, per 10 s or per minute.
+GUESS_MAX = 60.0
+CLOSE = 0.03  # within 3% of the refused rate: stop probing
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Learned:
+    """What a ceiling learned: ``rate`` starts a second over a ``window`` of seconds,
+    from ``throttles`` throttles (over runs), and the cap on starts in flight."""
+
+    rate: float
+    window: float
+    throttles: int
+    concurrency: int | None = None
+
+    @property
+    def per_window(self) -> float:
+        return self.rate * self.window
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "window": self.window,
+            "throttles": self.throttles,
+            "concurrency": self.concurrency,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Learned | None:
+        """The inverse of ``as_dict``; None for anything it did not write."""
+        try:
+            rate, window = float(data["rate"]), float(data["window"])
+            throttles = int(data["throttles"])
+            concurrency = data.get("concurrency")
+            concurrency = None if concurrency is None else max(1, int(concurrency))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not (math.isfinite(rate) and rate > 0 and math.isfinite(window) and window > 0):
+            return None
+        return cls(rate=rate, window=window, throttles=throttles, concurrency=concurrency)
+
+
+def describe(learned: Learned, *, declared: tuple[int, float] | None = None) -> str:
+    """``2.0 per 10s learned from 3 throttles (declared 8 per 10s)``."""
+    count = f"{learned.throttles} throttle{'' if learned.throttles == 1 else 's'}"
+    text = f"{learned.per_window:.1f} per {format_duration(learned.window)} learned from {count}"
+    if learned.concurrency is not None:
+        text += f", {learned.concurrency} at once"
+    if declared is not None:
+        text += f" (declared {declared[0]} per {format_duration(declared[1])})"
+    else:
+        text += " (none declared)"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One start the ceiling let through: its number in order, and when."""
+
+    number: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A pause a throttle began (or lengthened): until when, and the backoff level."""
+
+    seconds: float
+    until: float
+    level: int
+    new_episode: bool
+
+
+@dataclass(eq=False, slots=True)
+class _Start:
+    admission: Admission
+    state: str = "running"  # running, through, throttled
+
+
+@dataclass(eq=False)
+class Ceiling:
+    """The ceiling of one limit (see the module docstring).  Call ``due`` for the
+    earliest next start (None: the flight is full, wait for a ``finish``), ``start``
+    when one starts, ``finish`` when it ends."""
+
+    throttle: Throttle
+    rng: random.Random = field(default_factory=random.Random)
+    # A declared limit: (starts, per seconds); the bound of every probe.
+    declared: tuple[int, float] | None = None
+    learned: Learned | None = None
+    slow_start: bool = True
+    slots: int | None = None
+    # The fraction of the rate this job may use (``gateway.shares``): 1 when alone.
+    share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.throttle.learn:
+            self.slow_start, self.learned = False, None
+        self.rate: float | None = None
+        # The upstream's window, learned from the longest Retry-After (an honest one is
+        # at most the window), no longer than a declared one.
+        self.window: float | None = None
+        self.concurrency: int | None = None
+        self.throttles = 0
+        self._stated: int | None = None
+        if self.learned is not None:
+            self.rate = self._bounded(self.learned.rate)
+            self.window = self.learned.window
+            self.concurrency = self.learned.concurrency
+            self.throttles = self.learned.throttles
+        # Slow start's generation: its size (None: not ramping), how many of it have
+        # started, which of those are still running, and when it opened.
+        # Also when the slots are no more than the first generation: it counts starts, so
+        # a slot freed by a quick answer waits for the generation (bench case A: two
+        # answers back before two 429s let two more starts into the same burst).
+        self._generation: int | None = (
+            INITIAL_WINDOW if self.slow_start and self.rate is None else None
+        )
+        self._generation_started = 0
+        self._generation_open: set[int] = set()
+        # When the generation opened: the first's with its first start (a loop's clock
+        # is far past 0.0, so 0.0 had the first generation opened RAMP_S long ago).
+        self._generation_at: float | None = None
+        self._flight_gains = 0
+        self._recent: deque[_Start] = deque()
+        self._running: dict[int, _Start] = {}
+        self._number = 0
+        self._last_start = -math.inf
+        self._after_pause = False
+        self.paused_until = -math.inf
+        self._pause_begun_at = 0  # admissions numbered >= this started after the pause began
+        self._level = -1  # the last pause's backoff level (-1: none yet)
+        self._through_since_pause = True
+        self._refused: float | None = None
+        self._refused_at = 0.0
+        self._step = 1.0
+        self._hold = HOLD
+        self._calm_since: float | None = None
+        self._wanted = False  # a start waited for the pace since the last change
+        self.version = 0  # bumps whenever the pace changes (for a waiter's timer)
+        if self.rate is not None and self.window is not None:
+            # What an earlier run learned was refused one start a window above it: no
+            # probe until that is HOLD_MAX windows old (the next cron fire starts at
+            # yesterday's pace, not with a throttle).
+            self._refused = self.rate + 1 / self.window
+
+    # -- pacing ---------------------------------------------------------------------
+
+    @property
+    def interval(self) -> float | None:
+        """Seconds between two starts (None: not paced).  Until it learns, a
+        declared limit's own spacing."""
+        if self.rate is None:
+            return None if self.declared is None else self._declared_interval()
+        return MARGIN / (self.rate * self.share)
+
+    def _declared_interval(self) -> float:
+        # Widened by a hair, so float rounding never puts n + 1 starts inside ``per``.
+        assert self.declared is not None
+        return self.declared[1] / self.declared[0] * (1 + 1e-6) + 2e-6
+
+    def due(self, now: float) -> float | None:
+        """The earliest moment >= now of the next start; None while the flight is full
+        (a ``finish`` changes that)."""
+        self._probe(now)
+        due = max(now, self.paused_until)
+        if self.ramping and self._generation_started >= (self._generation or 0):
+            opened = now if self._generation_at is None else self._generation_at
+            if not self._generation_open or now - opened >= RAMP_S:
+                self._next_generation(now)
+            else:  # the next generation opens when this one is through, or at RAMP_S
+                due = max(due, opened + RAMP_S)
+        if self.concurrency is not None and len(self._running) >= self.concurrency:
+            return None
+        interval = self.interval
+        if self._after_pause:
+            interval = self._declared_interval() if self.declared else None
+        if interval is not None:
+            paced = self._last_start + interval
+            if paced > due:
+                self._wanted = True
+            due = max(due, paced)
+        return due
+
+    def start(self, now: float) -> Admission:
+        self._number += 1
+        admission = Admission(self._number, now)
+        entry = _Start(admission)
+        self._running[admission.number] = entry
+        self._recent.append(entry)
+        if self.ramping:
+            if self._generation_at is None:
+                self._generation_at = now
+            self._generation_started += 1
+            self._generation_open.add(admission.number)
+        self._last_start = now
+        self._after_pause = False
+        if self._calm_since is None:
+            self._calm_since = now
+            # A seed's refusal dates from the first start (0.0 is a clock's own zero:
+            # a loop's monotonic clock is far past it, and the seed was probed at once).
+            self._refused_at = now
+        self._forget(now)
+        return admission
+
+    def cancel(self, admission: Admission) -> None:
+        """A start that never reached the upstream: forget it."""
+        entry = self._running.pop(admission.number, None)
+        self._generation_open.discard(admission.number)
+        if entry is not None:
+            entry.state = "cancelled"
+
+    # -- feedback --------------------------------------------------------------------
+
+    def finish(
+        self,
+        admission: Admission,
+        now: float,
+        *,
+        throttled: bool,
+        retry_after: float | None = None,
+        running: bool = True,
+    ) -> Pause | None:
+        """The start ended: through, or throttled (a pause to take, or None when an
+        earlier pause already covers it)."""
+        entry = self._running.pop(admission.number, None)
+        if entry is None:
+            return None
+        if not throttled:
+            entry.state = "through"
+            self._generation_open.discard(admission.number)
+            if admission.number >= self._pause_begun_at:
+                self._through_since_pause = True
+            self._gained(now)
+            return None
+        # What ran beside it and was not throttled bounds the flight (``running``:
+        # it was a start that ran, not a signal from outside any start).
+        beside = len(self._running) if running else None
+        entry.state = "throttled"
+        return self._throttled(admission, now, retry_after, beside)
+
+    def _gained(self, now: float) -> None:
+        if self.concurrency is not None:
+            self._flight_gains += 1
+            if self._flight_gains >= self.concurrency:
+                self._flight_gains = 0
+                if self.slots is None or self.concurrency < self.slots:
+                    self.concurrency += 1
+
+    def _next_generation(self, now: float) -> None:
+        assert self._generation is not None
+        self._generation *= 2
+        if self.slots is not None and self._generation >= self.slots:
+            self._generation = None  # the slots bound it from here
+        self._generation_started = 0
+        self._generation_open = set()
+        self._generation_at = now
+        self.version += 1
+
+    def _throttled(
+        self, admission: Admission, now: float, retry_after: float | None, beside: int | None
+    ) -> Pause | None:
+        self.throttles += 1
+        same_episode = admission.number < self._pause_begun_at and now < self.paused_until + (
+            self.window or 0.0
+        )
+        if retry_after is not None and retry_after > 0:
+            self.window = max(self.window or 0.0, retry_after)
+            if self.declared:
+                self.window = min(self.window, self.declared[1])
+        pause = self._pause(now, retry_after, same_episode)
+        if not self.throttle.learn:  # retry.throttle.learn = false: only the pause
+            return pause if (pause.new_episode or pause.seconds > 0) else None
+        window = self.window or (
+            self.declared[1] if self.declared else max(self.throttle.initial, pause.seconds)
+        )
+        if retry_after is None and pause.new_episode and not self.declared:
+            # With no Retry-After the window is a guess, the backoff: a pause the first
+            # starts after it were throttled again was shorter than the upstream's
+            # window, so the guess grows with the backoff that follows (without its
+            # jitter, which is not the upstream's; to GUESS_MAX: a longer pause is an
+            # outage, not a window).
+            backoff = self.throttle.initial * 2.0**pause.level
+            window = max(window, min(backoff, self.throttle.max, GUESS_MAX))
+        self.window = window
+        got = sum(
+            1
+            for e in self._recent
+            if e.admission.at > now - window and e.state in ("through", "running")
+        )
+        # The rate is the limit's whole (``share`` of it is this job's): what got
+        # through of this job's starts is its share's worth.
+        observed = max(1, got) / window / self.share
+        tried = (got + 1) / window / self.share
+        if same_episode:  # what got through in the same window, counted again
+            self.rate = self._bounded(min(self.rate or observed, observed))
+            self._refused = min(self._refused or tried, tried)
+        else:
+            # An honest Retry-After makes the count exact; without one it is a guess.
+            estimate = (
+                observed if retry_after is not None else BETA * min(self.rate or observed, observed)
+            )
+            paced = self.rate
+            self._refused = min(paced, tried) if paced is not None else tried
+            self._refused_at = now
+            self.rate = self._bounded(estimate)
+            if beside is not None:
+                self.concurrency = max(1, beside)
+                if self.slots is not None:
+                    self.concurrency = min(self.concurrency, self.slots)
+            if self._calm_since is not None and self._step > 1:
+                self._hold = min(self._hold * 2, HOLD_MAX)  # a probe was refused
+            self._step = 1.0
+        self._generation = None
+        self._calm_since = max(now, self.paused_until)  # windows count from the pause's end
+        self._wanted = False
+        self.version += 1
+        return pause if (pause.new_episode or pause.seconds > 0) else None
+
+    def _pause(self, now: float, retry_after: float | None, same_episode: bool) -> Pause:
+        floor = retry_after or 0.0
+        if same_episode:
+            if now + floor > self.paused_until:
+                self.paused_until = now + floor * (1 + self.rng.uniform(0, self.throttle.jitter))
+                return Pause(self.paused_until - now, self.paused_until, self._level, False)
+            return Pause(0.0, self.paused_until, self._level, False)
+        level = self._level + 1 if not self._through_since_pause and self._level >= 0 else 0
+        backoff = min(self.throttle.max, self.throttle.initial * 2.0**level)
+        seconds = max(floor, backoff) * (1 + self.rng.uniform(0, self.throttle.jitter))
+        seconds = max(floor, min(seconds, self.throttle.max))
+        self._level = level
+        self._through_since_pause = False
+        self._pause_begun_at = self._number + 1
+        self.paused_until = max(self.paused_until, now + seconds)
+        # The first start after the pause goes at its end (no sooner than a declared
+        # pace allows); the learned pace counts from there.
+        self._after_pause = True
+        return Pause(seconds, self.paused_until, level, True)
+
+    def _probe(self, now: float) -> None:
+        if self.rate is None or self._calm_since is None or now < self.paused_until:
+            return
+        window = self.window or 1.0
+        quiet = now - self._calm_since
+        if self._refused is not None and now - self._refused_at >= HOLD_MAX * window:
+            self._refused = None  # refused long ago: the limit may have been raised since
+        if quiet < self._hold * window or not self._wanted:
+            return
+        target = self.rate + self._step / window
+        if self._refused is not None and target >= self._refused:
+            # Nothing to find between them: within CLOSE, or one start a window apart
+            # (a window counts whole starts).
+            gap = self._refused - self.rate
+            if gap <= CLOSE * self._refused or gap * window <= 1 + 1e-9:
+                return
+            target = (self.rate + self._refused) / 2
+        bounded = self._bounded(target)
+        if bounded <= self.rate:
+            return
+        self.rate = bounded
+        self._step *= 2
+        self._calm_since = now
+        self._wanted = False
+        self.version += 1
+
+    def _bounded(self, rate: float) -> float:
+        bounds = [rate]
+        if self.declared is not None:
+            bounds.append(self.declared[0] / self.declared[1])
+        if self._stated is not None and self.window:
+            bounds.append(self._stated / self.window)
+        return min(bounds)
+
+    def stated(self, limit: int) -> None:
+        """The upstream said its limit (a ``*-ratelimit-requests-limit`` header): a
+        change scales the learned rate with it, and it bounds the probes."""
+        if limit <= 0:
+            return
+        previous, self._stated = self._stated, limit
+        if previous is not None and previous != limit and self.rate is not None:
+            self.rate = self._bounded(self.rate * limit / previous)
+            self._refused = None
+            self.version += 1
+        elif self.rate is not None:
+            self.rate = self._bounded(self.rate)
+
+    def adopt(self, learned: Learned, now: float) -> bool:
+        """A peer sharing this limit (``gateway.shares``) was throttled and learned
+        ``learned``: taken when it is below the rate paced at, or nothing is known
+        (slow start ends), then probed from as if learned here.  True if taken."""
+        rate = self._bounded(learned.rate)
+        if self.rate is not None and rate >= self.rate:
+            return False
+        self.rate = rate
+        self.window = max(self.window or 0.0, learned.window)
+        if self.declared:
+            self.window = min(self.window, self.declared[1])
+        # The peer was refused one start a window above it, as a seed was: no probe
+        # there until that is HOLD_MAX windows old.
+        self._refused, self._refused_at = rate + 1 / self.window, now
+        self._generation = None
+        self._calm_since = now
+        self._wanted = False
+        self.version += 1
+        return True
+
+    def _forget(self, now: float) -> None:
+        horizon = (self.window or RAMP_S) * 2
+        while self._recent and self._recent[0].admission.at < now - horizon:
+            self._recent.popleft()
+
+    # -- what it knows -------------------------------------------------------------
+
+    def known(self) -> Learned | None:
+        """What it has learned (None: never throttled, nothing kept)."""
+        if self.rate is None or self.window is None:
+            return None
+        return Learned(
+            rate=self.rate,
+            window=self.window,
+            throttles=self.throttles,
+            concurrency=self.concurrency,
+        )
+
+    @property
+    def ramping(self) -> bool:
+        """Slow start holds the flight (nothing learned yet)."""
+        return self._generation is not None and self.rate is None

@@ -1,0 +1,30 @@
+"""Fan-in between rounds: a round's collected files compared with the workspace and
+(when the run applies) written to it, each change journaled and each conflict told."""
+
+from __future__ import annotations
+
+from ..attempt import staging
+from ..outcome import UnitState
+from .round import Round
+
+
+def fan_in(ctx: Round, *, apply: bool) -> int:
+    """Compare (and, with ``apply``, write) the collected files of the round's
+    succeeded units to the workspace; how many files were written."""
+    workspace = ctx.spec.runtime.workspace
+    written = 0
+    for row in ctx.journal.units(ctx.run_id, ctx.number):
+        if row.state is not UnitState.SUCCEEDED or not row.collected:
+            continue
+        unit_dir = ctx.run_dir / "units" / staging.unit_folder_name(row.unit.id)
+        changes = staging.apply(
+            workspace, row.unit.id, unit_dir, row.collected, row.staged, write=apply
+        )
+        ctx.journal.record_changes(ctx.run_id, ctx.number, changes)
+        for change in changes:
+            if change.state is staging.ChangeState.CONFLICT:
+                ctx.events.emit(
+                    "file.conflict", round=ctx.number, unit=row.unit.id, path=change.path
+                )
+        written += sum(1 for c in changes if c.state is staging.ChangeState.APPLIED)
+    return written

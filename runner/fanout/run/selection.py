@@ -1,0 +1,220 @@
+"""A round's units: selected and written to the journal as the selection streams, or
+read back from the journal (a resumed round, or a later round selected in full)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
+
+from ..attempt import invocation
+from ..backlog import command as inputcommand
+from ..backlog.units import Unit, base_context, select
+from ..outcome import UnitState
+from ..pacing import limits
+from .ladder import Progress
+from .round import Round
+
+# Units read from the selection per trip to a worker thread.
+_BATCH = 200
+
+
+async def units_of(
+    ctx: Round, tally: Tally, environ: Mapping[str, str], *, resuming: bool, stream: bool
+) -> AsyncIterator[tuple[Unit, Progress]]:
+    """The units to dispatch in this round.  A fresh first round streams: units are
+    dispatched while the selection is still being read (and written to the journal).
+    Later rounds are selected in full first, so an unchanged selection (no
+    progress) is known before anything runs; a resumed round reads the journal."""
+    existing = ctx.journal.round_row(ctx.run_id, ctx.number)
+    if resuming and existing is not None and existing["selection_done"]:
+        _started(ctx, resumed=True, streaming=False)
+        _selected(ctx, existing["records"], tally.count, resumed=True)
+        return _from_journal(ctx)
+    if stream and not resuming:
+        return _streamed(ctx, tally, environ)
+    async for _ in _select_into_journal(ctx, tally, environ, resumed=resuming, streaming=False):
+        pass
+    return _from_journal(ctx)
+
+
+def _started(ctx: Round, *, resumed: bool, streaming: bool) -> None:
+    # What the display needs to say what sets the pace: the slots and the tightest limit.
+    ctx.events.emit(
+        "round.started",
+        round=ctx.number,
+        resumed=resumed,
+        streaming=streaming,
+        concurrency=ctx.concurrency,
+        **limits.pace_fields(ctx.spec),
+    )
+
+
+def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
+    """The round's selection is complete: its units, and for a resumed round those an
+    earlier stretch settled (read from the journal), so counts start where it stopped."""
+    succeeded = failed = 0
+    if resumed:
+        counts = ctx.journal.round_counts(ctx.run_id, ctx.number)
+        units = sum(counts.values())
+        succeeded = counts.get(UnitState.SUCCEEDED, 0)
+        failed = counts.get(UnitState.FAILED, 0)
+    ctx.events.emit(
+        "round.selected",
+        round=ctx.number,
+        units=units,
+        records=records,
+        succeeded=succeeded,
+        failed=failed,
+        remaining=units - succeeded - failed,
+    )
+
+
+async def _streamed(
+    ctx: Round, tally: Tally, environ: Mapping[str, str]
+) -> AsyncIterator[tuple[Unit, Progress]]:
+    # Closed with this generator (dispatch closes it when the round stops), not left
+    # to the garbage collector's task: its input command ends then, not later.
+    selecting = _select_into_journal(ctx, tally, environ, resumed=False, streaming=True)
+    async with contextlib.aclosing(selecting):
+        async for unit in selecting:
+            yield unit, Progress()
+
+
+async def _select_into_journal(
+    ctx: Round, tally: Tally, environ: Mapping[str, str], *, resumed: bool, streaming: bool
+) -> AsyncGenerator[Unit, None]:
+    _started(ctx, resumed=resumed, streaming=streaming)
+    batches = _Batches()
+    try:
+        async with _input_command(ctx, environ) as command:
+            selection = select(
+                ctx.spec,
+                environ=environ,
+                trigger=ctx.trigger,
+                command=command,
+                stage_paths=functools.partial(
+                    invocation.stage_paths, ctx.spec, round_number=ctx.number, trigger=ctx.trigger
+                ),
+            )
+            batches.stream = iter(selection)
+            warned = 0
+            while True:
+                batch = await batches.take(_BATCH)
+                for warning in selection.warnings[warned:]:
+                    ctx.events.emit("notice", message=warning)
+                warned = len(selection.warnings)
+                ended = len(batch) < _BATCH  # _take stops short only at the stream's end
+                if batch:
+                    ctx.journal.add_units(ctx.run_id, ctx.number, batch)
+                    # Units selected so far (in the journal, so queued for real): the
+                    # display's count while the total is not known yet.
+                    ctx.events.emit(
+                        "round.selecting", round=ctx.number, units=tally.count + len(batch)
+                    )
+                if ended:
+                    # Every unit is in the journal: the total is known now, before the
+                    # last batch is dispatched (a stop from here on resumes from the
+                    # journal).
+                    ctx.journal.set_round(
+                        ctx.run_id,
+                        ctx.number,
+                        records=selection.records,
+                        selected=selection.selected,
+                    )
+                    ctx.journal.selection_done(ctx.run_id, ctx.number)
+                    tally.done = True
+                    tally.unmatched = tuple(selection.unmatched)
+                    _selected(ctx, selection.records, tally.count + len(batch), resumed=resumed)
+                for unit in batch:
+                    tally.add(unit)
+                    yield unit
+                if ended:
+                    break
+    finally:
+        # After the input command's end (above), which wakes a thread still reading it.
+        await batches.close()
+
+
+def _input_command(
+    ctx: Round, environ: Mapping[str, str]
+) -> contextlib.AbstractAsyncContextManager[inputcommand.Started | None]:
+    """The round's input command, owned here so that a round that stops (cancelled,
+    failed, at ``units.limit``) kills it at once; nothing for the other sources."""
+    if ctx.spec.inputs.source != "command":
+        return contextlib.nullcontext()
+    context = base_context(ctx.spec, ctx.trigger)
+    return inputcommand.running(ctx.spec, environ, context)
+
+
+class _Batches:
+    """The selection, read a batch at a time in a worker thread.  A cancel while a
+    batch is read does not leave the thread behind: ``close`` waits for it (the input
+    command's end has woken it by then), then closes the selection's generators."""
+
+    def __init__(self) -> None:
+        self.stream: Iterator[Unit] = iter(())
+        self._pending: asyncio.Future[list[Unit]] | None = None
+
+    async def take(self, count: int) -> list[Unit]:
+        loop = asyncio.get_running_loop()
+        self._pending = loop.run_in_executor(None, _take, self.stream, count)
+        # Shielded: a cancel leaves the thread's future to ``close``, which awaits it.
+        batch = await asyncio.shield(self._pending)
+        self._pending = None
+        return batch
+
+    async def close(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # the round is ending for another reason: not raised
+        if isinstance(self.stream, Generator):
+            self.stream.close()
+
+
+async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
+    for row in ctx.journal.unsettled_units(ctx.run_id, ctx.number):
+        yield (
+            row.unit,
+            Progress(
+                rung=row.rung,
+                rung_attempts=row.rung_attempts,
+                attempts=row.attempts,
+                failures=row.failures,
+                last=row.last,
+            ),
+        )
+
+
+def _take(stream: Iterator[Unit], count: int) -> list[Unit]:
+    batch = []
+    for unit in stream:
+        batch.append(unit)
+        if len(batch) >= count:
+            break
+    return batch
+
+
+class Tally:
+    """Counts and fingerprints a selection as it streams past (never holding it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.done = False
+        # The selection's inputs.files patterns that matched no file (once done).
+        self.unmatched: tuple[str, ...] = ()
+        self._digest = hashlib.sha256()
+
+    def add(self, unit: Unit) -> None:
+        self.count += 1
+        self._digest.update(
+            json.dumps([unit.id, list(unit.items)], sort_keys=True, default=str).encode()
+        )
+
+    def fingerprint(self) -> str:
+        return self._digest.hexdigest()

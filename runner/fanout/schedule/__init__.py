@@ -1,0 +1,1 @@
+"""The scheduler behind ``fanout schedule``."""

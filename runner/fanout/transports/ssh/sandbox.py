@@ -1,0 +1,238 @@
+"""One attempt's sandbox on an SSH host: ``transport.Sandbox`` spoken to the agent on
+one channel in its wire format (``wire``).
+
+Writes and round trips are what a remote unit costs, so commands that need no answer
+are not waited for: ``open``, the staged tar (all of a small one, the last chunk of a
+large one) and the first step go out in one write, and only the step's answer is read
+(an ``error`` from ``open`` arrives there); the control file comes back with the
+step's answer.
+Any command whose answer did not arrive whole (a lost channel, a cancellation, a
+deadline) leaves the channel in an unknown state: the sandbox is then left by retiring
+the agent (its lifeline cut: it kills everything and removes the sandbox itself),
+never by talking to it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import asyncssh
+
+from ...attempt.capture import OutputCapture
+from ...attempt.collecting import Entry
+from ...attempt.model import LAYOUT
+from ...attempt.sandbox import Command, Lost, StagedFile
+from ...isolation.place import Containment, Place
+from . import wire
+from .agent import Agent
+from .failures import describe
+
+if TYPE_CHECKING:
+    from .pool import HostPool, HostState
+
+
+class SshSandbox:
+    """``$root/fanout-$TOKEN`` on one host, through one agent."""
+
+    def __init__(
+        self, pool: HostPool, state: HostState, agent: Agent, token: str, place: Place
+    ) -> None:
+        self.place = place
+        self._pool = pool
+        self._state = state
+        self._agent = agent
+        # What goes out with the next write: ``open`` first, the staged tar after it.
+        self._pending = wire.open_sandbox(token, LAYOUT.directories)
+        self._opened = False  # something was written: there is a sandbox to close
+        self._unsure = False  # a command's answer did not arrive whole
+        # The control file as the last step left it, once read along with its answer.
+        self._control: tuple[bytes | None] | None = None
+
+    # The Sandbox protocol -------------------------------------------------------
+
+    async def stage(self, files: Sequence[StagedFile]) -> None:
+        """The staged tar, streamed as the files are read.  Nothing is written here for
+        a tar of one chunk: it goes out with the first step, with ``open``, in one
+        write; a larger one keeps only its last chunk for that write."""
+        if not files:
+            return
+        # OSError (a file gone, unreadable, changed): nothing is on its way yet.
+        tar, chunks, first = await asyncio.to_thread(_begin, files)
+        self._unsure = True
+        self._pending += f"put {tar.size}\n".encode() + first
+        sent = len(first)
+        while sent < tar.size:
+            chunk = await asyncio.to_thread(next, chunks)  # OSError: a changed file
+            async with self._talking():
+                await self._send(b"")
+            self._pending += chunk
+            sent += len(chunk)
+        self._unsure = False
+
+    async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
+        """The step on the host; its output comes on stderr up to an end mark only this
+        call knows.  Cancelled (fanout's deadline, Ctrl-C), it retires the agent, which
+        kills the step, and returns when the host has cleaned up (bounded)."""
+        mark = secrets.token_hex(8)
+        try:
+            message = wire.run(
+                command,
+                backstop=math.ceil(backstop),
+                mark=mark,
+                then=(LAYOUT.control_limit, LAYOUT.control),
+            )
+        except ValueError as exc:
+            capture.feed(f"fanout: {exc}\n".encode())
+            return 126
+        process = self._agent.process
+        self._unsure = True
+        pump = asyncio.create_task(wire.read_output(process.stderr, mark, capture))
+        try:
+            async with self._talking():
+                await self._send(message)
+                code = await wire.status(process.stdout)
+                await pump  # the end mark was printed before the answer
+                # The control file, read along with the answer: ``attempt`` reads it
+                # after the last step, and nothing runs in between.
+                self._control = (await wire.data(process.stdout),)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._pool._retire(self._agent))
+            raise
+        finally:
+            if not pump.done():
+                pump.cancel()
+                await asyncio.wait([pump])
+        self._unsure = False
+        return code
+
+    async def read(self, name: str) -> bytes | None:
+        if self._unsure or self._agent.retired:
+            return None  # after a deadline: the agent took the sandbox down
+        if name == LAYOUT.control and self._control is not None:
+            return self._control[0]
+        self._unsure = True
+        async with self._talking():
+            await self._send(wire.cat(name, LAYOUT.control_limit))
+            data = await wire.data(self._agent.process.stdout)
+        self._unsure = False
+        return data
+
+    async def listing(self, roots: Sequence[str]) -> list[Entry]:
+        self._unsure = True
+        async with self._talking():
+            await self._send(wire.listing(roots))
+            found = await wire.entries(self._agent.process.stdout)
+        self._unsure = False
+        return found  # in the host's order: ``Collect.select`` decides the order
+
+    async def fetch(self, names: Sequence[str], destination: Path) -> None:
+        # Spooled to a file beside the collected files, never held in memory whole.
+        with tempfile.TemporaryFile(dir=destination, prefix=".fetch-") as spool:
+            self._unsure = True
+            async with self._talking():
+                await self._send(wire.get(names))
+                await wire.data_to(self._agent.process.stdout, spool)
+            self._unsure = False
+            spool.seek(0)
+            await asyncio.to_thread(wire.extract, spool, names, destination)
+
+    # Leaving --------------------------------------------------------------------
+
+    async def leave(self, clean: bool) -> None:
+        """Back to idle after a ``close`` the agent confirmed; otherwise the agent is
+        retired and its teardown awaited (bounded).  Never raises, but for a
+        cancellation while it waits."""
+        agent = self._agent
+        if clean and not self._unsure and agent.usable():
+            if not self._opened:
+                self._state.idle.append(agent)  # nothing reached the host
+                return
+            sweep = self.place.containment is Containment.GROUP
+            try:
+                await self._send(wire.close(sweep))
+                left = await wire.done(agent.process.stdout)
+            except (Lost, wire.Closed, wire.Refused, OSError, asyncssh.Error, EOFError):
+                pass
+            else:
+                if left is not None:
+                    self._pool.unremovable(self._state, left)
+                self._state.idle.append(agent)
+                return
+            if not agent.connection_alive():
+                await self._pool._host_failed(self._state, "the connection closed")
+        await asyncio.shield(self._pool._retire(agent))
+
+    # The channel ----------------------------------------------------------------
+
+    async def _send(self, data: bytes) -> None:
+        """``data`` after what is pending, in one write."""
+        if self._pending:
+            data, self._pending = self._pending + data, b""
+        self._opened = True
+        stdin = self._agent.process.stdin
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (OSError, asyncssh.Error) as exc:
+            raise Lost(describe(exc)) from None
+
+    @contextlib.asynccontextmanager
+    async def _talking(self) -> AsyncIterator[None]:
+        """The agent's failures as ``transport.Lost``, the host's bookkeeping done."""
+        agent, state = self._agent, self._state
+        try:
+            yield
+        except wire.Refused as exc:
+            await self._pool._quarantine(state, f"{state.name}: {exc}")
+            raise Lost(f"{state.name} cannot run units: {exc}", host=state.name) from None
+        except (Lost, wire.Closed, OSError, asyncssh.Error, EOFError) as exc:
+            if isinstance(exc, wire.Closed | EOFError):
+                reason = (
+                    "the channel closed during the unit"
+                    f" (agent exit status {agent.process.exit_status})"
+                )
+            else:
+                reason = str(exc) if isinstance(exc, Lost) else describe(exc)
+            if agent.connection_alive():
+                # An agent that could not open the sandbox said why and exited, maybe
+                # while the staged tar was still on its way.
+                refusal = await _refusal(agent)
+                if refusal is not None:
+                    await self._pool._quarantine(state, f"{state.name}: {refusal}")
+                    refused = f"{state.name} cannot run units: {refusal}"
+                    raise Lost(refused, host=state.name) from None
+                stopped = f"the agent on {state.name} stopped: {reason}"
+                raise Lost(stopped, host=state.name) from None
+            await self._pool._host_failed(state, reason)
+            raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
+
+
+def _begin(files: Sequence[StagedFile]) -> tuple[wire.StagedTar, Iterator[bytes], bytes]:
+    """The staged tar and its first chunk, in one trip to a thread."""
+    tar = wire.StagedTar(files)
+    chunks = tar.chunks()
+    return tar, chunks, next(chunks)
+
+
+# How long a stopped agent's last words may take to arrive.
+_LAST_WORDS = 2.0
+
+
+async def _refusal(agent: Agent) -> str | None:
+    """The ``error`` an agent said before its channel closed, if it said one."""
+    try:
+        async with asyncio.timeout(_LAST_WORDS):
+            while line := await agent.process.stdout.readline():
+                words = line.decode(errors="replace").split()
+                if words[:1] == ["error"]:
+                    return " ".join(words[1:])
+    except (TimeoutError, OSError, asyncssh.Error, EOFError):
+        pass
+    return None
