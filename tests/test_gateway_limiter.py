@@ -280,6 +280,19 @@ async def test_a_sliding_window_of_two_is_paced_at_two_a_window() -> None:
     assert [await w for w in waiting] == [10, 15, 15]
 
 
+async def test_what_remains_of_a_shared_key_is_spread_by_this_jobs_share() -> None:
+    """Bench case E: two jobs share a key, and each gateway read the upstream's
+    remaining as its own: together they spent it twice (5 429s of 29 requests)."""
+    limiter = _limiter()
+    limiter.shared(0.5)
+    assert await _admitted_at(limiter) == 0
+    limiter.observe(Remaining(requests=1, requests_reset=10))  # 2 fit in 10 s, 1 is ours
+    assert await _admitted_at(limiter) == 10
+    limiter.observe(Remaining(requests=0, requests_reset=5))
+    # The reset frees one, for either job: one per two resets is ours.
+    assert await _admitted_at(limiter) == 20
+
+
 async def test_little_remaining_of_tokens_spreads_by_each_requests_tokens() -> None:
     limiter = _limiter(input_tokens=_w(100_000, 60))
     limiter.observe(Remaining(input_tokens=6000, input_tokens_reset=30))  # 200 a second

@@ -34,7 +34,8 @@ rest is spread until the reset, so an admission of amount ``a`` of that kind is 
 by the next no sooner than ``a * reset / remaining`` later, and never later than the
 reset.  Requests count one more: by its reset at least one more request is free again
 (a sliding window's oldest leaves, Anthropic's bucket is full), so ``remaining + 1``
-fit in that span, one per ``reset / (remaining + 1)``; spreading ``remaining`` alone
+fit in that span, one per ``reset / (remaining + 1)`` (times this job's share of the
+key, when jobs share it: what remains is the key's); spreading ``remaining`` alone
 halved the pace at a sliding window of 2 (remaining 1, reset 10 s: one request in 10 s
 where 2 fit).  Only when little remains, so bursts stay while there is room:
 Anthropic's reset is when its bucket is full again, which understates the real rate.
@@ -299,10 +300,11 @@ class Limiter:
                     # At the reset one more is free, not one for every waiter: they go
                     # one a reset apart until an answer says more (bench case C: four
                     # at the reset of a window of 2 drew three 429s).
-                    self._spreads[kind] = (1 / reset, now + 2 * reset)
+                    self._spreads[kind] = (self.ceiling.share / reset, now + 2 * reset)
             elif reset > 0 and self._small(kind, left):
                 fit = left + 1 if kind is Kind.REQUESTS else left
-                self._spreads[kind] = (fit / reset, now + reset)
+                # What remains is the key's: this job's share of it (``shared``).
+                self._spreads[kind] = (fit * self.ceiling.share / reset, now + reset)
         if r.requests_limit is not None:
             self.ceiling.stated(r.requests_limit)
         self._grant()
