@@ -280,6 +280,23 @@ async def test_a_sliding_window_of_two_is_paced_at_two_a_window() -> None:
     assert [await w for w in waiting] == [10, 15, 15]
 
 
+async def test_when_a_spread_ends_one_goes_and_the_rest_wait_for_its_answer() -> None:
+    """Bench case E: a spread ended at its reset and the three requests it held went at
+    once; two were refused.  Now one goes, and the others wait for its answer."""
+    limiter = _limiter()
+    limiter.observe(Remaining(requests=1, requests_reset=10))  # one per 5 s until 10
+    assert [await _admitted_at(limiter) for _ in range(2)] == [0, 5]
+    await asyncio.sleep(5)
+    probe = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    assert _now() == 10  # the spread has ended: this one goes
+    behind = asyncio.create_task(_admitted_at(limiter))
+    await asyncio.sleep(3)
+    assert not behind.done()  # waiting for what the probe's answer says
+    limiter.answered(probe)
+    assert await behind == 13
+    limiter.settle(probe, input_tokens=0, output_tokens=0)
+
+
 async def test_what_remains_of_a_shared_key_is_spread_by_this_jobs_share() -> None:
     """Bench case E: two jobs share a key, and each gateway read the upstream's
     remaining as its own: together they spent it twice (5 429s of 29 requests)."""

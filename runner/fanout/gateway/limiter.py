@@ -156,6 +156,9 @@ class Limiter:
         self._paused_until = -math.inf
         # Per kind: the units a second the upstream has left, and until when.
         self._spreads: dict[Kind, tuple[float, float]] = {}
+        # The one request admitted as a spread ended: the others wait for what its
+        # answer says (an observation), or for it to end.
+        self._probe: Entry | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._admitted = 0
         self._queued_seconds = 0.0
@@ -217,6 +220,8 @@ class Limiter:
     def settle(self, ticket: Ticket, *, input_tokens: int, output_tokens: int) -> None:
         """The real usage replaces the reservation; the in-flight slot is freed."""
         entry = ticket._entry
+        if entry is self._probe:
+            self._probe = None
         if entry not in self._open:
             return  # settled or released already: a second call must not free twice
         self.ceiling.cancel(ticket.admission)  # no answer was told: the ceiling forgets it
@@ -232,6 +237,8 @@ class Limiter:
 
     def answered(self, ticket: Ticket) -> None:
         """The upstream answered the request (anything but a throttle): it got through."""
+        if ticket._entry is self._probe:
+            self._probe = None
         self.ceiling.finish(ticket.admission, self._now(), throttled=False)
         self._grant()
 
@@ -241,6 +248,8 @@ class Limiter:
         it already.  Admissions wait for it (``paused_until``)."""
         if self.peers is not None:
             self.peers.throttling()
+        if ticket._entry is self._probe:
+            self._probe = None
         pause = self.ceiling.finish(
             ticket.admission, self._now(), throttled=True, retry_after=retry_after
         )
@@ -285,6 +294,7 @@ class Limiter:
         """Hold or spread admissions by what the upstream says it has left."""
         now = self._now()
         r = remaining
+        self._probe = None  # what it waited for
         for kind, left, reset in (
             (Kind.REQUESTS, r.requests, r.requests_reset),
             (Kind.TOKENS, r.tokens, r.tokens_reset),
@@ -352,6 +362,14 @@ class Limiter:
                 self._timer = loop.call_later(due - now, self._grant)
                 return
             self._queue.popleft()
+            ended = [k for k, (_, until) in self._spreads.items() if until <= now]
+            if ended:
+                # A spread ends at its reset, and what it held must not all go at once
+                # (bench case E: three at a spread's end, two 429s): this one goes, the
+                # rest wait for what its answer says.
+                for kind in ended:
+                    del self._spreads[kind]
+                self._probe = head.entry
             head.entry.admission = self.ceiling.start(now)
             head.entry.at, head.previous, self._last = now, self._last, head.entry
             for log in self._logs:
@@ -379,6 +397,8 @@ class Limiter:
         the in-flight cap holds it.  Each part only eases as time passes, so the latest of
         them is the answer until something new happens (which re-checks)."""
         if self._max_in_flight is not None and len(self._open) >= self._max_in_flight:
+            return None
+        if self._probe is not None and self._probe in self._open:
             return None
         if self.declared is not None and self.ceiling.rate is None:
             # Its requests window paces, bursts and all (the ceiling would space the
