@@ -20,6 +20,7 @@ from typer.models import CommandFunctionType
 
 from .. import __version__
 from ..errors import INTERNAL_ERROR_EXIT, FanoutError, NothingSelected
+from ..values.safetext import one_line
 from .console import closed_console
 
 if TYPE_CHECKING:
@@ -31,6 +32,9 @@ CONSOLE_CLOSED_EXIT = 141
 
 # Exits, --help and usage errors: typer prints and exits with them as it always has.
 _TYPER_EXITS = (typer.Exit, typer.Abort, typer.TyperException)
+
+# An internal error's message, on the one line that says it (its whole text is in the log).
+_SUMMARY_LIMIT = 300
 
 # The traceback log is rotated (one old copy kept) beyond this size.
 LOG_LIMIT_BYTES = 1 << 20
@@ -64,18 +68,14 @@ def log_path() -> Path:
     return base / "fanout" / "fanout.log"
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
 def report_internal_error(exc: BaseException) -> int:
     """Tell the user, in one line on stderr, that fanout itself failed, append the
     traceback (with the version and argv) to the log, and return exit code 70.
 
     If the log cannot be written the traceback goes to stderr instead: at 3 a.m. a
     traceback on the console is better than none anywhere."""
-    summary = f"fanout: internal error: {type(exc).__name__}: {_one_line(str(exc))}"
+    said = one_line(str(exc), _SUMMARY_LIMIT, ellipsis="...")
+    summary = f"fanout: internal error: {type(exc).__name__}: {said}"
     details = "".join(traceback.format_exception(exc))
     entry = (
         f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} fanout {__version__} pid {os.getpid()}\n"
