@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "isolation.exposure",
             "isolation.place",
             "pacing.slots",
+            "pacing.backoff",
             "pacing.signals",
             "events",
             "run.lock",
