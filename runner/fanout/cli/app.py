@@ -19,16 +19,12 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
 from .. import __version__
-from ..errors import INTERNAL_ERROR_EXIT, FanoutError, NothingSelected
+from ..errors import INTERNAL_ERROR_EXIT, ExitCode, FanoutError, NothingSelected
 from ..values.safetext import one_line
 from .console import closed_console
 
 if TYPE_CHECKING:
     from ..spec import Spec
-
-# A command whose console closed under it (`fanout status | head`): 128 + SIGPIPE, what a
-# shell tool killed by SIGPIPE reports.  (`fanout run` stops its run instead: 130.)
-CONSOLE_CLOSED_EXIT = 141
 
 # Exits, --help and usage errors: typer prints and exits with them as it always has.
 _TYPER_EXITS = (typer.Exit, typer.Abort, typer.TyperException)
@@ -102,14 +98,15 @@ def _exit_for(exc: BaseException) -> typer.Exit:
     exc = unwrap(exc)
     if isinstance(exc, BrokenPipeError) and closed_console():
         # `fanout status | head`: the reader has what it wanted.  Say nothing more (there
-        # is nobody to say it to) and exit as a tool killed by SIGPIPE reports.
-        return typer.Exit(CONSOLE_CLOSED_EXIT)
+        # is nobody to say it to) and exit as a tool killed by SIGPIPE reports.  (`fanout
+        # run` stops its run instead: 130.)
+        return typer.Exit(ExitCode.CONSOLE_CLOSED)
     if isinstance(exc, FanoutError):
         _say(str(exc) if str(exc) else type(exc).__name__)
         return typer.Exit(exc.exit_code)
     if isinstance(exc, KeyboardInterrupt):
         _say("interrupted")
-        return typer.Exit(130)
+        return typer.Exit(ExitCode.INTERRUPTED)
     return typer.Exit(report_internal_error(exc))
 
 

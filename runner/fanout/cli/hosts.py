@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import ExitCode
 from .app import HostsOption, JobFile, Typer, app, call, environ
 
 hosts_app = Typer(
@@ -105,7 +106,7 @@ def hosts_check(
         )
     Console(width=240).print(table)
     usable = all(p.auth and not p.error and p.gateway in ("", *GATEWAY_FINE) for p in probes)
-    raise typer.Exit(0 if usable else 4)
+    raise typer.Exit(ExitCode.OK if usable else ExitCode.CANNOT_RUN)
 
 
 def _ray_check(job: Any) -> None:
@@ -141,7 +142,8 @@ def _ray_check(job: Any) -> None:
         )
     Console(width=240).print(table)
     alive = [r for r in reports if r.alive]
-    raise typer.Exit(0 if alive and not any(r.problem for r in alive) else 4)
+    usable = alive and not any(r.problem for r in alive)
+    raise typer.Exit(ExitCode.OK if usable else ExitCode.CANNOT_RUN)
 
 
 def _amount(name: str, value: float) -> str:
@@ -201,14 +203,14 @@ def hosts_trust(
                 " fingerprint, then run this again without --yes and answer",
                 file=sys.stderr,
             )
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
         question = "Replace the old key with this one?"
     else:
         print(f"  {key.kind} key fingerprint {key.fingerprint}")
         question = "Trust this key?"
     if not yes and not typer.confirm(question, default=False):
         print("not trusted", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     path = inventory.record(
         key.line, coordinator_env, {e.line: e.text for e in key.replaced if e.path == own}
     )

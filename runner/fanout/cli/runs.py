@@ -11,6 +11,7 @@ from typing import IO, Annotated, Any, cast
 
 import typer
 
+from ..errors import run_exits
 from .app import (
     HostsOption,
     JobFile,
@@ -23,7 +24,7 @@ from .app import (
 )
 
 
-@app.command(rich_help_panel="Runs")
+@app.command(rich_help_panel="Runs", epilog=run_exits())
 def run(
     file: JobFile,
     resume: Annotated[
@@ -67,15 +68,9 @@ def run(
     Selects the units, runs each in a fresh sandbox, retries up the ladder, applies
     collected files between rounds, and writes report.md and report.json.
 
-    Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
-    2 for an invalid job, 3 if nothing was selected, 4 if the inputs, the workers'
-    commands or the hosts cannot run, 5 for a state problem (a full disk under the state
-    directory), 6 if another run of the job holds its lock, 7 if money stopped it (an
-    [[apis]] budget spent, an API's or agent's spend cap), 8 if an agent's usage window
-    resets later than a pause may last, 70 for an internal error, 130 if interrupted.
     Ctrl-C drains: running units are stopped and their sandboxes removed.  A closed
-    console (| head) stops the run: nothing new starts, running
-    attempts finish.  A run stopped by any of these stays resumable.
+    console (| head) stops the run: nothing new starts, running attempts finish.  A run
+    stopped either way, or by an error (see the exit codes below), stays resumable.
 
     If the job's last run did not finish (Ctrl-C, a crash, every host down), this
     continues it: settled units are not run again.  --fresh starts a new run instead.
