@@ -1,6 +1,7 @@
-"""What every command shares: the typer app, common arguments and options, ``call``,
-which turns a FanoutError into its message and exit code, and the outermost handler,
-which turns anything unexpected into one line, a log file and exit 70."""
+"""What every command shares: the typer app, common arguments and options, and the one
+outermost handler around every command, which turns a FanoutError into its message and
+exit code, Ctrl-C into exit 130 and anything unexpected into one line, a log file and
+exit 70."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer import _click
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
@@ -118,15 +118,22 @@ def _say(message: str) -> None:
         closed_console()
 
 
-class _Commands(TyperGroup):
-    """The command group, with the outermost handler around every command."""
+# typer passes click's Context to the methods below; typer 0.28 vendors click privately
+# (typer._click) and exports only its own subclass, typer.Context, which an override may
+# not narrow the parameter to: so the parameter is Any.
 
-    def invoke(self, ctx: Any) -> Any:  # typer's click Context, not exported
+
+class _Commands(TyperGroup):
+    """The command group, with the one outermost handler around every command: a
+    FanoutError (or a group holding one) becomes its message on stderr and its exit
+    code, Ctrl-C exit 130, anything else an internal error."""
+
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except _TYPER_EXITS:
             raise  # typer's own usage errors, --help and exits keep working as they do
-        except Exception as exc:
+        except (Exception, KeyboardInterrupt) as exc:
             raise _exit_for(exc) from None
         except BaseExceptionGroup as group:
             raise _exit_for(group) from None
@@ -138,8 +145,7 @@ class Command(TyperCommand):
     ``fanout status [OPTIONS] [RUN]``.  typer 0.28 writes a required argument as
     ``{file}``, which reads like braces to type, in lowercase like a literal word."""
 
-    # typer 0.28 vendors click as typer._click; its Context is what typer passes here.
-    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if not isinstance(param, TyperArgument):
@@ -178,8 +184,6 @@ app = Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-T = TypeVar("T")
-
 JobFile = Annotated[
     Path,
     typer.Argument(
@@ -202,19 +206,6 @@ class OverlapPolicy(StrEnum):
     SKIP = "skip"
     QUEUE = "queue"
     REPLACE = "replace"
-
-
-def call(action: Callable[[], T]) -> T:
-    """Run one library call; a FanoutError (or a group holding one) becomes its message
-    on stderr and its exit code, Ctrl-C exit 130, anything else an internal error."""
-    try:
-        return action()
-    except _TYPER_EXITS:
-        raise
-    except (Exception, KeyboardInterrupt) as exc:
-        raise _exit_for(exc) from None
-    except BaseExceptionGroup as group:
-        raise _exit_for(group) from None
 
 
 def nothing_selected(file: Path, unmatched: Sequence[str]) -> NothingSelected:

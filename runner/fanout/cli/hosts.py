@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ExitCode
-from .app import HostsOption, JobFile, Typer, app, call, environ
+from .app import HostsOption, JobFile, Typer, app, environ
 
 hosts_app = Typer(
     name="hosts",
@@ -64,7 +64,7 @@ def hosts_check(
     from ..transports.ssh import knownhosts as inventory
     from ..transports.ssh.probe import GATEWAY_FINE
 
-    job = call(lambda: spec.load(file, hosts_file=hosts))
+    job = spec.load(file, hosts_file=hosts)
     if job.runtime.ray is not None and not job.runtime.hosts:
         _ray_check(job)
 
@@ -83,7 +83,7 @@ def hosts_check(
         )
         return asyncio.run(transport.probe_all(gateway=apis)), apis
 
-    probes, apis = call(probe)
+    probes, apis = probe()
     columns = ["host", "address", "reachable", "auth", "shell", "bwrap", "containment"]
     columns += ["free disk", "rtt", *(["gateway forward"] if apis else []), "problem"]
     table = Table(*columns)
@@ -126,7 +126,7 @@ def _ray_check(job: Any) -> None:
         finally:
             await transport.close()
 
-    reports = call(lambda: asyncio.run(probe()))
+    reports = asyncio.run(probe())
     table = Table("node", "alive", "resources", "labels", "fanout", "bwrap", "containment")
     table.add_column("problem")
     for r in reports:
@@ -178,8 +178,8 @@ def hosts_trust(
     coordinator_env = environ()
     own = inventory.fanout_known_hosts(coordinator_env)
     home = inventory.home(coordinator_env)
-    target = call(lambda: inventory.find(_inventory(job, hosts), host))
-    key = call(lambda: asyncio.run(fetch_host_key(target, [own], home)))
+    target = inventory.find(_inventory(job, hosts), host)
+    key = asyncio.run(fetch_host_key(target, [own], home))
     print(f"{target.name} (known_hosts name {key.name})")
     if key.trusted_by:
         where = ", ".join(f"{e.path}:{e.line}" for e in key.trusted_by)

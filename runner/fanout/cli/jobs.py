@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode, JobError, Problem
-from .app import JobFile, OutputFormat, app, call, environ, nothing_selected
+from .app import JobFile, OutputFormat, app, environ, nothing_selected
 
 
 @app.command(rich_help_panel="Job files")
@@ -124,7 +124,7 @@ def plan(
             raise JobError(list(result.problems))
         return text
 
-    print(call(make), end="")
+    print(make(), end="")
 
 
 @app.command(rich_help_panel="Job files")

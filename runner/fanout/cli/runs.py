@@ -18,7 +18,6 @@ from .app import (
     OverlapPolicy,
     StateDir,
     app,
-    call,
     nothing_selected,
     sealed_environ,
 )
@@ -79,11 +78,7 @@ def run(
 
     options = running.Options(apply=apply, resume=resume, concurrency=jobs)
     raise typer.Exit(
-        call(
-            lambda: _execute(
-                file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value
-            )
-        )
+        _execute(file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value)
     )
 
 
@@ -118,8 +113,8 @@ def retry(
     def action(runner: running.Runner) -> Any:
         return runner.retry_failed(runner.journal.run(run_id), options)
 
-    file = call(job_file)
-    raise typer.Exit(call(lambda: _execute(file, hosts, verbose, action)))
+    file = job_file()
+    raise typer.Exit(_execute(file, hosts, verbose, action))
 
 
 def _execute(
@@ -195,7 +190,7 @@ def status(
         finally:
             journal.close()
 
-    print(call(action), end="")
+    print(action(), end="")
 
 
 class ReportFormat(StrEnum):
@@ -250,4 +245,4 @@ def show_report(
         finally:
             journal.close()
 
-    print(call(action), end="")
+    print(action(), end="")
