@@ -202,6 +202,8 @@ class OutputFormat(StrEnum):
     github = "github"
 
 
+# spec.model.Overlap's words, spelled here because the CLI may not import the spec at
+# start-up (a quarter of a second); tests/test_schema.py holds both to the schema.
 class OverlapPolicy(StrEnum):
     SKIP = "skip"
     QUEUE = "queue"
