@@ -5,7 +5,7 @@ A *start* is what the limit counts: a task start for the rate gate (``limits``),
 request for the gateway (``gateway.limiter``).  The upstream's only word is a throttle
 (a 429, exit 75), often with an honest Retry-After.
 
-The controller (README "How fanout learns a limit nobody declared" says why this one):
+The controller (docs/guides/rate-limits.md, "Why this controller", says why this one):
 
 - **Slow start** (TCP, RFC 5681), while nothing is known, in generations: the first
   of ``INITIAL_WINDOW`` starts, each next one twice as large, opened when every start
