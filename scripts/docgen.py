@@ -1,16 +1,17 @@
 """The generated pages of the docs site: the job-file reference from the JSON Schema, the
-CLI reference and the man page from the typer app's click command tree.
+CLI reference and the man page from the typer app's click command tree, the exit codes
+(on their page and in the man page) from ``fanout.errors.EXIT_CODES``.
 
 ``scripts/gen-docs`` writes them; ``tests/test_docsite.py`` checks the committed pages
-are what these functions make.  Only two lines import fanout (the schema and the app),
-so a move of those modules is a change of two imports.
+are what these functions make.  Only three lines import fanout (the schema, the app and
+the exit codes), so a move of those modules is a change of three imports.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -318,6 +319,7 @@ class Command:
     path: str  # "fanout hosts check"
     usage: str
     help: str
+    epilog: str
     params: tuple[Param, ...]
     subcommands: tuple[Command, ...]
 
@@ -342,6 +344,7 @@ def _command(command: Any, name: str, parent: Any) -> Command:
         path=path,
         usage=f"{path} {' '.join(command.collect_usage_pieces(ctx))}",
         help=(command.help or "").strip(),
+        epilog=(getattr(command, "epilog", None) or "").strip(),
         params=params,
         subcommands=subcommands,
     )
@@ -434,6 +437,7 @@ def cli_page(root: Command) -> str:
                 tail = f" ({'; '.join(facts)})" if facts else ""
                 out.append(f"- {head}: {escape(param.help)}{tail}")
             out.append("")
+        out += [escape(p) + "\n" for p in _paragraphs(command.epilog)]
         if command.subcommands:
             out += ["**Commands**", ""]
             for sub in command.subcommands:
@@ -452,14 +456,41 @@ def _roff(text: str) -> str:
 
 
 def exit_codes(markdown: str) -> list[tuple[str, str]]:
-    """The (code, meaning) rows of the exit-codes page's table."""
+    """The (code, meaning) rows of the exit-codes page's table, as the man page says
+    them."""
     rows = []
     for line in markdown.splitlines():
         cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
-        if len(cells) == 2 and cells[0].strip().isdigit():
-            meaning = cells[1].strip().replace("\\|", "|").replace("`", "")
+        if len(cells) >= 2 and cells[0].strip().isdigit():
+            meaning = cells[-1].strip().replace("\\|", "|").replace("`", "")
             rows.append((cells[0].strip(), meaning))
     return rows
+
+
+def exit_codes_page(codes: Sequence[Any]) -> str:
+    """The exit-code reference: one row per ``ExitMeaning`` of ``fanout.errors``."""
+    out = [
+        GENERATED.format(source="EXIT_CODES in runner/fanout/errors.py"),
+        "",
+        "# Exit codes",
+        "",
+        "What `fanout`'s exit status means, for scripts, cron and CI. Where a code says"
+        ' "resumable", the next `fanout run` of the job continues the run it stopped.',
+        "",
+        "| code | name | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for row in codes:
+        meaning = row.meaning.replace("|", "\\|")
+        out.append(f"| {int(row.code)} | `{row.name}` | {meaning} |")
+    out += [
+        "",
+        "`fanout run --help` lists the same codes, and each error class of fanout takes"
+        " its code from the same table (`EXIT_CODES` in `runner/fanout/errors.py`); 70 is"
+        " an exception that is not fanout's own, 141 a closed console under any command"
+        " but `run`.",
+    ]
+    return "\n".join(out) + "\n"
 
 
 def man_page(root: Command, codes: list[tuple[str, str]]) -> str:
@@ -485,6 +516,8 @@ def man_page(root: Command, codes: list[tuple[str, str]]) -> str:
         for paragraph in _paragraphs(command.help):
             out += [_roff(paragraph), ".PP"]
         out += _man_params(command, heading=False)
+        for paragraph in _paragraphs(command.epilog):
+            out += [".PP", _roff(paragraph)]
     out.append(".SH EXIT STATUS")
     for code, meaning in codes:
         out += [".TP", f".B {code}", _roff(meaning)]
@@ -512,20 +545,22 @@ def _man_params(command: Command, *, heading: bool = True) -> list[str]:
 # -- all of them ---------------------------------------------------------------------
 
 
-def pages(schema: Mapping[str, Any] | None = None, root: Path = REPO) -> dict[Path, str]:
+def pages(schema: Mapping[str, Any] | None = None) -> dict[Path, str]:
     """Every generated page, by its path in the repository, from the schema given (by
-    default the one fanout ships) and the app."""
+    default the one fanout ships), the app and the exit codes."""
     import typer.main
 
     from fanout.cli import app
+    from fanout.errors import EXIT_CODES
     from fanout.spec.schema import job_schema
 
     tree = command_tree(typer.main.get_command(app))
-    codes = exit_codes((root / EXIT_CODES_PAGE).read_text(encoding="utf-8"))
+    said = [(str(int(row.code)), row.meaning.replace("`", "")) for row in EXIT_CODES]
     return {
         JOB_FILE_PAGE: job_file_page(schema if schema is not None else job_schema()),
         CLI_PAGE: cli_page(tree),
-        MAN_PAGE: man_page(tree, codes),
+        EXIT_CODES_PAGE: exit_codes_page(EXIT_CODES),
+        MAN_PAGE: man_page(tree, said),
     }
 
 
@@ -539,13 +574,13 @@ def stale(generated: Mapping[Path, str], root: Path = REPO) -> list[Path]:
     return found
 
 
-def main(argv: list[str], *, make: Callable[[Path], dict[Path, str]] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """``gen-docs [--check] [--root DIR]``: write the pages, or check they are current."""
     check = "--check" in argv
     root = REPO
     if "--root" in argv:
         root = Path(argv[argv.index("--root") + 1])
-    generated = (make or (lambda r: pages(root=r)))(root)
+    generated = pages()
     if check:
         old = stale(generated, root)
         for path in old:

@@ -345,7 +345,7 @@ def test_an_unexpected_error_is_one_line_a_log_and_exit_70(
     monkeypatch.setattr(sys, "argv", ["fanout", "validate", "job.toml"])
     monkeypatch.setattr(spec, "load", _raising(RuntimeError("the scanner\nlost its place")))
     log = chdir_tmp / "cache" / "fanout" / "fanout.log"
-    for command in ("validate", "plan"):  # without and through call()
+    for command in ("validate", "plan"):
         result = cli(command, "job.toml")
         assert (result.code, result.out) == (70, "")
         assert result.err == (
@@ -393,8 +393,9 @@ def test_ctrl_c_and_usage_errors_keep_their_exits(
     chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(spec, "load", _raising(KeyboardInterrupt()))
-    result = cli("plan", "job.toml")
-    assert (result.code, result.err) == (130, "interrupted\n")
+    for command in ("validate", "plan"):  # one handler around every command
+        result = cli(command, "job.toml")
+        assert (result.code, result.err) == (130, "interrupted\n")
     usage = cli("validate", "--format", "yaml", "job.toml")
     assert usage.code == 2
     assert "Invalid value for '--format'" in usage.err

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import typer.main
 
+from fanout import errors
 from fanout.cli import app
+from fanout.errors import EXIT_CODES, ExitCode, ExitMeaning
 from fanout.spec.schema import job_schema
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +76,7 @@ def test_check_names_the_stale_page_and_exits_1(
     # A copy of the tree whose committed page predates a description change.
     shutil.copytree(DOCS, tmp_path / "docs")
     assert docgen.main(["--check", "--root", str(tmp_path)]) == 0
-    stale_page = docgen.pages(schema=_mutated_schema(), root=tmp_path)[docgen.JOB_FILE_PAGE]
+    stale_page = docgen.pages(schema=_mutated_schema())[docgen.JOB_FILE_PAGE]
     (tmp_path / docgen.JOB_FILE_PAGE).write_text(stale_page)
     capsys.readouterr()
     assert docgen.main(["--check", "--root", str(tmp_path)]) == 1
@@ -135,15 +137,26 @@ def test_the_cli_page_and_man_page_have_every_command_and_option() -> None:
 
 
 def test_the_exit_codes_page_has_every_code_the_run_help_names() -> None:
-    run_help = typer.main.get_command(app).get_command(None, "run").help  # type: ignore[attr-defined]
-    said = set(re.findall(r"\b(\d+) (?:if|for)\b", run_help.split("Exit ", 1)[1]))
-    said.add(re.search(r"Exit (\d+)", run_help).group(1))  # type: ignore[union-attr]
+    run_epilog = typer.main.get_command(app).get_command(None, "run").epilog  # type: ignore[attr-defined]
+    said = set(re.findall(r"\b(\d+) (?:if|for)\b", run_epilog.split("Exit ", 1)[1]))
+    said.add(re.search(r"Exit (\d+)", run_epilog).group(1))  # type: ignore[union-attr]
     table = {code for code, _ in docgen.exit_codes((REPO / docgen.EXIT_CODES_PAGE).read_text())}
     assert said == {"0", "1", "2", "3", "4", "5", "6", "7", "8", "70", "130"}
-    assert said <= table
+    assert table == said | {"141"}
+    assert table == {str(int(row.code)) for row in EXIT_CODES}
     man = (REPO / docgen.MAN_PAGE).read_text()
     for code in table:
         assert f"\n.B {code}\n" in man
+
+
+def test_a_code_added_to_the_table_only_makes_the_pages_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extra = ExitMeaning(code=ExitCode.OK, brief="if so", meaning="a code nobody documented")
+    monkeypatch.setattr(errors, "EXIT_CODES", (*EXIT_CODES, extra))
+    pages = docgen.pages()
+    assert "a code nobody documented" in pages[docgen.EXIT_CODES_PAGE]
+    assert docgen.stale(pages) == [docgen.EXIT_CODES_PAGE, docgen.MAN_PAGE]
 
 
 # -- the site ------------------------------------------------------------------------

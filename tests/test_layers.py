@@ -54,9 +54,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "isolation.exposure",
             "isolation.place",
             "pacing.slots",
+            "pacing.backoff",
             "pacing.signals",
             "events",
-            "run.lock",
             "spec.apis",
             # What task.agent fills in; checks and spec both read it.
             "spec.presets",
@@ -197,7 +197,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "report.aggregate",
         ),
     ),
-    ("run", ("run.applying", "run.kept", "run.job")),
+    ("run", ("run.applying", "run.kept", "run.lock", "run.job")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.
     ("scheduler", ("schedule.scheduler",)),

@@ -158,3 +158,18 @@ def test_a_code_fence_is_longer_than_any_backtick_run_in_it() -> None:
 def test_html_text_and_table_code() -> None:
     assert safetext.for_html('</summary>"x" & *y*') == "&lt;/summary&gt;&quot;x&quot; &amp; *y*"
     assert safetext.code("a\\|b`c") == "<code>a\\\\\\|b\\`c</code>"
+
+
+def test_shorten_cuts_to_the_limit_with_the_ellipsis_inside_it() -> None:
+    assert safetext.shorten("abcdef", 6) == "abcdef"
+    assert safetext.shorten("abcdefg", 6) == "abcde…"
+    assert safetext.shorten("abcdefg", 6, ellipsis="...") == "abc..."
+    assert safetext.shorten("a  b\nc", 10) == "a  b\nc"  # only cut, never re-spaced
+
+
+def test_one_line_collapses_whitespace_then_shortens() -> None:
+    assert safetext.one_line("  the scanner\n\tlost  its place ", 100) == (
+        "the scanner lost its place"
+    )
+    assert safetext.one_line("a\nb c d e", 5) == "a b …"
+    assert safetext.one_line("a\nb c d e", 5, ellipsis="...") == "a ..."

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import tomllib
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,38 @@ def _in_model_units(prop: dict[str, Any]) -> Any:
     if prop.get("$ref") == "#/definitions/size":
         return parse_size(value)
     return value
+
+
+def _literal_values(hint: Any) -> list[Any]:
+    """The values a Literal field may hold (a union's Literal members too)."""
+    if typing.get_origin(hint) is typing.Literal:
+        return list(typing.get_args(hint))
+    if hint is bool:
+        return [True, False]
+    return [v for arg in typing.get_args(hint) for v in _literal_values(arg)]
+
+
+def test_every_choice_the_model_spells_is_the_schemas() -> None:
+    checked = []
+    for cls, key, prop, item in _property_nodes():
+        node = prop
+        while "$ref" in node:
+            node = schema.node_at(node["$ref"].removeprefix("#"))
+        if "enum" not in node:
+            continue
+        values = _literal_values(typing.get_type_hints(cls)[item.name])
+        if values:  # a plain str (inputs.format) is checked where it is read
+            assert values == node["enum"], (cls.__name__, key)
+            checked.append(key)
+    assert {"overlap", "catchUp", "sandbox", "jitter"} <= set(checked)
+
+
+def test_the_overlap_choices_of_the_model_and_the_cli_are_the_schemas() -> None:
+    from fanout.cli.app import OverlapPolicy
+
+    choices = schema.node_at("/definitions/trigger/properties/overlap")["enum"]
+    assert list(typing.get_args(spec.model.Overlap)) == choices
+    assert [policy.value for policy in OverlapPolicy] == choices
 
 
 def test_every_schema_default_is_the_models_default() -> None:

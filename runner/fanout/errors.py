@@ -1,4 +1,6 @@
-"""fanout's exception tree and the exit code each failure maps to.
+"""fanout's exception tree, and the table of exit codes (``EXIT_CODES``) that the
+classes take their codes from, ``fanout run --help`` lists and the docs' exit-code page
+and man page are generated from.
 
     Exception
      └── FanoutError                 1   something went wrong (base, never raised bare)
@@ -9,6 +11,8 @@
           │    └── HostsUnavailable  4   every SSH host is down or quarantined
           ├── StateError             5   the state directory, a run or the journal is unusable
           ├── JobLocked              6   another run of the same job holds its lock
+          ├── SpendStopped           7   money stopped the run (a budget, a spend cap)
+          ├── Parked                 8   an agent's usage window resets too late to wait
           └── Interrupted          130   the run was interrupted (Ctrl-C, SIGTERM) and drained
 
      anything else               70   a bug in fanout (EX_SOFTWARE): the CLI prints one line,
@@ -31,6 +35,127 @@ import os
 import resource
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What fanout's exit status means (``EXIT_CODES`` says each in words)."""
+
+    OK = 0
+    FAILED = 1
+    JOB_INVALID = 2
+    NOTHING_SELECTED = 3
+    CANNOT_RUN = 4
+    STATE = 5
+    LOCKED = 6
+    SPEND_STOPPED = 7
+    PARKED = 8
+    INTERNAL = 70
+    INTERRUPTED = 130
+    CONSOLE_CLOSED = 141
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExitMeaning:
+    """One exit code in words: ``brief`` as ``fanout run --help`` says it after the
+    number ("if some failed"), ``meaning`` as the exit-code page and the man page do
+    (markdown code spans allowed).  ``run``: whether ``fanout run`` exits with it."""
+
+    code: ExitCode
+    brief: str
+    meaning: str
+    run: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.code.name.lower().replace("_", "-")
+
+
+EXIT_CODES: tuple[ExitMeaning, ...] = (
+    ExitMeaning(
+        code=ExitCode.OK,
+        brief="if every unit succeeded",
+        meaning="success (every unit succeeded)",
+    ),
+    ExitMeaning(
+        code=ExitCode.FAILED,
+        brief="if some failed (listed in the report for a human)",
+        meaning="some units failed (`fanout hosts trust`: the key was not trusted)",
+    ),
+    ExitMeaning(
+        code=ExitCode.JOB_INVALID,
+        brief="for an invalid job",
+        meaning="invalid job file or command line; every problem is printed as"
+        " `file:line:col: key.path: message`.  Met while a run selects (a duplicate unit"
+        " id, a `units.id` that does not render, an id that spans lines, a record without"
+        " an `id`), located in the job file (at `units.id` when that template made the"
+        " id, else at the inline item) or at the record in its input"
+        " (`data.jsonl:251: ...`); the run stops, resumable",
+    ),
+    ExitMeaning(
+        code=ExitCode.NOTHING_SELECTED,
+        brief="if nothing was selected",
+        meaning="nothing selected (naming each `inputs.files` pattern that matched no file)",
+    ),
+    ExitMeaning(
+        code=ExitCode.CANNOT_RUN,
+        brief="if the inputs, the workers' commands or the hosts cannot run",
+        meaning="the inputs or the machine cannot run the job (input command failed,"
+        " sandbox missing, no host reachable); mid-run, the run stops, resumable",
+    ),
+    ExitMeaning(
+        code=ExitCode.STATE,
+        brief="for a state problem (a full disk under the state directory)",
+        meaning="state problem (unknown run, unreadable journal; a full, read-only or"
+        " failing disk under the state directory stops the run, resumable once fixed)",
+    ),
+    ExitMeaning(
+        code=ExitCode.LOCKED,
+        brief="if another run of the job holds its lock",
+        meaning="another run of the same job holds its lock",
+    ),
+    ExitMeaning(
+        code=ExitCode.SPEND_STOPPED,
+        brief="if money stopped it (an [[apis]] budget spent, an API's or agent's spend cap)",
+        meaning="money stopped the run: an API's `budget` for the run is spent, or the API"
+        " refused for spend or credit (a spend cap, no credit, an exhausted quota);"
+        " nothing new started, running attempts finished, and the run is resumable once"
+        " there is more",
+    ),
+    ExitMeaning(
+        code=ExitCode.PARKED,
+        brief="if an agent's usage window resets later than a pause may last",
+        meaning="an agent's usage window or daily quota resets later than"
+        " `retry.throttle.max`: the run stopped, resumable, and says when it can go on;"
+        " no unit was charged for it",
+    ),
+    ExitMeaning(
+        code=ExitCode.INTERNAL,
+        brief="for an internal error",
+        meaning="internal error (a bug in fanout): one line on stderr, the traceback"
+        " appended to `${XDG_CACHE_HOME:-~/.cache}/fanout/fanout.log`; please report it",
+    ),
+    ExitMeaning(
+        code=ExitCode.INTERRUPTED,
+        brief="if interrupted",
+        meaning="interrupted (Ctrl-C, SIGTERM), or `run`'s console closed (the run is"
+        " stopped, resumable)",
+    ),
+    ExitMeaning(
+        code=ExitCode.CONSOLE_CLOSED,
+        brief="if its console closed",
+        meaning="another command's console closed under it (`fanout status | head`):"
+        " nothing more is said (128 + SIGPIPE, as a shell tool killed by SIGPIPE reports)",
+        run=False,
+    ),
+)
+
+
+def run_exits() -> str:
+    """The sentence of ``fanout run --help`` that lists its exit codes:
+    ``Exit 0 if every unit succeeded, 1 if some failed ..., 130 if interrupted.``"""
+    said = [f"{int(row.code)} {row.brief}" for row in EXIT_CODES if row.run]
+    return "Exit " + ", ".join(said) + "."
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,13 +188,13 @@ class Problem:
 
 
 # The exit code of an exception that is not a FanoutError: sysexits.h's EX_SOFTWARE.
-INTERNAL_ERROR_EXIT = 70
+INTERNAL_ERROR_EXIT = ExitCode.INTERNAL
 
 
 class FanoutError(Exception):
     """Base of every error fanout raises on purpose; the CLI prints it without a traceback."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILED
     # What to do next, printed on a line of its own under the message (set by the run
     # an error stopped: how to continue it).
     hint = ""
@@ -82,7 +207,7 @@ class FanoutError(Exception):
 class JobError(FanoutError):
     """The job file is invalid.  ``problems`` holds every problem found, in file order."""
 
-    exit_code = 2
+    exit_code = ExitCode.JOB_INVALID
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.col, p.key))
@@ -90,15 +215,15 @@ class JobError(FanoutError):
 
 
 class NothingSelected(FanoutError):
-    exit_code = 3
+    exit_code = ExitCode.NOTHING_SELECTED
 
 
 class InputFailed(FanoutError):
-    exit_code = 4
+    exit_code = ExitCode.CANNOT_RUN
 
 
 class EnvironmentProblem(FanoutError):
-    exit_code = 4
+    exit_code = ExitCode.CANNOT_RUN
 
 
 class HostsUnavailable(EnvironmentProblem):
@@ -106,7 +231,7 @@ class HostsUnavailable(EnvironmentProblem):
 
 
 class StateError(FanoutError):
-    exit_code = 5
+    exit_code = ExitCode.STATE
 
 
 def storage_error(directory: object, reason: str) -> StateError:
@@ -145,7 +270,7 @@ def storage_problem(exc: BaseException) -> StateError | None:
 
 
 class JobLocked(FanoutError):
-    exit_code = 6
+    exit_code = ExitCode.LOCKED
 
 
 class SpendStopped(FanoutError):
@@ -153,7 +278,7 @@ class SpendStopped(FanoutError):
     refused for spend or credit (a spend cap, no credit, an exhausted quota).  Nothing
     new starts; the run is resumable once there is more (a larger ``budget``, credit)."""
 
-    exit_code = 7
+    exit_code = ExitCode.SPEND_STOPPED
 
 
 class Parked(FanoutError):
@@ -162,7 +287,7 @@ class Parked(FanoutError):
     No unit is charged for it.  ``resume_at`` (epoch seconds, None if the agent did not
     say) is when the window resets: ``fanout schedule`` continues the run then."""
 
-    exit_code = 8
+    exit_code = ExitCode.PARKED
 
     def __init__(self, message: str, *, resume_at: float | None = None) -> None:
         super().__init__(message)
@@ -170,7 +295,7 @@ class Parked(FanoutError):
 
 
 class Interrupted(FanoutError):
-    exit_code = 130
+    exit_code = ExitCode.INTERRUPTED
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:

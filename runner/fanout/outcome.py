@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .errors import FanoutError, Interrupted, NothingSelected
+from .errors import ExitCode, FanoutError, Interrupted, NothingSelected
 from .values.quantities import usd_text
 
 
@@ -249,4 +249,4 @@ class StopReason(StrEnum):
         if self is StopReason.STOPPED:
             return FanoutError.exit_code
         unsettled = counts.get(UnitState.FAILED, 0) or counts.get(UnitState.INTERRUPTED, 0)
-        return 1 if unsettled else 0
+        return ExitCode.FAILED if unsettled else ExitCode.OK

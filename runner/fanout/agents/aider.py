@@ -17,6 +17,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ..values.safetext import one_line
 from .providers import meaning
 from .taxonomy import Kind, Reading
 
@@ -43,8 +44,10 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
     if error is None:
         last = next((line for line in reversed(output.splitlines()) if line.strip()), "")
         if exit_code == 0:
-            return Reading(kind=Kind.SUCCESS, detail=_one_line(last), **usage)
-        return Reading(kind=Kind.ERROR, detail=_one_line(f"exit {exit_code}: {last}"), **usage)
+            return Reading(kind=Kind.SUCCESS, detail=one_line(last, DETAIL_LIMIT), **usage)
+        return Reading(
+            kind=Kind.ERROR, detail=one_line(f"exit {exit_code}: {last}", DETAIL_LIMIT), **usage
+        )
     # The exception's text runs on over lines when the body is pretty-printed JSON
     # (Gemini's): up to aider's own next line.
     end = _END.search(output, error.end())
@@ -55,7 +58,7 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
         kind = Kind.FALSE_SUCCESS  # aider gave up on the call and still exited 0
     return Reading(
         kind=kind,
-        detail=_one_line(text),
+        detail=one_line(text, DETAIL_LIMIT),
         retry_after=found.retry_after,
         reset_at=found.reset_at,
         **usage,
@@ -82,8 +85,3 @@ def _count(text: str | None) -> int:
         return 0
     text = text.replace(",", "")
     return round(float(text[:-1]) * 1000) if text.endswith("k") else int(float(text))
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= DETAIL_LIMIT else line[: DETAIL_LIMIT - 1] + "…"

@@ -26,6 +26,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ..values.safetext import one_line
 from .taxonomy import Kind, Reading
 from .usagewindows import find
 
@@ -43,7 +44,9 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
     if result is None:
         return _from_text(exit_code, output, now)
     usage = _usage(result)
-    text = _one_line(str(result.get("result") or "; ".join(map(str, result.get("errors") or []))))
+    text = one_line(
+        str(result.get("result") or "; ".join(map(str, result.get("errors") or []))), DETAIL_LIMIT
+    )
     subtype = str(result.get("subtype") or "")
     if subtype in ("error_max_turns", "error_max_budget_usd"):
         return Reading(kind=Kind.TURN_LIMIT, detail=f"{subtype}: {text}", **usage)
@@ -87,20 +90,24 @@ def _api_error(status: int | None, text: str, now: datetime) -> tuple[Kind, floa
 def _from_text(exit_code: int, output: str, now: datetime) -> Reading:
     last = next((line for line in reversed(output.splitlines()) if line.strip()), "")
     if exit_code == 0:
-        return Reading(kind=Kind.SUCCESS, detail=_one_line(last))
+        return Reading(kind=Kind.SUCCESS, detail=one_line(last, DETAIL_LIMIT))
     window = find(output, now=now)
     spend = _SPEND.search(output)
     if spend is not None:
         line = next(line for line in output.splitlines() if spend.group(0) in line)
         return Reading(
             kind=Kind.SPEND_CAP,
-            detail=_one_line(line),
+            detail=one_line(line, DETAIL_LIMIT),
             reset_at=window.reset_at if window else None,
         )
     if window is not None:
         line = next(line for line in output.splitlines() if window.said in line)
-        return Reading(kind=Kind.USAGE_WINDOW, detail=_one_line(line), reset_at=window.reset_at)
-    return Reading(kind=Kind.ERROR, detail=_one_line(f"exit {exit_code}: {last}".strip()))
+        return Reading(
+            kind=Kind.USAGE_WINDOW, detail=one_line(line, DETAIL_LIMIT), reset_at=window.reset_at
+        )
+    return Reading(
+        kind=Kind.ERROR, detail=one_line(f"exit {exit_code}: {last}".strip(), DETAIL_LIMIT)
+    )
 
 
 def _result(output: str) -> dict[str, Any] | None:
@@ -147,8 +154,3 @@ def _usage(result: dict[str, Any]) -> dict[str, Any]:
             if isinstance(usage.get(key), int):
                 fields[name] = usage[key]
     return fields
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= DETAIL_LIMIT else line[: DETAIL_LIMIT - 1] + "…"

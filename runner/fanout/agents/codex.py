@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..values.safetext import one_line
 from . import usagewindows
 from .taxonomy import Kind, Reading
 
@@ -56,7 +57,11 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
     usage = _usage(events.usage)
     failure = events.failures[-1] if events.failures else None
     if failure is None and exit_code == 0 and events.completed:
-        return Reading(kind=Kind.SUCCESS, detail=_line(events.message or "turn completed"), **usage)
+        return Reading(
+            kind=Kind.SUCCESS,
+            detail=one_line(events.message or "turn completed", DETAIL_LIMIT),
+            **usage,
+        )
     if failure is None and exit_code == 0:
         return Reading(
             kind=Kind.FALSE_SUCCESS,
@@ -74,7 +79,7 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
 
 
 def _classify(said: str, *, now: datetime, usage: dict[str, Any]) -> Reading:
-    detail = _line(said)
+    detail = one_line(said, DETAIL_LIMIT)
     if _USAGE_WINDOW.search(said):
         # Codex prints "try again at 5:46 PM" in its own TZ, which the preset pins to
         # UTC: on an SSH host the coordinator's zone would be a guess.
@@ -158,8 +163,3 @@ def _last_words(lines: list[str]) -> str:
     said = [line.strip() for line in lines if line.strip()]
     errors = [line for line in said if line.lower().startswith("error")]
     return (errors or said or [""])[-1]
-
-
-def _line(text: str) -> str:
-    one = " ".join(text.split())
-    return one if len(one) <= DETAIL_LIMIT else one[: DETAIL_LIMIT - 1] + "…"

@@ -24,6 +24,7 @@ from datetime import datetime, time
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..values.safetext import one_line
 from . import usagewindows
 from .taxonomy import Kind, Reading
 
@@ -156,8 +157,7 @@ def _retry_after(message: str) -> float | None:
 
 def _line(text: str) -> str:
     # The CLI colours some refusals (an untrusted folder) even when not on a terminal.
-    line = " ".join(_ANSI.sub("", text).split())
-    return line if len(line) <= DETAIL_LIMIT else line[: DETAIL_LIMIT - 3] + "..."
+    return one_line(_ANSI.sub("", text), DETAIL_LIMIT, ellipsis="...")
 
 
 def _last_line(output: str) -> str:

@@ -10,6 +10,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ..values.safetext import one_line
 from .providers import meaning
 from .taxonomy import Kind, Reading
 
@@ -32,10 +33,12 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
     if exit_code == 0 and not errors:
         said = [line for line in output.splitlines() if line.strip()]
         last = next((line for line in reversed(said) if not _USAGE.match(line)), "")
-        return Reading(kind=Kind.SUCCESS, detail=_one_line(last), **tokens)
+        return Reading(kind=Kind.SUCCESS, detail=one_line(last, DETAIL_LIMIT), **tokens)
     if not errors:
         last = next((line for line in reversed(output.splitlines()) if line.strip()), "")
-        return Reading(kind=Kind.ERROR, detail=_one_line(f"exit {exit_code}: {last}"), **tokens)
+        return Reading(
+            kind=Kind.ERROR, detail=one_line(f"exit {exit_code}: {last}", DETAIL_LIMIT), **tokens
+        )
     message = errors[-1]["message"]
     found = meaning(message, now=now)
     kind = found.kind
@@ -43,13 +46,8 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
         kind = Kind.FALSE_SUCCESS
     return Reading(
         kind=kind,
-        detail=_one_line(f"Error: {message}"),
+        detail=one_line(f"Error: {message}", DETAIL_LIMIT),
         retry_after=found.retry_after,
         reset_at=found.reset_at,
         **tokens,
     )
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= DETAIL_LIMIT else line[: DETAIL_LIMIT - 1] + "…"

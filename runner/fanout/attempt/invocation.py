@@ -4,8 +4,8 @@ The argv lists are rendered element by element, so a unit value such as
 ``a b; rm -rf ~ $(x)`` is one literal argument and never meets a shell.
 
 What a program can receive is decided here, once, for every transport: a rendered
-value holding a NUL byte (argv, environment and C strings end at NUL; over SSH it
-used to vanish silently, locally it was an internal error) or a string that is not
+value holding a NUL byte (argv, environment and C strings end at NUL: a transport
+would cut the value there or fail to start the program) or a string that is not
 valid UTF-8 (a lone surrogate from JSON ``"\\ud800"``, which no pipe can carry), or an
 argument or environment value longer than the kernel passes to a program, is refused
 as a RenderError, a per-unit ``template:`` failure, before any process starts.

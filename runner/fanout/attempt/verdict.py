@@ -16,6 +16,7 @@ from ..agents.taxonomy import Kind, Reading
 from ..errors import STORAGE_ERRNOS
 from ..outcome import ApiUsage, AttemptResult, CollectedFile, Status
 from ..pacing import signals as throttle
+from ..values import safetext
 from ..values.redact import redact_text
 from .capture import OutputCapture
 from .collecting import PathRefused
@@ -175,7 +176,7 @@ def last_line(output: str) -> str:
     for line in reversed(output.splitlines()):
         said = line.strip()
         if said:
-            return said if len(said) <= _SAID else said[: _SAID - 1] + "…"
+            return safetext.shorten(said, _SAID)
     return ""
 
 

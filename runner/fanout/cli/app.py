@@ -1,6 +1,7 @@
-"""What every command shares: the typer app, common arguments and options, ``call``,
-which turns a FanoutError into its message and exit code, and the outermost handler,
-which turns anything unexpected into one line, a log file and exit 70."""
+"""What every command shares: the typer app, common arguments and options, and the one
+outermost handler around every command, which turns a FanoutError into its message and
+exit code, Ctrl-C into exit 130 and anything unexpected into one line, a log file and
+exit 70."""
 
 from __future__ import annotations
 
@@ -11,26 +12,25 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer import _click
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
 
 from .. import __version__
-from ..errors import INTERNAL_ERROR_EXIT, FanoutError, NothingSelected
+from ..errors import INTERNAL_ERROR_EXIT, ExitCode, FanoutError, NothingSelected
+from ..values.safetext import one_line
 from .console import closed_console
 
 if TYPE_CHECKING:
     from ..spec import Spec
 
-# A command whose console closed under it (`fanout status | head`): 128 + SIGPIPE, what a
-# shell tool killed by SIGPIPE reports.  (`fanout run` stops its run instead: 130.)
-CONSOLE_CLOSED_EXIT = 141
-
 # Exits, --help and usage errors: typer prints and exits with them as it always has.
 _TYPER_EXITS = (typer.Exit, typer.Abort, typer.TyperException)
+
+# An internal error's message, on the one line that says it (its whole text is in the log).
+_SUMMARY_LIMIT = 300
 
 # The traceback log is rotated (one old copy kept) beyond this size.
 LOG_LIMIT_BYTES = 1 << 20
@@ -64,18 +64,14 @@ def log_path() -> Path:
     return base / "fanout" / "fanout.log"
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
 def report_internal_error(exc: BaseException) -> int:
     """Tell the user, in one line on stderr, that fanout itself failed, append the
     traceback (with the version and argv) to the log, and return exit code 70.
 
     If the log cannot be written the traceback goes to stderr instead: at 3 a.m. a
     traceback on the console is better than none anywhere."""
-    summary = f"fanout: internal error: {type(exc).__name__}: {_one_line(str(exc))}"
+    said = one_line(str(exc), _SUMMARY_LIMIT, ellipsis="...")
+    summary = f"fanout: internal error: {type(exc).__name__}: {said}"
     details = "".join(traceback.format_exception(exc))
     entry = (
         f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} fanout {__version__} pid {os.getpid()}\n"
@@ -102,14 +98,15 @@ def _exit_for(exc: BaseException) -> typer.Exit:
     exc = unwrap(exc)
     if isinstance(exc, BrokenPipeError) and closed_console():
         # `fanout status | head`: the reader has what it wanted.  Say nothing more (there
-        # is nobody to say it to) and exit as a tool killed by SIGPIPE reports.
-        return typer.Exit(CONSOLE_CLOSED_EXIT)
+        # is nobody to say it to) and exit as a tool killed by SIGPIPE reports.  (`fanout
+        # run` stops its run instead: 130.)
+        return typer.Exit(ExitCode.CONSOLE_CLOSED)
     if isinstance(exc, FanoutError):
         _say(str(exc) if str(exc) else type(exc).__name__)
         return typer.Exit(exc.exit_code)
     if isinstance(exc, KeyboardInterrupt):
         _say("interrupted")
-        return typer.Exit(130)
+        return typer.Exit(ExitCode.INTERRUPTED)
     return typer.Exit(report_internal_error(exc))
 
 
@@ -121,15 +118,22 @@ def _say(message: str) -> None:
         closed_console()
 
 
-class _Commands(TyperGroup):
-    """The command group, with the outermost handler around every command."""
+# typer passes click's Context to the methods below; typer 0.28 vendors click privately
+# (typer._click) and exports only its own subclass, typer.Context, which an override may
+# not narrow the parameter to: so the parameter is Any.
 
-    def invoke(self, ctx: Any) -> Any:  # typer's click Context, not exported
+
+class _Commands(TyperGroup):
+    """The command group, with the one outermost handler around every command: a
+    FanoutError (or a group holding one) becomes its message on stderr and its exit
+    code, Ctrl-C exit 130, anything else an internal error."""
+
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except _TYPER_EXITS:
             raise  # typer's own usage errors, --help and exits keep working as they do
-        except Exception as exc:
+        except (Exception, KeyboardInterrupt) as exc:
             raise _exit_for(exc) from None
         except BaseExceptionGroup as group:
             raise _exit_for(group) from None
@@ -141,8 +145,7 @@ class Command(TyperCommand):
     ``fanout status [OPTIONS] [RUN]``.  typer 0.28 writes a required argument as
     ``{file}``, which reads like braces to type, in lowercase like a literal word."""
 
-    # typer 0.28 vendors click as typer._click; its Context is what typer passes here.
-    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if not isinstance(param, TyperArgument):
@@ -181,8 +184,6 @@ app = Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-T = TypeVar("T")
-
 JobFile = Annotated[
     Path,
     typer.Argument(
@@ -201,23 +202,12 @@ class OutputFormat(StrEnum):
     github = "github"
 
 
+# spec.model.Overlap's words, spelled here because the CLI may not import the spec at
+# start-up (a quarter of a second); tests/test_schema.py holds both to the schema.
 class OverlapPolicy(StrEnum):
     SKIP = "skip"
     QUEUE = "queue"
     REPLACE = "replace"
-
-
-def call(action: Callable[[], T]) -> T:
-    """Run one library call; a FanoutError (or a group holding one) becomes its message
-    on stderr and its exit code, Ctrl-C exit 130, anything else an internal error."""
-    try:
-        return action()
-    except _TYPER_EXITS:
-        raise
-    except (Exception, KeyboardInterrupt) as exc:
-        raise _exit_for(exc) from None
-    except BaseExceptionGroup as group:
-        raise _exit_for(group) from None
 
 
 def nothing_selected(file: Path, unmatched: Sequence[str]) -> NothingSelected:

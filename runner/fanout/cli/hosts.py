@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .app import HostsOption, JobFile, Typer, app, call, environ
+from ..errors import ExitCode
+from .app import HostsOption, JobFile, Typer, app, environ
 
 hosts_app = Typer(
     name="hosts",
@@ -63,7 +64,7 @@ def hosts_check(
     from ..transports.ssh import knownhosts as inventory
     from ..transports.ssh.probe import GATEWAY_FINE
 
-    job = call(lambda: spec.load(file, hosts_file=hosts))
+    job = spec.load(file, hosts_file=hosts)
     if job.runtime.ray is not None and not job.runtime.hosts:
         _ray_check(job)
 
@@ -82,7 +83,7 @@ def hosts_check(
         )
         return asyncio.run(transport.probe_all(gateway=apis)), apis
 
-    probes, apis = call(probe)
+    probes, apis = probe()
     columns = ["host", "address", "reachable", "auth", "shell", "bwrap", "containment"]
     columns += ["free disk", "rtt", *(["gateway forward"] if apis else []), "problem"]
     table = Table(*columns)
@@ -105,7 +106,7 @@ def hosts_check(
         )
     Console(width=240).print(table)
     usable = all(p.auth and not p.error and p.gateway in ("", *GATEWAY_FINE) for p in probes)
-    raise typer.Exit(0 if usable else 4)
+    raise typer.Exit(ExitCode.OK if usable else ExitCode.CANNOT_RUN)
 
 
 def _ray_check(job: Any) -> None:
@@ -125,7 +126,7 @@ def _ray_check(job: Any) -> None:
         finally:
             await transport.close()
 
-    reports = call(lambda: asyncio.run(probe()))
+    reports = asyncio.run(probe())
     table = Table("node", "alive", "resources", "labels", "fanout", "bwrap", "containment")
     table.add_column("problem")
     for r in reports:
@@ -141,7 +142,8 @@ def _ray_check(job: Any) -> None:
         )
     Console(width=240).print(table)
     alive = [r for r in reports if r.alive]
-    raise typer.Exit(0 if alive and not any(r.problem for r in alive) else 4)
+    usable = alive and not any(r.problem for r in alive)
+    raise typer.Exit(ExitCode.OK if usable else ExitCode.CANNOT_RUN)
 
 
 def _amount(name: str, value: float) -> str:
@@ -176,8 +178,8 @@ def hosts_trust(
     coordinator_env = environ()
     own = inventory.fanout_known_hosts(coordinator_env)
     home = inventory.home(coordinator_env)
-    target = call(lambda: inventory.find(_inventory(job, hosts), host))
-    key = call(lambda: asyncio.run(fetch_host_key(target, [own], home)))
+    target = inventory.find(_inventory(job, hosts), host)
+    key = asyncio.run(fetch_host_key(target, [own], home))
     print(f"{target.name} (known_hosts name {key.name})")
     if key.trusted_by:
         where = ", ".join(f"{e.path}:{e.line}" for e in key.trusted_by)
@@ -201,14 +203,14 @@ def hosts_trust(
                 " fingerprint, then run this again without --yes and answer",
                 file=sys.stderr,
             )
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
         question = "Replace the old key with this one?"
     else:
         print(f"  {key.kind} key fingerprint {key.fingerprint}")
         question = "Trust this key?"
     if not yes and not typer.confirm(question, default=False):
         print("not trusted", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     path = inventory.record(
         key.line, coordinator_env, {e.line: e.text for e in key.replaced if e.path == own}
     )

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import JobError, Problem
-from .app import JobFile, OutputFormat, app, call, environ, nothing_selected
+from ..errors import ExitCode, JobError, Problem
+from .app import JobFile, OutputFormat, app, environ, nothing_selected
 
 
 @app.command(rich_help_panel="Job files")
@@ -47,7 +47,7 @@ def validate(
             problems.extend(exc.problems)
     if output is OutputFormat.json:
         print(json.dumps([p.as_dict() for p in problems], indent=2))
-        raise typer.Exit(JobError.exit_code if problems else 0)
+        raise typer.Exit(JobError.exit_code if problems else ExitCode.OK)
     if output is OutputFormat.github:
         # The runner reads workflow commands from stdout; the summary stays on stderr.
         for problem in problems:
@@ -60,7 +60,7 @@ def validate(
         print(f"{len(problems)} problem(s) in {bad} of {len(files)} file(s)", file=sys.stderr)
     else:
         print(f"{len(files)} job file(s) valid")
-    raise typer.Exit(JobError.exit_code if problems else 0)
+    raise typer.Exit(JobError.exit_code if problems else ExitCode.OK)
 
 
 def github_annotation(problem: Problem) -> str:
@@ -124,7 +124,7 @@ def plan(
             raise JobError(list(result.problems))
         return text
 
-    print(call(make), end="")
+    print(make(), end="")
 
 
 @app.command(rich_help_panel="Job files")
@@ -146,13 +146,13 @@ def init(
     # Refusing to overwrite is a usage error (exit 2, like a bad argument), not a failure.
     if path.is_dir():
         print(f"fanout init: {path} is a directory; name the job file to write", file=sys.stderr)
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.JOB_INVALID)
     if path.exists() and not force:
         print(
             f"fanout init: {path} exists; use --force to overwrite it, or name another file",
             file=sys.stderr,
         )
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.JOB_INVALID)
     # The folder init runs in is the project's: the starter's workspace (see starter).
     written = starter.write(path, force=force, root=Path.cwd())
     if written.schema_copy is starter.SchemaCopy.STALE:

@@ -11,19 +11,19 @@ from typing import IO, Annotated, Any, cast
 
 import typer
 
+from ..errors import run_exits
 from .app import (
     HostsOption,
     JobFile,
     OverlapPolicy,
     StateDir,
     app,
-    call,
     nothing_selected,
     sealed_environ,
 )
 
 
-@app.command(rich_help_panel="Runs")
+@app.command(rich_help_panel="Runs", epilog=run_exits())
 def run(
     file: JobFile,
     resume: Annotated[
@@ -67,15 +67,9 @@ def run(
     Selects the units, runs each in a fresh sandbox, retries up the ladder, applies
     collected files between rounds, and writes report.md and report.json.
 
-    Exit 0 if every unit succeeded, 1 if some failed (listed in the report for a human),
-    2 for an invalid job, 3 if nothing was selected, 4 if the inputs, the workers'
-    commands or the hosts cannot run, 5 for a state problem (a full disk under the state
-    directory), 6 if another run of the job holds its lock, 7 if money stopped it (an
-    [[apis]] budget spent, an API's or agent's spend cap), 8 if an agent's usage window
-    resets later than a pause may last, 70 for an internal error, 130 if interrupted.
     Ctrl-C drains: running units are stopped and their sandboxes removed.  A closed
-    console (| head) stops the run: nothing new starts, running
-    attempts finish.  A run stopped by any of these stays resumable.
+    console (| head) stops the run: nothing new starts, running attempts finish.  A run
+    stopped either way, or by an error (see the exit codes below), stays resumable.
 
     If the job's last run did not finish (Ctrl-C, a crash, every host down), this
     continues it: settled units are not run again.  --fresh starts a new run instead.
@@ -84,11 +78,7 @@ def run(
 
     options = running.Options(apply=apply, resume=resume, concurrency=jobs)
     raise typer.Exit(
-        call(
-            lambda: _execute(
-                file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value
-            )
-        )
+        _execute(file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value)
     )
 
 
@@ -123,8 +113,8 @@ def retry(
     def action(runner: running.Runner) -> Any:
         return runner.retry_failed(runner.journal.run(run_id), options)
 
-    file = call(job_file)
-    raise typer.Exit(call(lambda: _execute(file, hosts, verbose, action)))
+    file = job_file()
+    raise typer.Exit(_execute(file, hosts, verbose, action))
 
 
 def _execute(
@@ -200,7 +190,7 @@ def status(
         finally:
             journal.close()
 
-    print(call(action), end="")
+    print(action(), end="")
 
 
 class ReportFormat(StrEnum):
@@ -255,4 +245,4 @@ def show_report(
         finally:
             journal.close()
 
-    print(call(action), end="")
+    print(action(), end="")

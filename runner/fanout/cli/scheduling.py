@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .app import HostsOption, JobFile, app, call, sealed_environ
+from .app import HostsOption, JobFile, app, sealed_environ
 
 
 @app.command(rich_help_panel="Schedules")
@@ -46,7 +46,7 @@ def triggers(
             return f"{file} has no triggers\n"
         return planning.render_fires(planning.next_fires(job, start, count))
 
-    print(call(fires), end="")
+    print(fires(), end="")
 
 
 @app.command(rich_help_panel="Schedules")
@@ -77,7 +77,7 @@ def schedule(
     from ..run import launch
     from ..schedule.scheduler import Fire, Scheduler
 
-    jobs = [call(lambda f=f: spec.load(f, hosts_file=hosts)) for f in files]  # type: ignore[misc]
+    jobs = [spec.load(f, hosts_file=hosts) for f in files]
     # Read once, for every fire: the keys and secrets leave the process's environment.
     coordinator_env = sealed_environ(jobs)
     console = Console(highlight=False, soft_wrap=True)

@@ -168,7 +168,7 @@ def workspace_for(path: Path, root: Path) -> str | None:
     in) the workspace of a job file at ``path``, relative to the job's folder ("..");
     None when the job's folder is ``root`` (the default says it) or is not inside it.
 
-    ``fanout init jobs/sweep.toml``, the layout the README shows (jobs in a folder of
+    ``fanout init jobs/sweep.toml``, the layout the tutorial shows (jobs in a folder of
     their own, run from the repository), would otherwise look for ``src/**/*.py`` in
     ``jobs/``.  The default stays the job's folder, so a job runs the same from any
     directory (cron's ``cd`` need not match); the starter writes what it assumes."""

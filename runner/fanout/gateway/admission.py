@@ -17,9 +17,9 @@ own, so one unit cannot take what the others need:
 
 A body is read in pieces under the style's cap: a declared length over it is refused at
 once with 413, unread; an undeclared one as soon as it passes the cap.  A body whose
-worker sends nothing for ``idle_timeout`` seconds is refused with 408.  The gateway
-used to read each body whole, up to 64 MiB, before anything else: eight bodies of
-60 MB from one unit took the coordinator from 54 MB to 1.07 GB.
+worker sends nothing for ``idle_timeout`` seconds is refused with 408.  A gateway that
+read each body whole first, up to 64 MiB, would let eight bodies of 60 MB from one unit
+take the coordinator from 54 MB to 1.07 GB (measured).
 """
 
 from __future__ import annotations

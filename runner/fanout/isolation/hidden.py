@@ -23,14 +23,15 @@ import pwd
 from collections.abc import Mapping
 from pathlib import Path
 
-# systemd's EnvironmentFile conventions for a service named fanout (the README's recipes
-# use /etc/fanout/secrets.env), and fanout's machine-wide configuration directory.
+# systemd's EnvironmentFile conventions for a service named fanout (the recipes of
+# docs/guides/scheduling.md use /etc/fanout/secrets.env), and fanout's machine-wide
+# configuration directory.
 SYSTEM_SECRETS = (Path("/etc/fanout"), Path("/etc/default/fanout"), Path("/etc/sysconfig/fanout"))
 
 
 def home(environ: Mapping[str, str]) -> Path:
     """``$HOME``, or the user's home from passwd: systemd sets no HOME for a system
-    service without ``User=``, which is how the README's recipes run."""
+    service without ``User=``, which is how the recipes of docs/guides/scheduling.md run."""
     if environ.get("HOME"):
         return Path(environ["HOME"])
     try:

@@ -47,7 +47,7 @@ UNSHARE = shutil.which("unshare")
 # fires only if fanout dies after the signal was set; fanout SIGKILLed while a worker
 # was being spawned would leave that worker running.  So the guard first sets the
 # signal, then checks that its parent is still fanout, and only then execs the worker.
-# It costs an exec of setpriv and of sh per step (see the README's performance notes).
+# It costs an exec of setpriv and of sh per step (docs/performance.md, "Local sandboxes").
 _GUARD = (
     '[ "$PPID" = "$1" ] || exit 137; command -v "$2" > /dev/null'
     ' || { echo "fanout: cannot start $2: command not found" >&2; exit 127; };'

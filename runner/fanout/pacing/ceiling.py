@@ -5,7 +5,7 @@ A *start* is what the limit counts: a task start for the rate gate (``limits``),
 request for the gateway (``gateway.limiter``).  The upstream's only word is a throttle
 (a 429, exit 75), often with an honest Retry-After.
 
-The controller (README "How fanout learns a limit nobody declared" says why this one):
+The controller (docs/guides/rate-limits.md, "Why this controller", says why this one):
 
 - **Slow start** (TCP, RFC 5681), while nothing is known, in generations: the first
   of ``INITIAL_WINDOW`` starts, each next one twice as large, opened when every start
@@ -50,6 +50,7 @@ from typing import Any
 
 from ..spec import Throttle
 from ..values.quantities import format_duration
+from .backoff import Backoff, Jitter
 
 # The interval's widening: a start's request reaches the upstream later than it starts,
 # by a delay that varies.
@@ -158,6 +159,12 @@ class Ceiling:
     def __post_init__(self) -> None:
         if not self.throttle.learn:
             self.slow_start, self.learned = False, None
+        # retry.throttle: a pause's backoff, with up to ``jitter`` of it more on top.
+        self.backoff = Backoff(
+            initial=self.throttle.initial,
+            max=self.throttle.max,
+            jitter=Jitter.above(self.throttle.jitter),
+        )
         self.rate: float | None = None
         # The upstream's window, learned from the longest Retry-After (an honest one is
         # at most the window), no longer than a declared one.
@@ -342,8 +349,7 @@ class Ceiling:
             # window, so the guess grows with the backoff that follows (without its
             # jitter, which is not the upstream's; to GUESS_MAX: a longer pause is an
             # outage, not a window).
-            backoff = self.throttle.initial * 2.0**pause.level
-            window = max(window, min(backoff, self.throttle.max, GUESS_MAX))
+            window = max(window, min(self.backoff.step(pause.level + 1), GUESS_MAX))
         self.window = window
         got = sum(
             1
@@ -383,13 +389,11 @@ class Ceiling:
         floor = retry_after or 0.0
         if same_episode:
             if now + floor > self.paused_until:
-                self.paused_until = now + floor * (1 + self.rng.uniform(0, self.throttle.jitter))
+                self.paused_until = now + floor * self.backoff.jitter.factor(self.rng)
                 return Pause(self.paused_until - now, self.paused_until, self._level, False)
             return Pause(0.0, self.paused_until, self._level, False)
         level = self._level + 1 if not self._through_since_pause and self._level >= 0 else 0
-        backoff = min(self.throttle.max, self.throttle.initial * 2.0**level)
-        seconds = max(floor, backoff) * (1 + self.rng.uniform(0, self.throttle.jitter))
-        seconds = max(floor, min(seconds, self.throttle.max))
+        seconds = self.backoff.delay(level + 1, self.rng, floor=floor)
         self._level = level
         self._through_since_pause = False
         self._pause_begun_at = self._number + 1

@@ -10,8 +10,8 @@ the limit allows (a leaky bucket with a burst would let a whole period's worth t
 once and about twice the rate in the first period).  Every limit the task uses applies,
 so the tightest sets the pace of the fleet, and a start takes its place on every limit at
 the one moment it starts: not earlier, while it still waits for another limit or a
-pause.  ``maxInFlight`` caps concurrent tasks per API.  (fanout used aiolimiter for this
-and dropped it: README "Design" says why.)
+pause.  ``maxInFlight`` caps concurrent tasks per API.  (No rate-limit library: one
+takes capacity when ``acquire`` returns, not at the start; docs/design.md says more.)
 
 The pause gate.  When a worker reports a throttle signal (see ``throttle``) the named
 limit, or every limit the task uses, stops granting starts for
@@ -23,10 +23,10 @@ hold no capacity, so the pause reaches them.  With no limits declared a throttle
 pauses all dispatch.
 
 Starts are granted first come, first served: waiters pass the pauses and the pacing one
-at a time, in arrival order.  Without that order a unit whose start came due inside a
-new pause went back to sleep behind the unit that had just been throttled and re-entered
-first, so a unit throttled on every attempt kept every start after each pause and a
-queued unit never started (issue 9, defect 5).
+at a time, in arrival order.  Without that order a unit whose start comes due inside a
+new pause would sleep again behind the unit just throttled, which re-enters first: a
+unit throttled on every attempt would take every start after each pause, and a queued
+unit would never start.
 """
 
 from __future__ import annotations

@@ -114,9 +114,7 @@ def _unit_lines(rows: list[UnitRow]) -> list[str]:
     term = safetext.for_terminal
     cells = []
     for row in rows:
-        reason = term(row.reason)
-        if len(reason) > STATUS_REASON:
-            reason = reason[: STATUS_REASON - 3] + "..."
+        reason = safetext.shorten(term(row.reason), STATUS_REASON, ellipsis="...")
         rung = term(str(row.last.get("rung", ""))) or "-"
         cells.append((term(row.unit.id), f"rung {rung}", f"{row.attempts} attempt(s)", reason))
     width = [max((len(c[i]) for c in cells), default=0) for i in range(4)]

@@ -18,7 +18,8 @@ quota is back.  The counts live only in memory: a resumed unit starts a fresh st
 
 Between climbing failures the unit waits an exponential backoff, ``initial * 2**(k-1)``
 capped at ``max``, with jitter: ``full`` waits U(0, delay) (AWS's "full jitter", which
-spreads retries best), ``equal`` waits delay/2 + U(0, delay/2), ``none`` waits delay.
+spreads retries best), ``equal`` waits delay/2 + U(0, delay/2), ``none`` waits delay
+(``pacing.backoff``).
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..outcome import AttemptResult, Status
+from ..pacing import backoff as waits
 from ..spec import Backoff, Rung, Throttle
 from ..values.quantities import format_duration
 
 MAX_LOST = 5
+# retry.backoff.jitter's words.
+_JITTER = {"full": waits.FULL, "equal": waits.EQUAL, "none": waits.NONE}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,9 +119,7 @@ def backoff_delay(failures: int, backoff: Backoff, rng: random.Random) -> float:
     """Seconds to wait before the attempt after the ``failures``-th climbing failure."""
     if failures <= 0:
         return 0.0
-    delay = float(min(backoff.max, backoff.initial * 2.0 ** (failures - 1)))
-    if backoff.jitter == "full":
-        return rng.uniform(0, delay)
-    if backoff.jitter == "equal":
-        return delay / 2 + rng.uniform(0, delay / 2)
-    return delay
+    jitter = _JITTER[backoff.jitter]
+    return waits.Backoff(initial=backoff.initial, max=backoff.max, jitter=jitter).delay(
+        failures, rng
+    )

@@ -23,10 +23,11 @@ from ..pacing import limits
 from ..schedule.scheduler import Fire
 from ..spec import Spec
 from ..spec.apikeys import api_keys, handed, without_keys
+from ..spec.model import Overlap
 from ..transports import preflight as commands
 from . import kept
 from .job import Options, Runner, Summary
-from .lock import JobLock, Overlap
+from .lock import JobLock
 
 Action = Callable[[Runner], Awaitable[Summary]]
 

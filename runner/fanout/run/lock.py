@@ -18,12 +18,12 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import JobLocked, StateError
 from ..isolation import hidden
+from ..spec.model import Overlap
 
-Overlap = Literal["skip", "queue", "replace"]
 _POLL = 0.2
 REPLACE_PATIENCE = 120.0
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from ..values import cron
 from ..values.quantities import parse_duration, parse_size
@@ -267,13 +267,18 @@ class Aggregate:
     timeout: float = _default("/properties/aggregate", "timeout")
 
 
+# What a run does while the job's previous run still goes (trigger.overlap, and
+# `fanout run --overlap`); tests/test_schema.py holds it to the schema's enum.
+Overlap: TypeAlias = Literal["skip", "queue", "replace"]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Trigger:
     type: Literal["cron"]
     name: str
     schedule: cron.CronExpr
     timezone: str = _default(_TRIGGER, "timezone")
-    overlap: Literal["skip", "queue", "replace"] = _default(_TRIGGER, "overlap")
+    overlap: Overlap = _default(_TRIGGER, "overlap")  # noqa: RUF009 (a str: ruff sees no Literal)
     catch_up: Literal["none", "latest"] = _default(_TRIGGER, "catchUp")
     starting_deadline: float = _default(_TRIGGER, "startingDeadline")
     vars: Mapping[str, JobValue] = field(default_factory=lambda: MappingProxyType({}))

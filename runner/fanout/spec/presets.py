@@ -112,7 +112,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
         ),
         "aider": Preset(
             agent="aider",
-            # No CLI in the tests (README "Agent presets"): aider's documented flags.
+            # No aider CLI runs in the tests (docs/guides/agents.md): its documented flags.
             # It has no machine-readable output; --no-pretty keeps the log plain text.
             # --no-auto-commits: fanout collects the files, a sandbox is no repository.
             argv=(

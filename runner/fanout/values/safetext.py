@@ -21,6 +21,9 @@ renders as headings and links of the report's own.
   backtick code span cannot hold a pipe next to a backslash in a GFM table cell.
 - ``code_fence``: an output block fenced by more backticks than the longest run in it
   (CommonMark: a fence closes only on a run at least as long as the opening one).
+- ``shorten`` and ``one_line``: text cut to a size its place holds (a reason, a detail,
+  a line of ``fanout status``), ending in an ellipsis where it was cut; ``one_line``
+  first makes every run of whitespace, newlines included, one space.
 
 Left as they are: ``@name`` and bare URLs in reasons (GitHub links them from the
 rendered text, which escaping cannot reach; ids are in ``<code>``, where it does not).
@@ -82,3 +85,14 @@ def code_fence(text: str) -> str:
     longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}\n{visible(text, multiline=True)}\n{fence}"
+
+
+def shorten(text: str, limit: int, *, ellipsis: str = "…") -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and ``ellipsis``,
+    ``limit`` characters in all."""
+    return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
+
+
+def one_line(text: str, limit: int, *, ellipsis: str = "…") -> str:
+    """``text`` on one line (each run of whitespace one space), shortened to ``limit``."""
+    return shorten(" ".join(text.split()), limit, ellipsis=ellipsis)

@@ -27,7 +27,7 @@ Every template of one attempt of a unit shares one Budget (``invocation.render``
 any other render (a unit id, ``plan``, compiling's constant folding) gets its own.
 An overrun is an ``Overrun``, which the sandbox turns into a RenderError: a per-unit
 ``template:`` failure, or a located problem for ``plan``.  These are the only copies
-of the bounds; the README's Templates section states them.
+of the bounds; docs/guides/backlog.md ("Templates") states them.
 """
 
 from __future__ import annotations

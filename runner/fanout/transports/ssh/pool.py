@@ -18,6 +18,7 @@ import asyncssh
 
 from ...errors import HostsUnavailable
 from ...isolation.place import Place
+from ...pacing.backoff import EQUAL, Backoff
 from ...spec import Host
 from . import forward, wire
 from .agent import Agent, cut_lifeline, reap
@@ -25,6 +26,8 @@ from .connection import MAX_HANDSHAKES, Connection, Connector
 from .failures import Lost, Refused, Unreachable, describe
 
 QUARANTINE_AFTER = 3
+# A down host's reconnects: 1, 2, 4 ... 30 s, each at least half that.
+RECONNECT = Backoff(initial=1.0, max=30.0, jitter=EQUAL)
 CHANNEL_RETRY_FOR = 10.0
 
 
@@ -166,9 +169,7 @@ class HostPool:
                     reason=f"{QUARANTINE_AFTER} failed reconnects: {state.reason}",
                 )
                 break
-            await asyncio.sleep(
-                min(30.0, 2.0 ** (state.failures - 1)) * self._rng.uniform(0.5, 1.0)
-            )
+            await asyncio.sleep(RECONNECT.delay(state.failures, self._rng))
             try:
                 await self._bring_up(state)
             except Refused as exc:
