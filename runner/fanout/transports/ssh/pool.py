@@ -26,8 +26,6 @@ from .failures import Lost, Refused, Unreachable, describe
 
 QUARANTINE_AFTER = 3
 CHANNEL_RETRY_FOR = 10.0
-# How long ``close`` waits for a cancelled reconnect to let go.
-RECONNECT_LET_GO = 5.0
 
 
 @dataclass(eq=False)
@@ -60,6 +58,10 @@ class HostState:
 
     def free(self) -> int:
         return self.host.slots - self.running if self.healthy else 0
+
+
+# How long ``close`` waits for a cancelled reconnect to let go.
+RECONNECT_LET_GO = 5.0
 
 
 class HostPool:
