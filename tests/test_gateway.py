@@ -646,3 +646,49 @@ async def test_each_request_sent_upstream_tells_its_limiter_when_it_left(
         assert len(sent) == 2
         assert sent[0] <= refused.at
         assert refused.at < sent[1] <= accepted.at
+
+
+def in_flight(r: Rig) -> int:
+    stats: dict[str, int] = r.gateway._proxy.routes["anthropic"].limiter.stats()
+    return stats["inFlight"]
+
+
+async def test_an_error_reading_an_answer_still_frees_its_ticket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Anything raised between admission and the answer's end (here while its rate-limit
+    # headers are read) frees the limiter's ticket on the way out: the next request of
+    # a one-at-a-time API goes, instead of waiting for an in-flight slot forever.
+    from fanout.gateway import ratelimits
+
+    def broken(headers: Mapping[str, str], now: Any) -> None:
+        raise RuntimeError("a bug reading the headers")
+
+    async with rig(max_in_flight=1) as r:
+        token = r.token()
+        with monkeypatch.context() as patch:
+            patch.setattr(ratelimits, "remaining", broken)
+            status, _, _ = await r.post(token, message())
+        assert status == 500
+        assert in_flight(r) == 0
+        async with asyncio.timeout(5):
+            assert (await r.post(token, message()))[0] == 200
+
+
+async def test_each_admitted_request_frees_its_ticket_exactly_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    freed: list[Any] = []  # the tickets themselves: alive, no two share an id
+    settle = Limiter.settle
+
+    def counted(self: Limiter, ticket: Any, *, input_tokens: int, output_tokens: int) -> None:
+        freed.append(ticket)
+        settle(self, ticket, input_tokens=input_tokens, output_tokens=output_tokens)
+
+    monkeypatch.setattr(Limiter, "settle", counted)
+    async with rig() as r:
+        r.mock.script(Fault.RATE_LIMIT, retry_after=0.01)
+        assert (await r.post(r.token(), message()))[0] == 200  # a throttle absorbed, then ok
+        assert (await r.post(r.token(), message(stream=True)))[0] == 200
+    assert len(freed) == 3
+    assert len({id(ticket) for ticket in freed}) == 3

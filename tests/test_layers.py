@@ -201,7 +201,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.
     ("scheduler", ("schedule.scheduler",)),
-    ("launch", ("run.launch",)),
+    # Where a job's units run picks its transport; launch wires it into the run.
+    ("launch", ("run.where", "run.launch")),
     (
         "front ends",
         (

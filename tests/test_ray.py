@@ -26,7 +26,7 @@ from fanout import spec
 from fanout.errors import EnvironmentProblem
 from fanout.isolation.exposure import NOTHING, Handed
 from fanout.isolation.place import Place
-from fanout.run import launch
+from fanout.run import where
 from fanout.spec import Ray
 from fanout.transports.ray import RayTransport
 from fanout.transports.ray.facts import NodeReport, Opened, Opening
@@ -362,7 +362,7 @@ def test_a_node_must_offer_the_most_memory_any_rung_asks(tmp_path: Path) -> None
         job.read_text().replace('timeout = "120s"\n', 'timeout = "120s"\nmemory = "1GiB"\n')
         + '[[retry.ladder]]\nname = "small"\n[[retry.ladder]]\nname = "big"\nmemory = "3GiB"\n'
     )
-    transport = launch.transport_for(spec.load(job), {}, notice=lambda message: None)
+    transport = where.transport_for(spec.load(job), {}, notice=lambda message: None)
     assert isinstance(transport, RayTransport)
     assert transport._memory == 3 << 30
 

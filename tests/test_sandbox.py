@@ -17,7 +17,7 @@ import pytest
 from fanout import spec
 from fanout.attempt import collecting, staging
 from fanout.isolation import hidden
-from fanout.run.launch import transport_for
+from fanout.run.where import transport_for
 from fanout.transports.local import LocalTransport
 
 from helpers import cli, make_attempt, write_job

@@ -430,3 +430,59 @@ def test_an_existing_state_directory_is_left_as_its_user_made_it(tmp_path: Path)
     assert lock.try_acquire()
     lock.release()
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["locks"]
+
+
+class SlowToWakeClock(LoopClock):
+    """A clock whose sleep, once cancelled, takes a moment to let go (as a real one may)."""
+
+    def __init__(self, origin: datetime) -> None:
+        super().__init__(origin)
+        self.sleeping = asyncio.Event()
+        self.let_go: list[bool] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeping.set()
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            await asyncio.shield(asyncio.sleep(1.0))
+            self.let_go.append(True)
+            raise
+
+
+async def test_a_scheduler_cancelled_twice_leaves_no_sleep_behind(tmp_path: Path) -> None:
+    # Its wait for the next fire races the clock's sleep against a stop and a parked
+    # run: cancelled while it waits, and again while the sleep lets go, it returns
+    # only once the sleep has ended (the race's tasks are owned by a group).
+    clock = SlowToWakeClock(ORIGIN)
+    scheduler = Scheduler(
+        [_job(tmp_path, 'schedule = "0 10 * * *"')],
+        start_run=Recorder(clock, 1),
+        clock=clock,
+        log=lambda line: None,
+    )
+    task = asyncio.create_task(scheduler.run())
+    await clock.sleeping.wait()
+    task.cancel()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert clock.let_go == [True]
+
+
+class FailingClock(LoopClock):
+    async def sleep(self, seconds: float) -> None:
+        raise OSError("the clock is gone")
+
+
+async def test_a_clock_that_fails_stops_the_scheduler_with_its_own_error(tmp_path: Path) -> None:
+    clock = FailingClock(ORIGIN)
+    scheduler = Scheduler(
+        [_job(tmp_path, 'schedule = "0 10 * * *"')],
+        start_run=Recorder(clock, 1),
+        clock=clock,
+        log=lambda line: None,
+    )
+    with pytest.raises(OSError, match="the clock is gone"):
+        await scheduler.run()

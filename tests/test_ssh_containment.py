@@ -261,7 +261,7 @@ async def test_a_host_without_pid_namespaces_is_announced_once(
     try:
         result = await transport.run(make_attempt(tmp_path, ["sh", "-c", "echo ok"]))
         state = transport._hosts[0]
-        await transport._host_failed(state, "test: dropped")
+        await transport.lost(state, "test: dropped")
         assert await asyncio.to_thread(_poll, lambda: state.healthy, 20.0)
     finally:
         await transport.close()

@@ -23,7 +23,7 @@ from fanout import spec
 from fanout.attempt.model import ApiAccess, Attempt
 from fanout.errors import HostsUnavailable
 from fanout.outcome import Status
-from fanout.run.launch import transport_for
+from fanout.run.where import transport_for
 from fanout.spec import Host
 from fanout.transports.local import LocalTransport
 from fanout.transports.ssh import SshTransport

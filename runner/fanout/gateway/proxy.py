@@ -31,7 +31,7 @@ import contextlib
 import functools
 import random
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -246,6 +246,8 @@ class Proxy:
         rest: str,
         turn: admission.Turn,
     ) -> web.StreamResponse:
+        """Send the request upstream, each time its limiter admits it, until an answer
+        is the worker's (a throttle absorbed sends it again)."""
         style = route.api.style
         guess = styles.estimate(style, turn.body, rest)
         # The turn holds the body (no name here does): dropped there, it is freed.
@@ -255,97 +257,127 @@ class Proxy:
             encoded=True,
         )
         headers = forwarding.upstream_headers(list(request.headers.items()), style, route.key)
-        assert self.session is not None, "the gateway is not started"
-        loop = asyncio.get_running_loop()
-        sent, queued, throttles = 0, 0.0, 0
+        tally = _Tally()
         while True:
-            ticket = await route.limiter.admit(
-                input_tokens=guess.input_tokens,
-                output_tokens=UNCAPPED_OUTPUT
-                if guess.output_tokens is None
-                else guess.output_tokens,
-            )
-            queued += ticket.queued
-            refused = self._refusal(route.api.name, grant)
-            if refused is not None:  # a budget was spent while this one waited
-                route.limiter.settle(ticket, input_tokens=0, output_tokens=0)
-                self._account(hold, None, sent, queued, throttles)
-                return _error(style, 400, "invalid", refused)
-            try:
-                await hold.reserve(guess, UNCAPPED_OUTPUT)  # in the journal before it leaves
-                answer = await self.session.request(
-                    request.method,
-                    url,
-                    headers=headers,
-                    data=turn.body or None,
-                    allow_redirects=False,
-                    # The windows count the request from when it left (Limiter.sent).
-                    trace_request_ctx=functools.partial(route.limiter.sent, ticket),
-                )
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                route.limiter.release(ticket)
-                self._account(hold, None, sent, queued, throttles)
-                message = (
-                    f"fanout gateway: api {route.api.name}: the upstream did not answer"
-                    f" ({_said(exc)})"
-                )
-                return _error(style, 502, "upstream", message)
-            except BaseException:
-                route.limiter.release(ticket)
-                raise
-            sent += 1
-            async with answer:
-                now = datetime.now(UTC)
-                told = ratelimits.remaining(answer.headers, now)
-                if told is not None:
-                    route.limiter.observe(told)
-                if answer.status < 400:
-                    route.limiter.answered(ticket)
-                    turn.drop_body()  # no retry from here, and the answer may stream long
-                    return await self._stream(
-                        request, answer, route, hold, ticket, guess, sent, queued, throttles
-                    )
+            async with _admitted(route.limiter, guess) as held:
+                tally.queued += held.ticket.queued
+                refused = self._refusal(route.api.name, grant)
+                if refused is not None:  # a budget was spent while this one waited
+                    held.settle(input_tokens=0, output_tokens=0)
+                    self._account(hold, None, tally)
+                    return _error(style, 400, "invalid", refused)
                 try:
-                    data = await answer.read()
-                except (aiohttp.ClientError, TimeoutError):
-                    data = b""
-                except BaseException:
-                    route.limiter.release(ticket)
-                    raise
-                verdict = styles.classify(style, answer.status, data)
-                if verdict is not Verdict.RETRY:
-                    route.limiter.answered(ticket)
-                    route.limiter.release(ticket)
-                else:
-                    wait = ratelimits.retry_after(answer.headers, now)
-                    # The ceiling learns of it whether or not it is absorbed.
-                    pause = route.limiter.throttled(ticket, wait)
-                    route.limiter.release(ticket)
-                    resume = max(loop.time(), route.limiter.paused_until)
-                    if resume < grant.deadline:
-                        throttles += 1
-                        self.events.emit(
-                            "api.throttled",
-                            api=route.api.name,
-                            unit=grant.unit,
-                            attempt=grant.attempt,
-                            status=answer.status,
-                            retryAfter=wait,
-                            pause=round(resume - loop.time(), 3),
-                            episode="new" if pause is not None and pause.new_episode else "same",
-                        )
-                        hold.answered()
-                        continue
-                self._account(hold, None, sent, queued, throttles)
-                if verdict is Verdict.SPEND:
-                    self.accounts.upstream_refused(route.api.name, answer.status, data)
-                return web.Response(
-                    status=answer.status,
-                    headers=route.scrub.headers(
-                        forwarding.downstream_headers(list(answer.headers.items()))
-                    ),
-                    body=route.scrub.body(data),
-                )
+                    answer = await self._send(request, route, hold, held, url, headers, turn)
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    held.release()
+                    self._account(hold, None, tally)
+                    message = (
+                        f"fanout gateway: api {route.api.name}: the upstream did not answer"
+                        f" ({_said(exc)})"
+                    )
+                    return _error(style, 502, "upstream", message)
+                tally.sent += 1
+                async with answer:
+                    now = datetime.now(UTC)
+                    told = ratelimits.remaining(answer.headers, now)
+                    if told is not None:
+                        route.limiter.observe(told)
+                    if answer.status < 400:
+                        route.limiter.answered(held.ticket)
+                        turn.drop_body()  # no retry from here, and the answer may stream long
+                        return await self._stream(request, answer, route, hold, held, guess, tally)
+                    passed = await self._error_answer(answer, route, grant, hold, held, now, tally)
+                    if passed is not None:
+                        return passed
+
+    async def _send(
+        self,
+        request: web.Request,
+        route: Route,
+        hold: Hold,
+        held: _Held,
+        url: URL,
+        headers: Sequence[tuple[str, str]],
+        turn: admission.Turn,
+    ) -> aiohttp.ClientResponse:
+        """The request on its way upstream, its reservation in the journal first."""
+        assert self.session is not None, "the gateway is not started"
+        await hold.reserve(held.guess, UNCAPPED_OUTPUT)  # in the journal before it leaves
+        return await self.session.request(
+            request.method,
+            url,
+            headers=headers,
+            data=turn.body or None,
+            allow_redirects=False,
+            # The windows count the request from when it left (Limiter.sent).
+            trace_request_ctx=functools.partial(route.limiter.sent, held.ticket),
+        )
+
+    async def _error_answer(
+        self,
+        answer: aiohttp.ClientResponse,
+        route: Route,
+        grant: Grant,
+        hold: Hold,
+        held: _Held,
+        now: datetime,
+        tally: _Tally,
+    ) -> web.Response | None:
+        """An answer of 400 or more: the worker's, or None for a throttle absorbed (the
+        request goes again after the limiter's pause)."""
+        style = route.api.style
+        try:
+            data = await answer.read()
+        except (aiohttp.ClientError, TimeoutError):
+            data = b""
+        verdict = styles.classify(style, answer.status, data)
+        if verdict is not Verdict.RETRY:
+            route.limiter.answered(held.ticket)
+            held.release()
+        elif self._absorbed(answer, route, grant, held, now):
+            tally.throttles += 1
+            hold.answered()
+            return None
+        self._account(hold, None, tally)
+        if verdict is Verdict.SPEND:
+            self.accounts.upstream_refused(route.api.name, answer.status, data)
+        return web.Response(
+            status=answer.status,
+            headers=route.scrub.headers(
+                forwarding.downstream_headers(list(answer.headers.items()))
+            ),
+            body=route.scrub.body(data),
+        )
+
+    def _absorbed(
+        self,
+        answer: aiohttp.ClientResponse,
+        route: Route,
+        grant: Grant,
+        held: _Held,
+        now: datetime,
+    ) -> bool:
+        """Tell the limiter of a throttle; whether the attempt has time for its pause
+        (then it is absorbed, and said)."""
+        loop = asyncio.get_running_loop()
+        wait = ratelimits.retry_after(answer.headers, now)
+        # The ceiling learns of it whether or not it is absorbed.
+        pause = route.limiter.throttled(held.ticket, wait)
+        held.release()
+        resume = max(loop.time(), route.limiter.paused_until)
+        if resume >= grant.deadline:
+            return False
+        self.events.emit(
+            "api.throttled",
+            api=route.api.name,
+            unit=grant.unit,
+            attempt=grant.attempt,
+            status=answer.status,
+            retryAfter=wait,
+            pause=round(resume - loop.time(), 3),
+            episode="new" if pause is not None and pause.new_episode else "same",
+        )
+        return True
 
     async def _stream(
         self,
@@ -353,11 +385,9 @@ class Proxy:
         answer: aiohttp.ClientResponse,
         route: Route,
         hold: Hold,
-        ticket: Ticket,
+        held: _Held,
         guess: Estimate,
-        sent: int,
-        queued: float,
-        throttles: int,
+        tally: _Tally,
     ) -> web.StreamResponse:
         """Writes the answer to the worker as its chunks arrive, reading its usage."""
         sse = answer.content_type == "text/event-stream"
@@ -390,25 +420,69 @@ class Proxy:
         finally:
             counts = reader.result()
             if counts is None:
-                route.limiter.release(ticket)
+                held.release()
             else:
-                route.limiter.settle(
-                    ticket,
+                held.settle(
                     input_tokens=counts.paced_input_tokens,
                     output_tokens=counts.output_tokens,
                 )
-            self._account(hold, counts, sent, queued, throttles)
+            self._account(hold, counts, tally)
         return response
 
-    def _account(
-        self,
-        hold: Hold,
-        counts: TokenCounts | None,
-        sent: int,
-        queued: float,
-        throttles: int,
-    ) -> None:
-        hold.settle(counts, requests=sent, queued_seconds=queued, throttles=throttles)
+    def _account(self, hold: Hold, counts: TokenCounts | None, tally: _Tally) -> None:
+        hold.settle(
+            counts,
+            requests=tally.sent,
+            queued_seconds=tally.queued,
+            throttles=tally.throttles,
+        )
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One request's count so far: sent upstream (a retried one each time), seconds
+    queued in its limiter, throttles absorbed."""
+
+    sent: int = 0
+    queued: float = 0.0
+    throttles: int = 0
+
+
+class _Held:
+    """A limiter's ticket, freed exactly once: settled with the usage an answer
+    reported, or released (its reservation kept in the windows) however else the
+    request ends, a cancellation or an error included (``_admitted``)."""
+
+    def __init__(self, limiter: Limiter, ticket: Ticket, guess: Estimate) -> None:
+        self.limiter = limiter
+        self.ticket = ticket
+        self.guess = guess
+        self._freed = False
+
+    def settle(self, *, input_tokens: int, output_tokens: int) -> None:
+        if not self._freed:
+            self._freed = True
+            self.limiter.settle(self.ticket, input_tokens=input_tokens, output_tokens=output_tokens)
+
+    def release(self) -> None:
+        if not self._freed:
+            self._freed = True
+            self.limiter.release(self.ticket)
+
+
+@contextlib.asynccontextmanager
+async def _admitted(limiter: Limiter, guess: Estimate) -> AsyncIterator[_Held]:
+    """Wait for the limiter to admit the request; its ticket is freed on leaving, if
+    nothing inside freed it."""
+    ticket = await limiter.admit(
+        input_tokens=guess.input_tokens,
+        output_tokens=UNCAPPED_OUTPUT if guess.output_tokens is None else guess.output_tokens,
+    )
+    held = _Held(limiter, ticket, guess)
+    try:
+        yield held
+    finally:
+        held.release()
 
 
 def _said(exc: BaseException) -> str:

@@ -75,7 +75,7 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
     # For the report: the budget each unit of this stretch was held to.
     ctx.journal.record_unit_budget(ctx.run_id, ctx.spec.task.budget_usd)
     try:
-        async with asyncio.TaskGroup() as group:
+        async with ctx.units:
             try:
                 async for unit, progress in units:
                     await pool.take()
@@ -83,7 +83,8 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
                         ctx.stop(ctx.journal.storage_error)
                     if ctx.stopped is not None:
                         break
-                    group.create_task(_unit(ctx, unit, progress, _Slot(pool, held=True)))
+                    slot = _Slot(pool, held=True)
+                    ctx.units.start(functools.partial(_unit, ctx, unit, progress, slot))
             except Exception as exc:  # the selection failed (a bad record, the input command)
                 ctx.stop(storage_problem(exc) or exc)
             finally:
@@ -100,11 +101,6 @@ async def dispatch(ctx: Round, units: AsyncIterator[tuple[Unit, Progress]]) -> R
 
 
 async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None:
-    # Registered once running, so a stop cancels only tasks whose handlers below can
-    # record the unit and give its slot back (a task cancelled before it ran never would).
-    task = asyncio.current_task()
-    assert task is not None
-    ctx.tasks.add(task)
     try:
         await _climb(ctx, unit, progress, slot)
     except asyncio.CancelledError:
@@ -123,7 +119,6 @@ async def _unit(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> None
         else:  # a bug in fanout must not take the other units down
             _internal_error(ctx, unit, exc)
     finally:
-        ctx.tasks.discard(task)
         slot.give()
 
 

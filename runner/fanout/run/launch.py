@@ -11,109 +11,25 @@ import contextlib
 import signal
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..attempt.seam import Transport
-from ..errors import EnvironmentProblem, Interrupted
+from ..errors import Interrupted
 from ..events import Events, Sink
 from ..journal import Journal
 from ..pacing import limits
 from ..schedule.scheduler import Fire
 from ..spec import Spec
-from ..spec.apikeys import api_keys, handed, without_keys
+from ..spec.apikeys import api_keys, without_keys
 from ..spec.model import Overlap
 from ..transports import preflight as commands
 from . import kept
 from .job import Options, Runner, Summary
 from .lock import JobLock
+from .where import transport_for
 
 Action = Callable[[Runner], Awaitable[Summary]]
-
-
-def transport_for(
-    job: Spec,
-    environ: Mapping[str, str],
-    notice: Callable[[str], None],
-    emit: Callable[..., None] | None = None,
-    gateway_port: int | None = None,
-    gateway_socket: Path | None = None,
-) -> Transport:
-    """A Ray cluster (runtime.ray), SSH hosts when the job has any, else sandboxes on
-    this machine.  Either way the
-    run's state directory joins the registry that every local sandbox hides.
-    ``gateway_port``: the run's API gateway on this machine, which workers reach."""
-    from ..isolation import hidden
-
-    try:
-        hidden.remember(job.runtime.state_dir, environ)
-    except OSError as exc:
-        notice(
-            f"cannot record the state directory in {hidden.registry(environ)} "
-            f"({exc.strerror or exc}): sandboxes of other jobs will not hide it"
-        )
-    if job.runtime.ray is not None:
-        from ..transports.ray import RayTransport
-
-        if job.runtime.hosts:
-            raise EnvironmentProblem(
-                "runtime.ray and SSH hosts (--hosts) are exclusive: units run on a Ray"
-                " cluster or on SSH hosts, not both"
-            )
-        return RayTransport(
-            job.runtime.ray,
-            slots=job.runtime.max_concurrent_tasks,
-            sandbox_kind=job.runtime.sandbox,
-            # On a node that is this machine (a cluster on a laptop) the same paths as
-            # locally; elsewhere those that exist there.
-            hidden=hidden.paths(environ, job.runtime.state_dir),
-            network=job.runtime.network,
-            gateway_port=gateway_port,
-            # The most an attempt is allocated (task.memory or a rung's): a node must offer
-            # it; each attempt's actor asks Ray for its own as Ray's memory resource.
-            memory=max(
-                (m for m in (job.task.memory, *(r.memory for r in job.retry.ladder)) if m),
-                default=None,
-            ),
-            notice=notice,
-            emit=emit,
-            handed=handed(job),
-        )
-    if job.runtime.hosts:
-        from ..transports.ssh import SshTransport
-        from ..transports.ssh import knownhosts as hosts
-
-        return SshTransport(
-            job.runtime.hosts,
-            known_hosts=[hosts.fanout_known_hosts(environ)],
-            home=hosts.home(environ),
-            inventory=hosts.inventory_options(job),
-            sandbox_kind=job.runtime.sandbox,
-            notice=notice,
-            commands=commands.names(job),
-            emit=emit,
-            gateway_port=gateway_port,
-            network=job.runtime.network,
-            handed=handed(job),
-        )
-    # Local sandboxes: ``auto`` without bwrap is refused before the run starts
-    # (``commands.check``, through ``Runner.workers``).
-    from ..transports.local import LocalTransport
-
-    return LocalTransport(
-        slots=job.runtime.max_concurrent_tasks,
-        sandbox_kind=job.runtime.sandbox,
-        image=job.runtime.image,
-        path=environ.get("PATH", ""),
-        # Workers never see fanout's own state (this job's, other jobs'), its
-        # configuration, its secrets or the user's keys.
-        hidden=hidden.paths(environ, job.runtime.state_dir),
-        warn=notice,
-        gateway_port=gateway_port,
-        network=job.runtime.network,
-        gateway_socket=gateway_socket,
-    )
 
 
 def gateway_socket_dir(environ: Mapping[str, str]) -> Path:
@@ -240,16 +156,19 @@ class Drain:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(runner.stop, Interrupted(self.REASON))
 
-    def _bind(self, loop: asyncio.AbstractEventLoop, runner: Runner) -> None:
+    @contextlib.contextmanager
+    def bound(self, loop: asyncio.AbstractEventLoop, runner: Runner) -> Iterator[None]:
+        """Requests stop ``runner`` (on ``loop``) while inside this block."""
         with self._lock:
             self._target = (loop, runner)
             requested = self.requested
-        if requested:
-            runner.stop(Interrupted(self.REASON))
-
-    def _unbind(self) -> None:
-        with self._lock:
-            self._target = None
+        try:
+            if requested:
+                runner.stop(Interrupted(self.REASON))
+            yield
+        finally:
+            with self._lock:
+                self._target = None
 
 
 def run_blocking(
@@ -274,16 +193,13 @@ def run_blocking(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)
 
-        def bound(runner: Runner) -> Awaitable[Summary]:
-            if drain is not None:
-                drain._bind(loop, runner)
-            return action(runner)
+        async def bound(runner: Runner) -> Summary:
+            if drain is None:
+                return await action(runner)
+            with drain.bound(loop, runner):
+                return await action(runner)
 
-        try:
-            return await run_async(job, environ, sinks, bound, overlap=overlap)
-        finally:
-            if drain is not None:
-                drain._unbind()
+        return await run_async(job, environ, sinks, bound, overlap=overlap)
 
     try:
         return asyncio.run(main())

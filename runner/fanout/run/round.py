@@ -8,9 +8,11 @@ pipeline) importing ``dispatch``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +34,76 @@ from ..spec import Spec
 
 if TYPE_CHECKING:  # the gateway (and aiohttp) load only for a job with [[apis]]
     from ..gateway import Gateway
+
+
+class Phase(enum.Enum):
+    """Where a unit's task is: what a stop of the round does to it."""
+
+    WAITING = "waiting"  # for a slot, a backoff, a throttle pause: a stop interrupts it
+    WORKING = "working"  # its worker runs: a stop lets it finish and settle
+
+
+class UnitTasks:
+    """The round's unit tasks, owned: each is started here (``start``), inside the
+    group, and awaited when the group ends, however it ends (a task that raises, or a
+    cancellation from outside, cancels the rest first, as ``asyncio.TaskGroup`` does).
+    Each task's phase is known, so ``interrupt`` cancels exactly those that wait."""
+
+    def __init__(self) -> None:
+        self._group: asyncio.TaskGroup | None = None
+        # Tasks that have begun: one cancelled before its first step would never run the
+        # handlers that record its unit and give its slot back, so none is cancelled
+        # before it runs (it sees the stop as it starts).
+        self._phases: dict[asyncio.Task[None], Phase] = {}
+
+    async def __aenter__(self) -> UnitTasks:
+        assert self._group is None, "a round's units are dispatched once"
+        self._group = asyncio.TaskGroup()
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self._group is not None
+        await self._group.__aexit__(*exc)
+
+    def start(self, unit: Callable[[], Awaitable[None]]) -> None:
+        """Run ``unit()`` in a task of the group."""
+        assert self._group is not None, "start inside ``async with``"
+        self._group.create_task(self._run(unit))
+
+    async def _run(self, unit: Callable[[], Awaitable[None]]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._phases[task] = Phase.WAITING
+        try:
+            await unit()
+        finally:
+            del self._phases[task]
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """The current task's worker runs inside this block: ``interrupt`` spares it."""
+        task = asyncio.current_task()
+        assert task is not None
+        before = self._phases.get(task)
+        self._phases[task] = Phase.WORKING
+        try:
+            yield
+        finally:
+            if before is None:
+                del self._phases[task]
+            else:
+                self._phases[task] = before
+
+    @property
+    def working_count(self) -> int:
+        return sum(phase is Phase.WORKING for phase in self._phases.values())
+
+    def interrupt(self) -> None:
+        """Cancel every task that waits; those whose worker runs go on."""
+        for task, phase in self._phases.items():
+            if phase is Phase.WAITING:
+                task.cancel()
 
 
 @dataclass(kw_only=True)
@@ -57,9 +129,8 @@ class Round:
     # The error that stops the round (the first one; a FanoutError but for a bug in the
     # selection); None while it runs.
     stopped: Exception | None = None
-    # Running unit tasks, and those of them whose worker runs now (a stop lets these finish).
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    in_worker: set[asyncio.Task[Any]] = field(default_factory=set)
+    # The unit tasks, owned, each waiting or in its worker (a stop lets these finish).
+    units: UnitTasks = field(default_factory=UnitTasks)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -77,15 +148,14 @@ class Round:
         # (one place for it, in logs and CI output too; printed twice it read as two
         # failures).  Its kind is here, so a long drain is not a mystery; the event log
         # keeps the whole reason with the notice.
-        running = len(self.in_worker)
+        running = self.units.working_count
         self.events.emit(
             "notice",
             message=f"stopping on {_kind(error)}: no new unit starts; {running} running"
             " attempt(s) finish first, then the reason and how to continue",
             reason=str(error),
         )
-        for task in self.tasks - self.in_worker:
-            task.cancel()
+        self.units.interrupt()
 
 
 def _kind(error: Exception) -> str:

@@ -79,10 +79,5 @@ def budget_spent(ctx: Round, unit: Unit) -> str | None:
 
 async def _in_worker(ctx: Round, running: Awaitable[AttemptResult]) -> AttemptResult:
     """Await an attempt's worker; a stop of the round lets it finish (see ``Round.stop``)."""
-    task = asyncio.current_task()
-    assert task is not None
-    ctx.in_worker.add(task)
-    try:
+    with ctx.units.working():
         return await running
-    finally:
-        ctx.in_worker.discard(task)

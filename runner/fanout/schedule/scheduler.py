@@ -29,7 +29,7 @@ import asyncio
 import json
 import os
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -216,19 +216,11 @@ class Scheduler:
         continuation); False if stopped first."""
         self._changed.clear()
         while (left := (when - self.clock.now()).total_seconds()) > 0:
-            sleeper = asyncio.ensure_future(self.clock.sleep(min(left, _LONGEST_SLEEP)))
-            stopper = asyncio.ensure_future(self._stopping.wait())
-            changer = asyncio.ensure_future(self._changed.wait())
-            waits = {sleeper, stopper, changer}
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                # The others are cancelled and awaited too: nothing outlives this call.
-                for task in waits:
-                    task.cancel()
-                await asyncio.wait(waits)
-            if not sleeper.cancelled():
-                sleeper.result()  # a clock that failed says so
+            await _first(
+                self.clock.sleep(min(left, _LONGEST_SLEEP)),
+                self._stopping.wait(),
+                self._changed.wait(),
+            )
             if self._stopping.is_set():
                 return False
             if self._changed.is_set():
@@ -385,6 +377,20 @@ class Scheduler:
                 task.cancel()
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _first(*waits: Coroutine[Any, Any, object]) -> None:
+    """Wait until the first of ``waits`` ends, then cancel the others.  Each runs in a
+    task of a group that awaits them all, however this call ends (cancelled, even twice):
+    none outlives it.  A wait that fails (a clock's sleep) raises its error, alone."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(wait) for wait in waits]
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                task.cancel()
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
 
 
 def _at(when: datetime) -> str:

@@ -63,6 +63,10 @@ class HostState:
         return self.host.slots - self.running if self.healthy else 0
 
 
+# How long ``close`` waits for a cancelled reconnect to let go.
+RECONNECT_LET_GO = 5.0
+
+
 class HostPool:
     """The hosts, their connections and idle agents.  What a host must offer to be used
     (and which sandbox it gets) is the transport's decision: ``_choose_sandbox``."""
@@ -196,7 +200,15 @@ class HostPool:
             f" {path} && rm -rf {path}"
         )
 
-    async def _host_failed(self, state: HostState, reason: str) -> None:
+    # What a sandbox reports of its host and agent ---------------------------------
+
+    def idle(self, state: HostState, agent: Agent) -> None:
+        """The agent left its sandbox cleanly: the host's next attempt may reuse it."""
+        state.idle.append(agent)
+
+    async def lost(self, state: HostState, reason: str) -> None:
+        """The host's connection is gone (``reason``): its connections are dropped and,
+        unless it is quarantined, it is brought back with backoff."""
         if state.healthy:
             state.healthy, state.reason = False, reason
             self._changed_state(state, "lost", f"host {state.name} lost: {reason}", reason=reason)
@@ -209,14 +221,14 @@ class HostPool:
         async with self._changed:
             self._changed.notify_all()
 
-    async def _quarantine(self, state: HostState, reason: str) -> None:
+    async def quarantine(self, state: HostState, reason: str) -> None:
         """Take a host out of this run for good (a problem retrying will not fix)."""
         if not state.quarantined:
             state.quarantined = True
             self._changed_state(
                 state, "quarantined", f"host {state.name} quarantined: {reason}", reason=reason
             )
-        await self._host_failed(state, reason)
+        await self.lost(state, reason)
 
     def _changed_state(self, state: HostState, event: str, line: str, **fields: Any) -> None:
         if self._emit is None:
@@ -225,11 +237,16 @@ class HostPool:
             self._emit(f"host.{event}", host=state.name, slots=state.host.slots, **fields)
 
     async def close(self) -> None:
+        reconnects = [h.reconnecting for h in self._hosts if h.reconnecting is not None]
+        for reconnect in reconnects:
+            reconnect.cancel()
+        if reconnects:
+            # Awaited (bounded): a reconnect cut off midway has left what it opened in
+            # the lists closed below, and none outlives ``close``.
+            await asyncio.wait(reconnects, timeout=RECONNECT_LET_GO)
         for state in self._hosts:
-            if state.reconnecting is not None:
-                state.reconnecting.cancel()
             for agent in state.idle:
-                self._retire(agent)
+                self.retire(agent)
             state.idle.clear()
         if self._reapers:
             # Interrupted and timed-out units' teardowns on their hosts, each bounded.
@@ -311,7 +328,7 @@ class HostPool:
             agent = state.idle.pop()
             if agent.usable():
                 return agent
-            self._retire(agent)
+            self.retire(agent)
         # The agent runs in a PID namespace of its own where the host allows one: if it
         # dies (killed, out of memory), the kernel kills its sandbox's whole tree with it.
         # bwrap needs a /proc of the namespace it starts in (it opens its own
@@ -325,7 +342,7 @@ class HostPool:
         connection, process = await self._channel(state, command)
         return Agent(connection=connection, process=process)
 
-    def _retire(self, agent: Agent) -> asyncio.Task[None]:
+    def retire(self, agent: Agent) -> asyncio.Task[None]:
         """Cut an agent's lifeline; the task that ends when the agent has exited.
 
         At EOF the agent kills whatever of its sandbox still runs, removes the sandbox

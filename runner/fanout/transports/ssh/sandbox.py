@@ -103,7 +103,7 @@ class SshSandbox:
                 # after the last step, and nothing runs in between.
                 self._control = (await wire.data(process.stdout),)
         except asyncio.CancelledError:
-            await asyncio.shield(self._pool._retire(self._agent))
+            await asyncio.shield(self._pool.retire(self._agent))
             raise
         finally:
             if not pump.done():
@@ -152,7 +152,7 @@ class SshSandbox:
         agent = self._agent
         if clean and not self._unsure and agent.usable():
             if not self._opened:
-                self._state.idle.append(agent)  # nothing reached the host
+                self._pool.idle(self._state, agent)  # nothing reached the host
                 return
             sweep = self.place.containment is Containment.GROUP
             try:
@@ -163,11 +163,11 @@ class SshSandbox:
             else:
                 if left is not None:
                     self._pool.unremovable(self._state, left)
-                self._state.idle.append(agent)
+                self._pool.idle(self._state, agent)
                 return
             if not agent.connection_alive():
-                await self._pool._host_failed(self._state, "the connection closed")
-        await asyncio.shield(self._pool._retire(agent))
+                await self._pool.lost(self._state, "the connection closed")
+        await asyncio.shield(self._pool.retire(agent))
 
     # The channel ----------------------------------------------------------------
 
@@ -190,7 +190,7 @@ class SshSandbox:
         try:
             yield
         except wire.Refused as exc:
-            await self._pool._quarantine(state, f"{state.name}: {exc}")
+            await self._pool.quarantine(state, f"{state.name}: {exc}")
             raise Lost(f"{state.name} cannot run units: {exc}", host=state.name) from None
         except (Lost, wire.Closed, OSError, asyncssh.Error, EOFError) as exc:
             if isinstance(exc, wire.Closed | EOFError):
@@ -205,12 +205,12 @@ class SshSandbox:
                 # while the staged tar was still on its way.
                 refusal = await _refusal(agent)
                 if refusal is not None:
-                    await self._pool._quarantine(state, f"{state.name}: {refusal}")
+                    await self._pool.quarantine(state, f"{state.name}: {refusal}")
                     refused = f"{state.name} cannot run units: {refusal}"
                     raise Lost(refused, host=state.name) from None
                 stopped = f"the agent on {state.name} stopped: {reason}"
                 raise Lost(stopped, host=state.name) from None
-            await self._pool._host_failed(state, reason)
+            await self._pool.lost(state, reason)
             raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
 
 

@@ -163,7 +163,7 @@ class SshTransport(HostPool):
             try:
                 agent = await self._agent(state)
             except Lost as exc:
-                await self._host_failed(state, str(exc))
+                await self.lost(state, str(exc))
                 raise transport.Lost(f"lost {state.name}: {exc}", host=state.name) from None
             # Unpredictable, not from the (seedable) jitter RNG: the token names the
             # sandbox in a shared directory.
