@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from fanout.attempt.collecting import Collect
@@ -33,6 +34,32 @@ items = ["a", "b"]
 [task]
 command = ["true"]
 """
+
+
+# What each part of a place's name starts: "ssh-bwrap" is sshd and bwrap.
+_PLACE_PARTS = {"ssh": ("sshd",), "ray": ("ray",), "bwrap": ("bwrap",)}
+
+
+def places(*names: str) -> list[Any]:
+    """Parameters naming where a case runs ("none", "bwrap", "local-none", "ssh",
+    "ssh-bwrap", "ray-none", ...), each marked with what that place starts, for a test
+    that asks for the place's fixture itself (``request.getfixturevalue``)."""
+    return [
+        pytest.param(
+            name,
+            marks=[
+                getattr(pytest.mark, marker)
+                for part in name.split("-")
+                for marker in _PLACE_PARTS.get(part, ())
+            ],
+        )
+        for name in names
+    ]
+
+
+def agents(*names: str) -> list[Any]:
+    """Parameters naming agents whose real CLI a case runs, each marked ``agent``."""
+    return [pytest.param(name, marks=pytest.mark.agent) for name in names]
 
 
 @dataclass(frozen=True)
