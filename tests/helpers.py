@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -21,10 +21,15 @@ from fanout.attempt.collecting import Collect
 from fanout.attempt.invocation import Invocation
 from fanout.attempt.model import Attempt
 from fanout.attempt.sandbox import StagedFile
+from fanout.attempt.seam import Transport
 from fanout.cli import app
 from fanout.cli.app import set_dumpable
+from fanout.events import Events
 from fanout.isolation import tools as sandbox
 from fanout.isolation.place import Kind, Place
+from fanout.journal import Journal
+from fanout.run.job import Runner
+from fanout.spec import Spec
 
 MINIMAL = """\
 version = 1
@@ -90,6 +95,29 @@ def write_job(directory: Path, text: str, name: str = "job.toml") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
+
+
+def make_runner(
+    job: Spec,
+    transport: Transport,
+    *,
+    environ: Mapping[str, str] | None = None,
+    events: Events | Callable[[dict[str, Any]], None] | None = None,
+    journal: Journal | None = None,
+    **parts: Any,
+) -> Runner:
+    """A Runner of ``job`` over ``transport`` with a real journal in the job's state
+    directory (or ``journal``, to share one), no environment but ``environ``, its
+    events to ``events`` (a sink, or an ``Events``); ``parts``: the Runner's other
+    parts (``rng``, ``gate``, ``gateway``, ``workers``, ``monotonic``)."""
+    return Runner(
+        spec=job,
+        transport=transport,
+        journal=journal or Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ=environ or {},
+        events=events if isinstance(events, Events) else Events(*([events] if events else [])),
+        **parts,
+    )
 
 
 def make_attempt(
