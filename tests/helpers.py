@@ -8,22 +8,28 @@ import re
 import shutil
 import subprocess
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from fanout.attempt.collecting import Collect
 from fanout.attempt.invocation import Invocation
 from fanout.attempt.model import Attempt
 from fanout.attempt.sandbox import StagedFile
+from fanout.attempt.seam import Transport
 from fanout.cli import app
 from fanout.cli.app import set_dumpable
+from fanout.events import Events
 from fanout.isolation import tools as sandbox
 from fanout.isolation.place import Kind, Place
+from fanout.journal import Journal
+from fanout.run.job import Runner
+from fanout.spec import Spec
 
 MINIMAL = """\
 version = 1
@@ -33,6 +39,32 @@ items = ["a", "b"]
 [task]
 command = ["true"]
 """
+
+
+# What each part of a place's name starts: "ssh-bwrap" is sshd and bwrap.
+_PLACE_PARTS = {"ssh": ("sshd",), "ray": ("ray",), "bwrap": ("bwrap",)}
+
+
+def places(*names: str) -> list[Any]:
+    """Parameters naming where a case runs ("none", "bwrap", "local-none", "ssh",
+    "ssh-bwrap", "ray-none", ...), each marked with what that place starts, for a test
+    that asks for the place's fixture itself (``request.getfixturevalue``)."""
+    return [
+        pytest.param(
+            name,
+            marks=[
+                getattr(pytest.mark, marker)
+                for part in name.split("-")
+                for marker in _PLACE_PARTS.get(part, ())
+            ],
+        )
+        for name in names
+    ]
+
+
+def agents(*names: str) -> list[Any]:
+    """Parameters naming agents whose real CLI a case runs, each marked ``agent``."""
+    return [pytest.param(name, marks=pytest.mark.agent) for name in names]
 
 
 @dataclass(frozen=True)
@@ -63,6 +95,29 @@ def write_job(directory: Path, text: str, name: str = "job.toml") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
+
+
+def make_runner(
+    job: Spec,
+    transport: Transport,
+    *,
+    environ: Mapping[str, str] | None = None,
+    events: Events | Callable[[dict[str, Any]], None] | None = None,
+    journal: Journal | None = None,
+    **parts: Any,
+) -> Runner:
+    """A Runner of ``job`` over ``transport`` with a real journal in the job's state
+    directory (or ``journal``, to share one), no environment but ``environ``, its
+    events to ``events`` (a sink, or an ``Events``); ``parts``: the Runner's other
+    parts (``rng``, ``gate``, ``gateway``, ``workers``, ``monotonic``)."""
+    return Runner(
+        spec=job,
+        transport=transport,
+        journal=journal or Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ=environ or {},
+        events=events if isinstance(events, Events) else Events(*([events] if events else [])),
+        **parts,
+    )
 
 
 def make_attempt(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -170,7 +170,45 @@ def _normal(output: str) -> str:
     )
     output = re.sub(r'"thread_id":"[0-9a-f-]+"', '"thread_id":"T"', output)
     output = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", output)
-    return re.sub(r"try again at \d{1,2}:\d{2} [AP]M", "try again at CLOCK", output)
+    return _RESET.sub("try again at CLOCK", output)
+
+
+# The reset as codex prints it: the clock alone when it falls on the same day, the date
+# before it when on another ("Dec 2nd, 2026 12:17 AM": a capture near midnight).
+_RESET = re.compile(
+    r"try again at (?:[A-Z][a-z]{2} \d{1,2}(?:st|nd|rd|th), \d{4} )?\d{1,2}:\d{2} [AP]M"
+)
+
+
+def _codex_says(reset: datetime, now: datetime) -> str:
+    """How codex words a reset at ``reset`` read at ``now`` (both in its TZ)."""
+    clock = f"{reset.hour % 12 or 12}:{reset.minute:02d} {'AM' if reset.hour < 12 else 'PM'}"
+    if reset.date() == now.date():
+        return clock
+    suffix = (
+        "th" if reset.day in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(reset.day % 10, "th")
+    )
+    return f"{reset:%b} {reset.day}{suffix}, {reset.year} {clock}"
+
+
+@pytest.mark.parametrize(
+    ("now", "says"),
+    [
+        (datetime(2026, 12, 1, 16, 16, tzinfo=UTC), "5:46 PM"),
+        (datetime(2026, 12, 1, 22, 47, tzinfo=UTC), "Dec 2nd, 2026 12:17 AM"),
+        (datetime(2026, 12, 31, 23, 30, tzinfo=UTC), "Jan 1st, 2027 1:00 AM"),
+    ],
+)
+def test_a_capture_at_any_hour_normalises_to_the_golden(now: datetime, says: str) -> None:
+    # The live capture's window reopens 90 minutes after it; read near midnight, codex
+    # names the next day's date as well as the clock.
+    reset = now + timedelta(seconds=5400)
+    assert _codex_says(reset, now) == says
+    _, golden = _golden("usage-window")
+    live = golden.replace("try again at 5:46 PM", f"try again at {says}")
+    assert _normal(live) == _normal(golden)
+    reading = codex.read(exit_code=1, output=live, now=now)
+    assert reading.reset_at == reset.timestamp()
 
 
 @pytest.mark.slow

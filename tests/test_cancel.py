@@ -18,12 +18,10 @@ import pytest
 
 from fanout import spec
 from fanout.errors import InputFailed
-from fanout.events import Events
-from fanout.journal import Journal
 from fanout.run.job import CLOSE_BOUND_S, Options, Runner
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import make_runner, write_job
 from procs import group_members
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -194,13 +192,7 @@ def _runner(tmp_path: Path, transport: FakeTransport) -> Runner:
             """,
         )
     )
-    return Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(),
-    )
+    return make_runner(job, transport)
 
 
 def _recorded(runner: Runner) -> tuple[str, str, bool]:
@@ -310,13 +302,7 @@ def _command_runner(tmp_path: Path, inputs: str) -> Runner:
             """,
         )
     )
-    return Runner(
-        spec=job,
-        transport=FakeTransport(delay=0.0),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={"PATH": os.environ["PATH"]},
-        events=Events(),
-    )
+    return make_runner(job, FakeTransport(delay=0.0), environ={"PATH": os.environ["PATH"]})
 
 
 async def test_a_run_s_input_command_times_out_located_at_inputs_timeout(tmp_path: Path) -> None:

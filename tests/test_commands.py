@@ -17,7 +17,6 @@ import pytest
 
 from fanout import spec
 from fanout.errors import HostsUnavailable
-from fanout.events import Events
 from fanout.isolation import tools as sandbox
 from fanout.journal import Journal
 from fanout.run.job import Options, Runner
@@ -25,7 +24,7 @@ from fanout.spec import Host
 from fanout.transports import preflight as commands
 from fanout.transports.ssh import SshTransport
 
-from helpers import cli, wrapped, write_job
+from helpers import cli, make_runner, wrapped, write_job
 
 MISSING = "fanout-test-no-such-tool"
 # fanout puts its own bin first on the PATH workers get (cli.app.environ).
@@ -301,13 +300,7 @@ def _ssh_runner(
         commands=commands.names(job),
         notice=lambda message: events.append({"event": "notice", "message": message}),
     )
-    return Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(events.append),
-    )
+    return make_runner(job, transport, events=events.append)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from fanout.outcome import AttemptResult, Outcome, Status, UnitState
 from fanout.report import compute
 from fanout.report import document as report
 
-from helpers import cli, write_job
+from helpers import cli, places, write_job
 
 GIB = 2**30
 # Unit a sleeps 0.3 s, c 0.1 s; b sleeps 0.2 s and fails its first attempt (rung
@@ -64,7 +64,7 @@ def _attempt_rows(directory: Path, run_id: str) -> list[Any]:
         journal.close()
 
 
-@pytest.mark.parametrize("where", ["local", "ssh"])
+@pytest.mark.parametrize("where", places("local", "ssh"))
 def test_each_unit_is_billed_its_journaled_attempts_times_their_memory(
     tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:

@@ -34,13 +34,15 @@ from fanout.transports.ssh import SshTransport
 from fanout.transports.ssh.probe import GROUP_ONLY
 
 from fakes import FakeSandboxes
-from helpers import make_attempt
+from helpers import make_attempt, places
 from procs import marker, pids_with
 
-# One event loop for the module: the SSH transports are started once (see ``remotes``).
+# One event loop for the module: the SSH transports are started once (see ``Sshs``).
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-TRANSPORTS = ["local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray-none", "ray-bwrap"]
+TRANSPORTS = places(
+    "local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray-none", "ray-bwrap"
+)
 # Small enough to keep the suite fast, large enough that starting a step under load
 # (bwrap, an SSH channel) never eats the part of it a test gives its steps.
 TIMEOUT = 3.0
@@ -67,27 +69,24 @@ class Remote:
     containment: Containment
 
 
-@pytest.fixture(scope="module")
-def sshd() -> Iterator[tuple[Any, Any]]:
-    """One real sshd for the whole module (a pool and its one host, h1)."""
-    from sshd import make_pool
+class Sshs:
+    """The module's SSH transports (one per sandbox kind) to one real sshd host, h1,
+    started when an "ssh-*" harness first asks for them (so the tests of the other
+    transports start no sshd), as one run uses one for all its attempts (so each test
+    also checks the one before left it usable)."""
 
-    pool = make_pool()
-    try:
-        yield pool, pool.add("h1")
-    finally:
-        pool.close()
+    def __init__(self) -> None:
+        self.remotes: dict[str, Remote] = {}
 
+    async def get(self, request: pytest.FixtureRequest, kind: str) -> Remote:
+        if not self.remotes:
+            await self._start(request.getfixturevalue("module_ssh_pool"))
+        return self.remotes[f"ssh-{kind}"]
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def remotes(sshd: tuple[Any, Any]) -> AsyncIterator[dict[str, Remote]]:
-    """One SSH transport per sandbox kind for the whole module, as one run uses one
-    for all its attempts (so each test also checks the one before left it usable)."""
-    pool, server = sshd
-    host = pool.host(server)
-    login_path = await asyncio.to_thread(_login_path, pool, server)
-    started: dict[str, Remote] = {}
-    try:
+    async def _start(self, pool: Any) -> None:
+        server = pool.add("h1")
+        host = pool.host(server)
+        login_path = await asyncio.to_thread(_login_path, pool, server)
         for kind in ("none", "bwrap"):
             notices: list[str] = []
             transport = SshTransport(
@@ -108,10 +107,16 @@ async def remotes(sshd: tuple[Any, Any]) -> AsyncIterator[dict[str, Remote]]:
             else:
                 containment = Containment.UNSHARE
             root = Path(host.sandbox_root)
-            started[f"ssh-{kind}"] = Remote(transport, root, login_path, containment)
-        yield started
+            self.remotes[f"ssh-{kind}"] = Remote(transport, root, login_path, containment)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sshs() -> AsyncIterator[Sshs]:
+    holder = Sshs()
+    try:
+        yield holder
     finally:
-        for remote in started.values():
+        for remote in holder.remotes.values():
             await remote.transport.close()
 
 
@@ -187,7 +192,7 @@ async def rays() -> AsyncIterator[Rays]:
 
 @pytest_asyncio.fixture(params=TRANSPORTS, loop_scope="module")
 async def harness(
-    request: pytest.FixtureRequest, tmp_path: Path, remotes: dict[str, Remote], rays: Rays
+    request: pytest.FixtureRequest, tmp_path: Path, sshs: Sshs, rays: Rays
 ) -> AsyncIterator[Harness]:
     name: str = request.param
     path = os.environ["PATH"]
@@ -210,7 +215,7 @@ async def harness(
         ray = await rays.get(request, name.removeprefix("ray-"))
         yield Harness(name, ray.transport, ray.root, ray.path, ray.containment)
         return
-    remote = remotes[name]
+    remote = await sshs.get(request, name.removeprefix("ssh-"))
     yield Harness(name, remote.transport, remote.root, remote.path, remote.containment)
 
 

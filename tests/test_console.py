@@ -18,11 +18,10 @@ import pytest
 
 from fanout import spec
 from fanout.events import Events
-from fanout.journal import Journal
-from fanout.run.job import Options, Runner
+from fanout.run.job import Options
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import make_runner, write_job
 
 FANOUT = [sys.executable, "-m", "fanout"]
 UNITS = 200
@@ -192,14 +191,7 @@ async def test_a_display_that_breaks_fails_no_unit(tmp_path: Path) -> None:
         if record["event"] == "attempt.started":
             raise BrokenPipeError(32, "Broken pipe")
 
-    runner = Runner(
-        spec=job,
-        transport=FakeTransport(),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(display),
-        rng=random.Random(7),
-    )
+    runner = make_runner(job, FakeTransport(), events=display, rng=random.Random(7))
     summary = await runner.execute(Options())
     assert summary.counts == {"succeeded": 3}
     assert summary.state == "finished"

@@ -12,15 +12,13 @@ import pytest
 from fanout import spec
 from fanout.attempt.model import Attempt
 from fanout.errors import HostsUnavailable, StateError
-from fanout.events import Events
-from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.run import ladder
 from fanout.run.job import Options, Runner
 from fanout.spec import Backoff
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import make_runner, write_job
 
 pytestmark = pytest.mark.looptime
 
@@ -64,14 +62,7 @@ def _runner(
     job: spec.Spec, transport: FakeTransport, events: list[dict[str, object]] | None = None
 ) -> Runner:
     sink = events.append if events is not None else (lambda e: None)
-    return Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(sink),
-        rng=random.Random(7),
-    )
+    return make_runner(job, transport, events=sink, rng=random.Random(7))
 
 
 async def test_concurrency_never_exceeds_the_cap(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from fanout.isolation.place import Place
 from fanout.transports.local import LocalTransport
 from fanout.transports.ssh import SshTransport
 
-from helpers import cli, table_rows, write_job
+from helpers import cli, places, table_rows, write_job
 from mockapi import MockApi
 
 pytestmark = [
@@ -118,7 +118,7 @@ def _reached(directory: Path) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in found]
 
 
-@pytest.mark.parametrize("where", ["local", "ssh"])
+@pytest.mark.parametrize("where", places("local", "ssh"))
 @pytest.mark.parametrize("network", ["true", '"apis"'])
 def test_apis_network_reaches_the_gateway_and_nothing_else(
     mock_api: MockApi,
@@ -437,7 +437,7 @@ def test_the_forwarder_says_when_the_step_cannot_start(tmp_path: Path) -> None:
 # The real Claude Code CLI ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["local", "ssh"])
+@pytest.mark.parametrize("where", places("local", "ssh"))
 def test_the_claude_cli_runs_its_agent_loop_with_only_the_gateway_reachable(
     claude_cli: Path,
     mock_api: MockApi,

@@ -22,7 +22,7 @@ import pytest
 
 from fanout.isolation import hidden
 
-from helpers import cli, write_job
+from helpers import cli, places, write_job
 from mockapi import MockApi, Usage
 
 pytestmark = pytest.mark.slow
@@ -111,7 +111,7 @@ def _on_a_host(ssh_pool: Any, directory: Path) -> tuple[str, Path]:
     return 'hosts = "hosts.toml"', ssh_pool.base
 
 
-@pytest.mark.parametrize("where", ["local", "ssh"])
+@pytest.mark.parametrize("where", places("local", "ssh"))
 def test_a_paced_run_stays_under_the_upstreams_limit_and_reports_its_tally(
     mock_api: MockApi, tmp_path: Path, keyed: None, where: str, request: pytest.FixtureRequest
 ) -> None:

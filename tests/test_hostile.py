@@ -16,12 +16,10 @@ import pytest
 
 from fanout import spec
 from fanout.attempt.seam import Transport
-from fanout.events import Events
-from fanout.journal import Journal
-from fanout.run.job import Options, Runner
+from fanout.run.job import Options
 from fanout.transports.local import LocalTransport
 
-from helpers import cli, run_report, write_job
+from helpers import cli, make_runner, run_report, write_job
 from procs import pids_with, short_marker
 
 NUL_REASON = (
@@ -69,13 +67,7 @@ def _hostile_job(tmp_path: Path, shared: Path) -> tuple[spec.Spec, str]:
 
 
 async def _run_and_check(job: spec.Spec, transport: Transport, token: str, done: Path) -> None:
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(),
-    )
+    runner = make_runner(job, transport)
     # A worker left blocked on a prompt it cannot be sent would hang the run: bound it.
     summary = await asyncio.wait_for(runner.execute(Options()), 60)
     assert summary.counts == {"failed": 2, "succeeded": 1}

@@ -22,10 +22,10 @@ from fanout.outcome import AttemptResult, Status
 from fanout.pacing.ceiling import Learned
 from fanout.pacing.limits import gate_for
 from fanout.run import kept
-from fanout.run.job import Options, Runner
+from fanout.run.job import Options
 
 from fakes import FakeTransport
-from helpers import cli, write_job
+from helpers import cli, make_runner, write_job
 
 if TYPE_CHECKING:
     from fanout.gateway import Gateway
@@ -97,11 +97,10 @@ async def _run(
     """One run as ``launch.runner_for`` wires it: the gate starts from what was kept."""
     sink = Events(events.append)
     seeds, _ = kept.seeds(journal, job)
-    runner = Runner(
-        spec=job,
-        transport=FakeTransport(script=upstream, delay=DELAY),
+    runner = make_runner(
+        job,
+        FakeTransport(script=upstream, delay=DELAY),
         journal=journal,
-        environ={},
         events=sink,
         gate=gate_for(job, sink, random.Random(3), learned=seeds),
         rng=random.Random(7),

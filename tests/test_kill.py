@@ -28,11 +28,13 @@ from typing import Any
 
 import pytest
 
+from helpers import places
+
 pytestmark = pytest.mark.slow
 
 UNITS = 500
 KILLS = 5
-MODES = ["none", "bwrap", "ssh"]
+MODES = places("none", "bwrap", "ssh")
 
 # "Alive" reads /proc, not ``kill -0``: a killed worker whose parent was the killed
 # coordinator may stay a zombie (a container's PID 1 need not reap), which ``kill -0``
@@ -117,10 +119,7 @@ def _settled(db: Path) -> int:
     return int(row[0])
 
 
-def _hosts(directory: Path) -> tuple[str, Any]:
-    from sshd import make_pool
-
-    pool = make_pool()
+def _hosts(pool: Any, directory: Path) -> tuple[str, Any]:
     server = pool.add("h1", max_sessions=64)
     root = pool.base / "sandboxes"
     root.mkdir(mode=0o777)
@@ -132,17 +131,15 @@ def _hosts(directory: Path) -> tuple[str, Any]:
         f'user = "{pool.user}"\nidentity = "{pool.client_key}"\nslots = 32\n'
         f'sandboxRoot = "{root}"\n'
     )
-    return inline, pool
+    return inline, server
 
 
-def _run_figure(mode: str, directory: Path) -> Figure:
-    if mode == "bwrap" and shutil.which("bwrap") is None:
-        pytest.skip("bwrap is not installed")
+def _run_figure(mode: str, directory: Path, pool: Any) -> Figure:
     seed = int(os.environ.get("FANOUT_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     (directory / "home").mkdir(parents=True)
     (directory / "tmp").mkdir()
-    hosts, pool = _hosts(directory) if mode == "ssh" else ("", None)
+    hosts, server = _hosts(pool, directory) if mode == "ssh" else ("", None)
     collector = _Collector()
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     try:
@@ -246,14 +243,15 @@ def _run_figure(mode: str, directory: Path) -> Figure:
     finally:
         collector.shutdown()
         collector.server_close()
-        if pool is not None:
-            pool.close()
+        if server is not None:
+            server.stop()
 
 
 @pytest.fixture(scope="module", params=MODES)
 def figure(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Figure:
     mode = str(request.param)
-    return _run_figure(mode, tmp_path_factory.mktemp(f"kill-{mode}"))
+    pool = request.getfixturevalue("module_ssh_pool") if mode == "ssh" else None
+    return _run_figure(mode, tmp_path_factory.mktemp(f"kill-{mode}"), pool)
 
 
 def test_sigkilled_runs_lose_no_unit_and_run_no_settled_unit_again(figure: Figure) -> None:

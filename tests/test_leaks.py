@@ -33,7 +33,7 @@ from fanout.report import aggregate
 from fanout.run.job import Options, Runner
 from fanout.transports.local import LocalTransport
 
-from helpers import cli, write_job
+from helpers import cli, make_runner, write_job
 from sshd import TEST_USER, login_user
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -389,12 +389,10 @@ def _aggregate_runner(tmp_path: Path, aggregate: str, environ: dict[str, str]) -
     )
     root = tmp_path / "sandboxes"
     root.mkdir()
-    return Runner(
-        spec=job,
-        transport=LocalTransport(slots=1, sandbox_kind="none", root=root, path=os.environ["PATH"]),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+    return make_runner(
+        job,
+        LocalTransport(slots=1, sandbox_kind="none", root=root, path=os.environ["PATH"]),
         environ=environ,
-        events=Events(),
     )
 
 

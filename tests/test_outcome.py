@@ -11,13 +11,12 @@ import pytest
 
 from fanout import spec
 from fanout.errors import FanoutError, Interrupted, NothingSelected
-from fanout.events import Events
 from fanout.journal import Journal
 from fanout.outcome import RunState, StopReason
-from fanout.run.job import Options, Runner
+from fanout.run.job import Options
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import make_runner, write_job
 
 pytestmark = pytest.mark.looptime
 
@@ -90,14 +89,7 @@ async def test_a_run_that_selects_nothing_ends_on_its_reason_and_exits_3(tmp_pat
             """,
         )
     )
-    runner = Runner(
-        spec=job,
-        transport=FakeTransport(),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(lambda e: None),
-        rng=random.Random(7),
-    )
+    runner = make_runner(job, FakeTransport(), events=lambda e: None, rng=random.Random(7))
     summary = await runner.execute(Options())
     assert (summary.reason, summary.state, summary.note) == (
         StopReason.NOTHING_SELECTED,

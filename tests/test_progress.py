@@ -27,7 +27,7 @@ from fanout.run.job import Options, Runner
 from fanout.transports.ssh import SshTransport
 
 from fakes import FakeTransport
-from helpers import cli, write_job
+from helpers import cli, make_runner, write_job
 
 ESC = "\x1b"
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07[bold red]x[/] :smile:\u202egnp.exe"
@@ -161,11 +161,10 @@ def _fails_u003(attempt: Attempt) -> AttemptResult:
 def _runner(job: spec.Spec, transport: Any, recorded: Recorded, journal: Journal) -> Runner:
     loop = asyncio.get_running_loop()
     events = Events(lambda event: recorded.append((loop.time(), event)))
-    return Runner(
-        spec=job,
-        transport=transport,
+    return make_runner(
+        job,
+        transport,
         journal=journal,
-        environ={},
         events=events,
         gate=limits.gate_for(job, events, random.Random(7)),
         rng=random.Random(7),
@@ -536,13 +535,7 @@ async def test_ssh_hosts_emit_their_states_and_placements(ssh_pool: Any, tmp_pat
         emit=events.emit,
         rng=random.Random(3),
     )
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=events,
-    )
+    runner = make_runner(job, transport, events=events)
 
     async def kill_after_four() -> None:
         await four_settled.wait()

@@ -157,68 +157,60 @@ def test_ctrl_c_leaves_no_process_and_no_sandbox(
 
 
 def test_a_node_killed_mid_run_loses_its_attempts_and_every_unit_settles_once(
-    tmp_path: Path,
+    tmp_path: Path, own_ray_cluster: Any
 ) -> None:
-    from raycluster import require_ray, start
-
-    require_ray()
-    cluster = start()  # its own: this test kills a node of it
+    cluster = own_ray_cluster  # its own: this test kills a node of it
+    root = cluster.root
+    side = tmp_path / "side"
+    side.mkdir()
+    token = marker()
+    # The side effect comes after the sleep: an attempt killed with its node never
+    # does it, and a unit run to its end twice would do it twice.
+    script = f'sleep {token} & wait; echo done >> "{side}/$FANOUT_UNIT_ID"; echo ok > out.txt'
+    # Sandbox none: the side effects go outside the sandbox (bwrap's /tmp is its own).
+    job = _job(tmp_path, cluster.address, root, units=12, script=script, extra='sandbox = "none"')
+    running = subprocess.Popen(
+        [*FANOUT, "run", str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "240"},
+    )
     try:
-        root = cluster.root
-        side = tmp_path / "side"
-        side.mkdir()
-        token = marker()
-        # The side effect comes after the sleep: an attempt killed with its node never
-        # does it, and a unit run to its end twice would do it twice.
-        script = f'sleep {token} & wait; echo done >> "{side}/$FANOUT_UNIT_ID"; echo ok > out.txt'
-        # Sandbox none: the side effects go outside the sandbox (bwrap's /tmp is its own).
-        job = _job(
-            tmp_path, cluster.address, root, units=12, script=script, extra='sandbox = "none"'
-        )
-        running = subprocess.Popen(
-            [*FANOUT, "run", str(job)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "COLUMNS": "240"},
-        )
-        try:
-            deadline = time.monotonic() + 120
-            while len(_sleeping(token)) < 8:  # four on each node
-                assert time.monotonic() < deadline, "the units never started"
-                assert running.poll() is None, running.communicate()[0]
-                time.sleep(0.1)
-            cluster.kill_node(cluster.nodes[1])
-            # The head's four finish: stop their sleeps, so the rest of the run is quick.
-            time.sleep(1)
+        deadline = time.monotonic() + 120
+        while len(_sleeping(token)) < 8:  # four on each node
+            assert time.monotonic() < deadline, "the units never started"
+            assert running.poll() is None, running.communicate()[0]
+            time.sleep(0.1)
+        cluster.kill_node(cluster.nodes[1])
+        # The head's four finish: stop their sleeps, so the rest of the run is quick.
+        time.sleep(1)
+        for pid in _sleeping(token):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 240
+        while running.poll() is None:
             for pid in _sleeping(token):
                 os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 240
-            while running.poll() is None:
-                for pid in _sleeping(token):
-                    os.kill(pid, signal.SIGTERM)
-                assert time.monotonic() < deadline, "the run did not end"
-                time.sleep(0.2)
-            output = running.communicate()[0]
-        finally:
-            if running.poll() is None:
-                running.kill()
-        assert running.returncode == 0, output
-        assert "12 succeeded" in output
-        assert {p.name: p.read_text() for p in side.iterdir()} == {
-            f"u{n:02d}": "done\n" for n in range(12)
-        }
-        events = [
-            json.loads(line)
-            for line in next((tmp_path / ".fanout" / "runs").glob("*/events.jsonl"))
-            .read_text()
-            .splitlines()
-        ]
-        lost = [e for e in events if e["event"] == "attempt.finished" and e.get("status") == "lost"]
-        assert len(lost) >= 4, output
-        assert pids_with(token) == []
+            assert time.monotonic() < deadline, "the run did not end"
+            time.sleep(0.2)
+        output = running.communicate()[0]
     finally:
-        cluster.stop()
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 0, output
+    assert "12 succeeded" in output
+    assert {p.name: p.read_text() for p in side.iterdir()} == {
+        f"u{n:02d}": "done\n" for n in range(12)
+    }
+    events = [
+        json.loads(line)
+        for line in next((tmp_path / ".fanout" / "runs").glob("*/events.jsonl"))
+        .read_text()
+        .splitlines()
+    ]
+    lost = [e for e in events if e["event"] == "attempt.finished" and e.get("status") == "lost"]
+    assert len(lost) >= 4, output
+    assert pids_with(token) == []
 
 
 def test_a_node_with_another_fanout_is_refused(

@@ -18,13 +18,11 @@ import pytest
 
 from fanout import spec
 from fanout.errors import Interrupted, StateError
-from fanout.events import Events
-from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status, UnitState
 from fanout.run.job import Options, Runner
 from fanout.transports.local import LocalTransport
 
-from helpers import MINIMAL, cli, write_job
+from helpers import MINIMAL, cli, make_runner, write_job
 from procs import wait_until_gone
 
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -52,14 +50,13 @@ path.write_text("".join(l + "\n" for l in lines))
 
 def _runner(job: spec.Spec, root: Path, events: list[dict[str, object]] | None = None) -> Runner:
     root.mkdir(exist_ok=True)
-    return Runner(
-        spec=job,
-        transport=LocalTransport(
+    return make_runner(
+        job,
+        LocalTransport(
             slots=4, sandbox_kind=job.runtime.sandbox, root=root, path=os.environ["PATH"]
         ),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
         environ=dict(os.environ),
-        events=Events(events.append if events is not None else lambda e: None),
+        events=events.append if events is not None else lambda e: None,
     )
 
 
@@ -606,12 +603,7 @@ async def test_a_stop_interrupts_waiting_units_at_once_and_lets_running_attempts
         )
     )
     transport = _Scripted()
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-    )
+    runner = make_runner(job, transport)
     loop = asyncio.get_running_loop()
     begun = loop.time()
     with pytest.raises(StateError) as caught:
@@ -649,12 +641,7 @@ async def test_a_full_disk_where_a_worker_starts_blames_no_unit(tmp_path: Path) 
         raise OSError(errno.ENOSPC, "No space left on device", "/var/tmp/fanout-1-x")
 
     job = spec.load(write_job(tmp_path, MINIMAL))
-    runner = Runner(
-        spec=job,
-        transport=FakeTransport(script=full, delay=0),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-    )
+    runner = make_runner(job, FakeTransport(script=full, delay=0))
     with pytest.raises(StateError) as caught:
         await runner.execute(Options())
     (run,) = runner.journal.runs()
@@ -707,12 +694,7 @@ async def test_a_stop_from_outside_starts_nothing_new_and_lets_running_attempts_
         )
     )
     transport = _Slow()
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-    )
+    runner = make_runner(job, transport)
     loop = asyncio.get_running_loop()
     begun = loop.time()
     loop.call_later(1, runner.stop, Interrupted("the console closed"))

@@ -15,15 +15,13 @@ from markdown_it import MarkdownIt
 from fanout import spec
 from fanout.attempt.model import Attempt
 from fanout.attempt.staging import Change, ChangeState
-from fanout.events import Events
-from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.report import document as report
 from fanout.run.job import Options, Runner
 from fanout.values import safetext
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import make_runner, write_job
 
 GOLDEN = Path(__file__).parent / "data" / "report" / "hostile.md"
 
@@ -77,12 +75,10 @@ def _script(attempt: Attempt) -> AttemptResult:
 async def _hostile_run(tmp_path: Path) -> tuple[Runner, str, list[dict[str, object]]]:
     job = spec.load(write_job(tmp_path, HOSTILE_JOB))
     events: list[dict[str, object]] = []
-    runner = Runner(
-        spec=job,
-        transport=FakeTransport(script=_script),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(events.append),
+    runner = make_runner(
+        job,
+        FakeTransport(script=_script),
+        events=events.append,
         rng=random.Random(7),
         monotonic=asyncio.get_running_loop().time,
     )

@@ -24,13 +24,12 @@ from fanout.attempt.sandbox import StagedFile
 from fanout.errors import HostsUnavailable
 from fanout.events import Events
 from fanout.isolation.exposure import NOTHING, Handed
-from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.run.job import Options, Runner
 from fanout.spec import Host
 from fanout.transports.ssh import SshTransport, wire
 
-from helpers import make_attempt, write_job
+from helpers import make_attempt, make_runner, write_job
 from procs import marker, pids_with, short_marker, wait_until_gone, wait_until_present
 
 pytestmark = pytest.mark.slow
@@ -288,13 +287,7 @@ async def test_secrets_never_reach_argv_disk_or_logs(ssh_pool: Any, tmp_path: Pa
         )
     )
     transport = _transport(ssh_pool, [host])
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={"API_TOKEN": secret},
-        events=Events(),
-    )
+    runner = make_runner(job, transport, environ={"API_TOKEN": secret})
     running = asyncio.create_task(runner.execute(Options()))
     assert await asyncio.to_thread(wait_until_present, token)
     assert pids_with(secret) == []
@@ -344,13 +337,7 @@ async def test_dead_and_frozen_hosts_every_unit_succeeds_exactly_once(
         sandbox_kind="none",
         notice=lambda message: events.append({"event": "notice", "message": message}),
     )
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(events.append),
-    )
+    runner = make_runner(job, transport, events=events.append)
 
     async def sabotage() -> None:
         await _settled(events, 10)
@@ -397,12 +384,8 @@ async def test_every_host_down_stops_the_run_and_resume_finishes_it(
     events: list[dict[str, Any]] = []
 
     def runner() -> Runner:
-        return Runner(
-            spec=job,
-            transport=_transport(ssh_pool, [_host(ssh_pool, server, slots=2)]),
-            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-            environ={},
-            events=Events(events.append),
+        return make_runner(
+            job, _transport(ssh_pool, [_host(ssh_pool, server, slots=2)]), events=events.append
         )
 
     async def kill_after_three() -> None:
@@ -849,12 +832,8 @@ async def test_a_host_quarantined_before_a_resume_is_in_the_run_again_once_back(
     def runner() -> Runner:
         events = Events()
         host = _host(ssh_pool, server, sandbox_root=str(root), slots=1)
-        return Runner(
-            spec=job,
-            transport=_transport(ssh_pool, [host], sandbox_kind="none", emit=events.emit),
-            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-            environ={},
-            events=events,
+        return make_runner(
+            job, _transport(ssh_pool, [host], sandbox_kind="none", emit=events.emit), events=events
         )
 
     with pytest.raises(HostsUnavailable):

@@ -13,13 +13,11 @@ from fanout import spec
 from fanout.attempt import invocation
 from fanout.backlog.units import Unit
 from fanout.errors import JobError
-from fanout.events import Events
-from fanout.journal import Journal
-from fanout.run.job import Options, Runner
+from fanout.run.job import Options
 from fanout.spec.templates import UNIT_SHAPE, RenderError, Templates
 
 from fakes import FakeTransport
-from helpers import write_job
+from helpers import make_runner, write_job
 
 HOSTILE = "a b; rm -rf ~ $(touch pwned) `id` 'q\" \\ \n*"
 
@@ -250,14 +248,7 @@ async def test_a_template_raising_at_render_time_fails_its_unit_not_the_run(
         )
     )
     transport = FakeTransport()
-    runner = Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(lambda event: None),
-        rng=random.Random(7),
-    )
+    runner = make_runner(job, transport, events=lambda event: None, rng=random.Random(7))
     summary = await runner.execute(Options())
     assert summary.counts == {"failed": 2}
     assert transport.attempts == []

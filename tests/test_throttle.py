@@ -13,15 +13,14 @@ import pytest
 from fanout import spec
 from fanout.attempt.model import Attempt
 from fanout.events import Events
-from fanout.journal import Journal
 from fanout.outcome import Status
 from fanout.pacing import signals as throttle
 from fanout.pacing.limits import gate_for
-from fanout.run.job import Options, Runner
+from fanout.run.job import Options
 from fanout.transports.local import LocalTransport
 
 from api429 import Api, serve
-from helpers import make_attempt, write_job
+from helpers import make_attempt, make_runner, write_job
 
 
 def test_retry_after_values() -> None:
@@ -139,10 +138,9 @@ async def test_a_real_429_pauses_the_fleet_and_every_unit_completes(tmp_path: Pa
     events: list[dict[str, object]] = []
     sink = Events(events.append)
     (tmp_path / "sandboxes").mkdir()
-    runner = Runner(
-        spec=job,
-        transport=LocalTransport(slots=4, root=tmp_path / "sandboxes", path=os.environ["PATH"]),
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+    runner = make_runner(
+        job,
+        LocalTransport(slots=4, root=tmp_path / "sandboxes", path=os.environ["PATH"]),
         environ=dict(os.environ),
         events=sink,
         gate=gate_for(job, sink),

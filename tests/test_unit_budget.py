@@ -20,13 +20,11 @@ import pytest
 from fanout import spec
 from fanout.attempt.model import Attempt
 from fanout.errors import HostsUnavailable
-from fanout.events import Events
-from fanout.journal import Journal
 from fanout.outcome import ApiUsage, AttemptResult
 from fanout.run.job import Options, Runner
 
 from fakes import FakeTransport
-from helpers import cli, write_job
+from helpers import cli, make_runner, write_job
 from mockapi import MockApi, Usage
 
 KEY = "sk-ant-real-budget-7c2e9d4a1f"
@@ -362,14 +360,7 @@ def _logic_job(directory: Path) -> spec.Spec:
 
 
 def _logic_runner(job: spec.Spec, transport: FakeTransport) -> Runner:
-    return Runner(
-        spec=job,
-        transport=transport,
-        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-        environ={},
-        events=Events(lambda e: None),
-        rng=random.Random(7),
-    )
+    return make_runner(job, transport, events=lambda e: None, rng=random.Random(7))
 
 
 @pytest.mark.looptime
