@@ -164,10 +164,10 @@ def test_containment_names_what_this_machine_gives() -> None:
 def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path: Path) -> None:
     """A user namespace that maps the user to itself: the worker keeps its own uid."""
     probe = (
-        "import asyncio, pathlib, sys; from fanout import sandbox; "
+        "import asyncio, pathlib, sys; from fanout.isolation import tools as sandbox; "
         "print(sandbox.containment('none').value); "
         "print(' '.join(sandbox.pid_namespace()[1:])); "
-        "from fanout.attempt.sandbox import Place; "
+        "from fanout.isolation.place import Place; "
         "place = Place(host='local', kind='none', base='/', path='/usr/bin:/bin', "
         "namespace=sandbox.pid_namespace()); "
         "argv = sandbox.guarded(sandbox.command(place, ['sh', '-c', 'echo $$ $(id -un)'], "
@@ -176,7 +176,7 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
     )
     # The system's python: the test's own may live under root's 0700 home.
     python = shutil.which("python3", path="/usr/bin:/bin")
-    package = Path(sandbox.__file__).parents[1]
+    package = Path(sandbox.__file__).parents[2]
     if python is None:
         pytest.fail("these tests need /usr/bin/python3 for the non-root user")
     done = subprocess.run(

@@ -277,7 +277,7 @@ def _as(user: str, script: str, *args: str) -> subprocess.CompletedProcess[str]:
     python = shutil.which("python3", path="/usr/bin:/bin")
     if python is None:
         pytest.fail("these tests need /usr/bin/python3 for the non-root user")
-    package = Path(removal.__file__).parents[1]
+    package = Path(removal.__file__).parents[2]
     return subprocess.run(
         ["runuser", "-u", user, "--", "env", f"PYTHONPATH={package}", python, "-c", script, *args],
         capture_output=True,
@@ -291,7 +291,7 @@ def _as(user: str, script: str, *args: str) -> subprocess.CompletedProcess[str]:
 REMOVE = """
 import sys, time
 from pathlib import Path
-from fanout import inodes, removal
+from fanout.isolation import inodes, removal
 try:
     print(removal.dispose(Path(sys.argv[1]), Path(sys.argv[2]), deadline=time.monotonic() + 60))
 except removal.Unremovable as exc:
