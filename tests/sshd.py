@@ -35,7 +35,10 @@ def login_user() -> str:
     try:
         pwd.getpwnam(TEST_USER)
     except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/sh", TEST_USER], check=True)
+        # Parallel workers (scripts/test --fast) may race to create it: the loser's
+        # useradd fails, and the user is there all the same.
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", TEST_USER], check=False)
+        pwd.getpwnam(TEST_USER)
     # useradd locks the account ("!"), and sshd refuses locked accounts even for keys.
     subprocess.run(["usermod", "-p", "*", TEST_USER], check=True)
     return TEST_USER

@@ -25,6 +25,7 @@ from fanout.transports.local import LocalTransport
 
 from helpers import make_attempt, write_job
 from procs import marker, pids_with, wait_until_gone, wait_until_present
+from sshd import login_user
 
 KINDS = ["bwrap", "none"]
 FANOUT = [sys.executable, "-m", "fanout"]
@@ -179,8 +180,9 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
     package = Path(sandbox.__file__).parents[2]
     if python is None:
         pytest.fail("these tests need /usr/bin/python3 for the non-root user")
+    user = login_user()
     done = subprocess.run(
-        ["runuser", "-u", "fanouttest", "--", "env", f"PYTHONPATH={package}", python, "-c", probe],
+        ["runuser", "-u", user, "--", "env", f"PYTHONPATH={package}", python, "-c", probe],
         capture_output=True,
         text=True,
         cwd="/",
@@ -190,7 +192,7 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
     assert done.stdout.splitlines() == [
         "pid-namespace (unshare)",
         "--user --map-current-user --pid --fork --kill-child",
-        "2 fanouttest",
+        f"2 {user}",
     ]
 
 
@@ -231,6 +233,7 @@ def _poll(condition: Any, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_sigkilled_coordinator_takes_its_workers_children_with_it(
     tmp_path: Path, kind: str

@@ -22,6 +22,7 @@ from fanout.transports.local import LocalTransport
 
 from helpers import cli, make_attempt, write_job
 from procs import marker
+from sshd import login_user
 
 # For each path: "sees" if the worker read something there, else "nothing".
 PROBE = """
@@ -105,7 +106,7 @@ def test_a_root_worker_reads_nothing_of_fanout_other_jobs_or_other_users(
     users = outside / "alice.txt"
     users.write_text("alice's own\n")
     users.chmod(0o600)
-    fanouttest = pwd.getpwnam("fanouttest")
+    fanouttest = pwd.getpwnam(login_user())
     os.chown(users, fanouttest.pw_uid, fanouttest.pw_gid)
     # Another job ran on this machine before: its state directory holds its journal
     # and its units' logs.
