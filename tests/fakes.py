@@ -26,6 +26,8 @@ from fanout.isolation import removal
 from fanout.isolation.place import Place
 from fanout.outcome import AttemptResult, Status
 
+from procs import group_running
+
 Script = Callable[[Attempt], AttemptResult]
 
 
@@ -215,7 +217,8 @@ async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
 
 
 async def _gone(group: int, bound: float = 5.0) -> None:
-    """Until no process of the group is left: a SIGKILLed process dies when it is next
+    """Until no process of the group is left running (``procs.group_running``: a
+    zombie has ended): a SIGKILLed process dies when it is next
     scheduled, which on a loaded machine is after ``killpg`` returned (the conformance
     suite checks that nothing is left when ``run`` returns; a real transport's PID
     namespace waits for its init).  Bounded: a process that will not die shows in the
@@ -226,5 +229,7 @@ async def _gone(group: int, bound: float = 5.0) -> None:
         try:
             os.killpg(group, 0)
         except (ProcessLookupError, PermissionError):
+            return
+        if not group_running(group):
             return
         await asyncio.sleep(0.005)

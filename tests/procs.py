@@ -28,6 +28,22 @@ def pids_with(text: str) -> list[int]:
     return found
 
 
+def group_running(group: int) -> bool:
+    """Whether a process of the process group ``group`` still runs.  A killed orphan
+    stays a zombie until init reaps it, and this machine's init reaps late (seconds):
+    a zombie runs nothing, so it does not count."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
+
+
 def wait_until_gone(text: str, timeout: float = 5.0) -> list[int]:
     """PIDs still running ``text`` after waiting up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -9,6 +9,7 @@ dependency, only a later one)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -254,11 +255,17 @@ def _with_packages(target: str) -> list[str]:
     return [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A module's tree, parsed once for the four tests that walk every module."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The package modules ``name`` imports, anywhere in its source."""
     package = _package_of(name, path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_parsed(path)):
         bases: list[tuple[list[str], list[str]]] = []  # (module parts, imported names)
         if isinstance(node, ast.ImportFrom):
             module = node.module.split(".") if node.module else []
