@@ -92,6 +92,7 @@ def _run_row(tmp_path: Path) -> tuple[str, str]:
     return run_id, state
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_slow_input_command_kills_its_group_at_once(tmp_path: Path) -> None:
     pidfile = tmp_path / "input.pid"
     job, coordinator = _start_selecting(
@@ -109,6 +110,7 @@ def test_ctrl_c_during_a_slow_input_command_kills_its_group_at_once(tmp_path: Pa
     assert stderr.endswith(f"`fanout run {job} --resume` continues run {run_id}\n")
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_prompt_when_a_daemon_outside_the_group_holds_the_output_pipe(
     tmp_path: Path,
 ) -> None:

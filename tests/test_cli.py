@@ -402,6 +402,7 @@ def test_ctrl_c_and_usage_errors_keep_their_exits(
     assert not (chdir_tmp / "cache").exists()
 
 
+@pytest.mark.slow
 def test_a_stopped_run_says_its_reason_once(chdir_tmp: Path) -> None:
     ids = [f"u{n}" for n in range(1, 301)]
     ids[250] = "u12"  # record 251 repeats record 12: the selection stops the run there

@@ -380,6 +380,7 @@ async def test_home_and_tmpdir_are_inside_the_sandbox_and_never_collected(
 # --- the deadline ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # it waits out TIMEOUT
 async def test_one_deadline_covers_the_worker_and_verify(harness: Harness, tmp_path: Path) -> None:
     token = marker()
     part = f"{TIMEOUT * 0.6:g}"
@@ -508,8 +509,15 @@ ESCAPEE = (
     [
         ("exit 0", Status.SUCCEEDED, "ok", 0),
         ("exit 3", Status.FAILED, "worker exited with status 3: daemon up", 3),
-        ("sleep {token}", Status.TIMEOUT, f"timed out after {TIMEOUT:g}s", None),
-        ("sleep {token}", None, "", None),  # cancelled once both sleeps are up
+        pytest.param(
+            "sleep {token}",
+            Status.TIMEOUT,
+            f"timed out after {TIMEOUT:g}s",
+            None,
+            marks=pytest.mark.slow,  # it waits out TIMEOUT
+            id="timeout",
+        ),
+        pytest.param("sleep {token}", None, "", None, id="cancel"),  # once both sleeps are up
     ],
     ids=["success", "failure", "timeout", "cancel"],
 )

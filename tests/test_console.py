@@ -93,6 +93,7 @@ def _assert_drained_then_resumed(tmp_path: Path, job: Path, done: Path) -> None:
     assert sorted(done.read_text().split()) == [f"u{n:03d}" for n in range(UNITS)]
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_drains_the_run_and_resume_finishes_it(tmp_path: Path) -> None:
     """``fanout run job.toml 2>&1 | head -3``, with a real pipe."""
     job, done = _job(tmp_path)
@@ -113,6 +114,7 @@ def test_a_closed_pipe_drains_the_run_and_resume_finishes_it(tmp_path: Path) -> 
     _assert_drained_then_resumed(tmp_path, job, done)
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_drains_the_live_display_s_run(tmp_path: Path) -> None:
     """The live display on a terminal whose other side closed: writes fail with EIO,
     from the main thread and from rich's refresh thread alike."""

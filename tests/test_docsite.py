@@ -171,6 +171,7 @@ def _mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
     done = _mkdocs(REPO / "mkdocs.yml", tmp_path / "site")
     assert done.returncode == 0, done.stderr
@@ -178,6 +179,7 @@ def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
         assert (tmp_path / "site" / page).is_file()
 
 
+@pytest.mark.slow
 def test_a_broken_link_between_pages_fails_the_build(tmp_path: Path) -> None:
     shutil.copy(REPO / "mkdocs.yml", tmp_path)
     shutil.copytree(DOCS, tmp_path / "docs")

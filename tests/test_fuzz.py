@@ -618,36 +618,42 @@ def _load_and_plan(workspace: Path, case: Case) -> None:
     assert "Traceback" not in refused
 
 
+@pytest.mark.slow
 @fuzz(140)
 @given(case=unknown_keys())
 def test_unknown_keys_at_every_depth(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(160)
 @given(case=wrong_types())
 def test_wrong_types_anywhere(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(140)
 @given(case=hostile_values())
 def test_huge_numbers_unicode_and_deep_nesting(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(120)
 @given(case=bad_globs())
 def test_bad_globs(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(140)
 @given(case=bad_schedules())
 def test_durations_cron_and_time_zones(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(160)
 @given(case=templates())
 def test_templates_that_fail_to_check_or_to_render(workspace: Path, case: Case) -> None:
@@ -660,12 +666,14 @@ def test_input_sources(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(200)
 @given(case=broken_toml())
 def test_broken_toml(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
 
 
+@pytest.mark.slow
 @fuzz(80)
 @given(case=st.one_of(wrong_types(), hostile_values(), broken_toml(), templates()))
 def test_fanout_validate_exits_0_or_2_with_located_lines(workspace: Path, case: Case) -> None:
@@ -689,7 +697,9 @@ def test_the_base_job_is_valid_in_every_layout(workspace: Path) -> None:
         assert where[("task", "timeout")] == text.split("\n").index('timeout = "10m"') + 1
 
 
+@pytest.mark.slow  # with the properties it counts, most of which are slow
 def test_at_least_1000_job_files_were_generated() -> None:
-    # Runs last (file order): the properties above must have produced the figure.
+    # Runs last (file order, in one process: the full suite, not --fast's workers): the
+    # properties above must have produced the figure.
     print(f"{len(GENERATED)} job files generated")
     assert len(GENERATED) >= 1000, len(GENERATED)

@@ -221,6 +221,7 @@ async def test_usage_and_cost_equal_the_upstreams_tally() -> None:
         assert total.cost_usd == pytest.approx(3 * each)
 
 
+@pytest.mark.slow
 async def test_a_429_with_retry_after_is_absorbed() -> None:
     async with rig() as r:
         r.mock.script(Fault.RATE_LIMIT, retry_after=1.5)
@@ -258,6 +259,7 @@ async def test_a_529_without_retry_after_waits_the_backoff() -> None:
         assert [e["pause"] for e in r.events if e["event"] == "api.throttled"] == [1.0]
 
 
+@pytest.mark.slow
 async def test_four_requests_throttled_by_one_burst_share_one_pause_then_go_paced() -> None:
     async with rig() as r:
         r.mock.script(Fault.RATE_LIMIT, times=4, retry_after=0.5)
@@ -470,6 +472,7 @@ async def test_a_worker_that_hangs_up_while_queued_leaves_the_queue() -> None:
         assert len(r.mock.posts()) == 2
 
 
+@pytest.mark.slow
 async def test_the_upstreams_remaining_zero_holds_the_next_request_until_its_reset() -> None:
     # The mock allows 1 request a second and says so (remaining 0, reset in RFC 3339):
     # the gateway waits for the reset instead of meeting the mock's 429.
@@ -603,6 +606,7 @@ async def test_a_stream_the_upstream_cuts_reaches_the_worker_cut() -> None:
         assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 12, 1)
 
 
+@pytest.mark.slow
 async def test_concurrent_workers_never_put_more_than_the_limit_in_any_window() -> None:
     # The mock enforces the same limit: one request too many would meet its 429.
     config = MockConfig(require_key=KEY, limit=2, window=1.0)

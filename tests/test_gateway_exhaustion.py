@@ -152,6 +152,7 @@ def closed_by_peer(conn: socket.socket) -> bool:
         raise
 
 
+@pytest.mark.slow
 def test_2000_slowloris_connections_hold_a_quarter_of_the_files_and_requests_get_in(
     gateway_process: Callable[[float], Proc], many_files: None
 ) -> None:
@@ -214,6 +215,7 @@ def test_2000_slowloris_connections_hold_a_quarter_of_the_files_and_requests_get
     assert proc.notices() == [said, f"{said} (1744 more like it since)"]
 
 
+@pytest.mark.slow
 def test_a_slowloris_connection_is_closed_after_the_idle_timeout(
     gateway_process: Callable[[float], Proc],
 ) -> None:
@@ -250,6 +252,7 @@ def send_body(port: int, token: str, size: int, *, declared: bool) -> bytes:
         return b"".join(iter(lambda: conn.recv(65536), b""))
 
 
+@pytest.mark.slow
 def test_8_bodies_of_60_mb_at_once_are_refused_with_413_and_memory_stays_bounded(
     gateway_process: Callable[[float], Proc],
 ) -> None:

@@ -112,6 +112,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_a_crash_right_after_a_unit_s_attempt_settled_does_not_run_it_again(
     tmp_path: Path,
 ) -> None:

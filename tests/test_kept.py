@@ -243,6 +243,7 @@ async def test_what_the_gateway_learned_is_kept_and_recorded_as_api_rows(tmp_pat
     ]
 
 
+@pytest.mark.slow
 def test_a_real_run_keeps_its_ceiling_and_status_plan_and_the_next_run_show_it(
     chdir_tmp: Path,
 ) -> None:

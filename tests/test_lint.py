@@ -137,6 +137,7 @@ def _shape(parsed: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return shape
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LINTERS))
 def test_the_real_linter_still_prints_what_the_parse_expects(name: str, tmp_path: Path) -> None:
     tool = _needs(name)
@@ -271,6 +272,7 @@ def test_a_finding_is_yielded_as_soon_as_the_next_one_starts() -> None:
     assert next(stream)[0]["message"] == "B"
 
 
+@pytest.mark.slow
 def test_pylint_exit_status_names_the_okexitcodes_line_that_accepts_it(tmp_path: Path) -> None:
     pylint = _tool("pylint")
     if pylint is None:

@@ -522,6 +522,7 @@ sandbox = "{kind}"
 """
 
 
+@pytest.mark.slow
 def test_no_run_is_blocked_by_a_sandbox_another_unit_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -609,6 +610,7 @@ apply = true
 """
 
 
+@pytest.mark.slow
 def test_a_deep_tree_is_collected_applied_staged_and_collected_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

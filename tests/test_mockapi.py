@@ -314,6 +314,7 @@ def test_head_answers_200_without_a_key(mock_api: MockApi) -> None:
     assert mock_api.posts() == []
 
 
+@pytest.mark.slow
 def test_the_openai_sdk_worker_reads_the_mocks_stream(mock_api: MockApi, tmp_path: Path) -> None:
     mock_api.configure(usage=Usage(input_tokens=9, output_tokens=4))
     worker = Path(__file__).parent / "workers" / "openai_worker.py"

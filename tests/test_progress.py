@@ -454,6 +454,7 @@ def _run_lines(lines: list[str]) -> list[str]:
     return [re.sub(r"run \d{8}T\d{6}-[0-9a-f]{4}", "run R", line) for line in lines]
 
 
+@pytest.mark.slow
 @pytest.mark.looptime
 async def test_a_streaming_run_counts_what_is_selected_so_far_and_names_the_pace(
     tmp_path: Path,
@@ -633,6 +634,7 @@ def test_the_live_display_moves_on_while_no_event_comes() -> None:
     assert "1 running  9 queued  0 failed  paced by 4 slot(s)  [api paused 1m 15s]" in shown
 
 
+@pytest.mark.slow
 def test_a_run_an_apis_window_paces_names_the_window_not_the_slots(
     mock_api: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

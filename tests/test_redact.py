@@ -9,6 +9,7 @@ import itertools
 import re
 import secrets as random_secrets
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,7 @@ def test_a_secret_and_a_token_overlapping_resolve_leftmost_longest() -> None:
 _ALPHABET = "fanout-ke_A \n"
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     secrets=st.lists(st.text("AB-_ \n", min_size=1, max_size=10), max_size=2),

@@ -67,6 +67,7 @@ def _descriptors(more: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.slow
 def test_a_tree_of_any_depth_is_removed_with_four_descriptors(tmp_path: Path) -> None:
     """2,100 levels: beyond Python's recursion limit (shutil.rmtree stopped at 1,000)
     and beyond PATH_MAX, and one descriptor per level would pass the limit here."""
@@ -120,6 +121,7 @@ def _sweep(top: Path, start: threading.Barrier, failures: list[BaseException]) -
         failures.append(exc)
 
 
+@pytest.mark.slow
 def test_two_removals_of_one_tree_at_once_both_end_well(tmp_path: Path) -> None:
     """Two runs that start together sweep the same leftovers: whatever one finds gone,
     the other removed, and neither says the tree cannot be removed."""

@@ -441,6 +441,7 @@ def _tail(err: str, lines: int) -> list[str]:
     return err.rstrip("\n").split("\n")[-lines:]
 
 
+@pytest.mark.slow
 def test_a_duplicate_id_mid_backlog_stops_the_run_and_the_next_run_continues(
     chdir_tmp: Path,
 ) -> None:
@@ -485,6 +486,7 @@ def test_a_duplicate_id_mid_backlog_stops_the_run_and_the_next_run_continues(
     assert len(done) == 300
 
 
+@pytest.mark.slow
 def test_an_input_command_that_fails_mid_stream_stops_the_run_with_exit_4(
     chdir_tmp: Path,
 ) -> None:

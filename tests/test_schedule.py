@@ -343,6 +343,7 @@ time.sleep(1.5)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.looptime(False)
 def test_two_processes_racing_for_a_job_lock(tmp_path: Path, repo: Path) -> None:
     code = LOCKER.format(runner=str(repo / "runner"), state=str(tmp_path))
@@ -372,6 +373,7 @@ async def test_skip_names_the_holder_and_queue_waits(tmp_path: Path) -> None:
     await asyncio.wait_for(waiter, 5)
 
 
+@pytest.mark.slow
 @pytest.mark.looptime(False)
 def test_schedule_command_logs_and_stops_on_sigterm(tmp_path: Path) -> None:
     job = _job(tmp_path, 'schedule = "0 3 * * *"')

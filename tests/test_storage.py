@@ -87,6 +87,7 @@ def _wait(condition: object, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_mid_run_stops_it_with_exit_5_and_the_next_run_continues(
     tmp_path: Path, small_disk: Path
 ) -> None:

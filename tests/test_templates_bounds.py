@@ -141,6 +141,7 @@ def test_text_a_block_collects_counts_as_it_is_written(tmp_path: Path) -> None:
     assert str(caught.value) == SIZE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "source",
     [

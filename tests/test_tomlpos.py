@@ -95,6 +95,7 @@ def _leaves(value: Any, path: KeyPath = ()) -> list[tuple[KeyPath, Any]]:
     return [(path, value)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(_keys, _values, min_size=1, max_size=4))
 def test_every_scalar_is_found_where_its_text_starts(document: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ def test_gitignore_false_and_no_git_repository_walk_the_tree(tmp_path: Path) -> 
     assert _ids(_job(tmp_path, 'files = ["**/*.py"]')) == ["gen/d.py"]
 
 
+@pytest.mark.slow
 def test_a_workspace_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> None:
     """Outside a git repository the workspace is walked; os.walk recurses on Python 3.11,
     so a tree 1,200 deep (a worker's write-back can make one) stopped the selection
@@ -271,6 +272,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_jsonl_selection_streams_before_the_file_is_complete(tmp_path: Path) -> None:
     """The first unit is known after one line: the rest of the FIFO is not even written yet."""
     fifo = tmp_path / "records.jsonl"
@@ -414,6 +416,7 @@ def test_plan_counts_what_where_dropped_and_refuses_an_absolute_stage_path(
     assert "  stage    bad.js\n" in result.out
 
 
+@pytest.mark.slow
 def test_where_failing_mid_backlog_stops_the_run_resumably(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
