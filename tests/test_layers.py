@@ -186,7 +186,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("round", ("run.round",)),
     ("selection of a round", ("run.selection",)),
-    ("dispatch", ("run.spending", "run.dispatch")),
+    ("dispatch", ("run.preparing", "run.spending", "run.dispatch")),
     (
         "report",
         (

@@ -217,83 +217,123 @@ def write(journal: Journal, run_id: str, directory: Path) -> Path:
 
 
 def render_markdown(data: dict[str, Any]) -> str:
-    """The report as markdown for a pull request comment.  Everything that came from a
-    unit or a worker (ids, reasons, paths, output, notes) goes through ``safetext``, so
-    none of it can add markup, HTML or control characters of its own."""
-    md, code = safetext.for_markdown, safetext.code
+    """The report as markdown for a pull request comment, section by section.  Everything
+    that came from a unit or a worker (ids, reasons, paths, output, notes) goes through
+    ``safetext``, so none of it can add markup, HTML or control characters of its own."""
+    lines = [
+        *_headline(data),
+        *_times(data),
+        *_agent_outcomes(data),
+        *_rounds(data),
+        *_limit_lines(data["limits"]),
+        *compute.markdown(data["compute"]),
+        *accounting.markdown(data.get("apis", [])),
+        *fleet.markdown(data.get("hosts", [])),
+        *_changed_files(data),
+        *_failures(data),
+        *_units(data),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _headline(data: dict[str, Any]) -> list[str]:
+    """The title, the units by state, the run's state and its note."""
+    md = safetext.for_markdown
     totals = data["totals"]
-    units_total = sum(totals.values())
-    lines = [f"## fanout: {md(data['job'])} (run {code(data['run'])})", ""]
-    summary = ", ".join(f"{count} {md(state)}" for state, count in totals.items()) or "no units"
-    lines.append(f"**{units_total} unit(s)**: {summary}. Run {md(data['state'])}.")
+    states = ", ".join(f"{count} {md(state)}" for state, count in totals.items()) or "no units"
+    lines = [
+        f"## fanout: {md(data['job'])} (run {safetext.code(data['run'])})",
+        "",
+        f"**{sum(totals.values())} unit(s)**: {states}. Run {md(data['state'])}.",
+    ]
     if data["note"]:
         lines.append(f"_{md(data['note'])}_")
-    lines.append("")
+    return [*lines, ""]
+
+
+def _times(data: dict[str, Any]) -> list[str]:
+    """Wall time against summed worker time, the speed-up, the rounds and the attempts."""
     wall, worker = data["wallSeconds"], data["workerSeconds"]
     speedup = f"{data['speedup']:.1f}x" if data["speedup"] else "n/a"
-    attempts = ", ".join(f"{n} {md(s)}" for s, n in data["attempts"].items())
-    lines += [
+    attempts = ", ".join(f"{n} {safetext.for_markdown(s)}" for s, n in data["attempts"].items())
+    return [
         "| wall time | worker time | speed-up | rounds | attempts |",
         "| ---: | ---: | ---: | ---: | --- |",
         f"| {format_duration(wall)} | {format_duration(worker)} | {speedup} "
         f"| {len(data['rounds'])} | {attempts} |",
         "",
     ]
-    if data.get("agentOutcomes"):
-        said = ", ".join(f"{n} {md(kind)}" for kind, n in data["agentOutcomes"].items())
-        lines += [f"Agent attempts, as the agent reported them: {said}.", ""]
-    if data["rounds"]:
-        lines.append(
-            "Rounds: "
-            + "; ".join(
-                f"{r['round']}: {r['units']} unit(s) from {r['records']} record(s)"
-                for r in data["rounds"]
-            )
-        )
-        lines.append("")
-    lines += _limit_lines(data["limits"])
-    lines += compute.markdown(data["compute"])
-    lines += accounting.markdown(data.get("apis", []))
-    lines += fleet.markdown(data.get("hosts", []))
+
+
+def _agent_outcomes(data: dict[str, Any]) -> list[str]:
+    if not data.get("agentOutcomes"):
+        return []
+    md = safetext.for_markdown
+    said = ", ".join(f"{n} {md(kind)}" for kind, n in data["agentOutcomes"].items())
+    return [f"Agent attempts, as the agent reported them: {said}.", ""]
+
+
+def _rounds(data: dict[str, Any]) -> list[str]:
+    if not data["rounds"]:
+        return []
+    rounds = "; ".join(
+        f"{r['round']}: {r['units']} unit(s) from {r['records']} record(s)" for r in data["rounds"]
+    )
+    return [f"Rounds: {rounds}", ""]
+
+
+def _changed_files(data: dict[str, Any]) -> list[str]:
+    """The files each shown unit changed, with their diffstat."""
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
-    if changed:
-        lines += [
-            "### Changed files",
-            "",
-            "| file | unit | round | +/- | state |",
-            "| --- | --- | ---: | ---: | --- |",
-        ]
-        for unit, change in changed:
-            lines.append(
-                f"| {code(change['path'])} | {code(unit['unit'])} | {unit['round']} | "
-                f"+{change['added']} -{change['removed']} | {md(change['state'])} |"
-            )
-        _more(
-            lines, data.get("changedCount", 0), len({(u["round"], u["unit"]) for u, _ in changed})
+    if not changed:
+        return []
+    code = safetext.code
+    lines = [
+        "### Changed files",
+        "",
+        "| file | unit | round | +/- | state |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for unit, change in changed:
+        lines.append(
+            f"| {code(change['path'])} | {code(unit['unit'])} | {unit['round']} | "
+            f"+{change['added']} -{change['removed']} | {safetext.for_markdown(change['state'])} |"
         )
-        lines.append("")
+    _more(lines, data.get("changedCount", 0), len({(u["round"], u["unit"]) for u, _ in changed}))
+    return [*lines, ""]
+
+
+def _failures(data: dict[str, Any]) -> list[str]:
+    """The failed units a human has to look at, each with the end of its output."""
     failures = [
         u for u in data["units"] if u["state"] == UnitState.FAILED and u["unit"] in data["failed"]
     ]
-    if failures:
-        lines += ["### Failed: needs a human", ""]
-        html = safetext.for_html
-        for unit in failures:
-            # A raw HTML block up to the blank line: entities only, markdown is not read.
-            lines.append(
-                f"<details><summary><code>{html(unit['unit'])}</code>: {html(unit['reason'])}"
-                f" (rung {html(unit['rung'])}, {unit['attempts']} attempt(s))</summary>"
-            )
-            lines += [
-                "",
-                safetext.code_fence(unit.get("outputTail", "").rstrip()[-3000:]),
-                "</details>",
-                "",
-            ]
-        _more(lines, data.get("failedCount", 0), len({u["unit"] for u in failures}))
+    if not failures:
+        return []
+    html = safetext.for_html
+    lines = ["### Failed: needs a human", ""]
+    for unit in failures:
+        # A raw HTML block up to the blank line: entities only, markdown is not read.
+        lines.append(
+            f"<details><summary><code>{html(unit['unit'])}</code>: {html(unit['reason'])}"
+            f" (rung {html(unit['rung'])}, {unit['attempts']} attempt(s))</summary>"
+        )
+        lines += [
+            "",
+            safetext.code_fence(unit.get("outputTail", "").rstrip()[-3000:]),
+            "</details>",
+            "",
+        ]
+    _more(lines, data.get("failedCount", 0), len({u["unit"] for u in failures}))
+    return lines
+
+
+def _units(data: dict[str, Any]) -> list[str]:
+    """The first SHOWN_UNITS units, with their usage where the run called APIs."""
+    md, code = safetext.for_markdown, safetext.code
     with_usage = bool(data.get("apis"))
     head, rule = accounting.unit_columns() if with_usage else ("", "")
-    lines += [
+    lines = [
         "### Units",
         "",
         "| unit | round | state | rung | attempts | time |" + head,
@@ -309,7 +349,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     total = data.get("unitCount", len(data["units"]))
     if total > SHOWN_UNITS:
         lines.append(f"\n{total - SHOWN_UNITS} more unit(s) in report.json.")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _limit_lines(found: dict[str, dict[str, Any]]) -> list[str]:

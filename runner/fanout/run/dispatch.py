@@ -31,17 +31,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..agents.taxonomy import Kind
-from ..attempt import invocation, staging
-from ..attempt.collecting import Collect, PathRefused
 from ..attempt.model import Attempt
 from ..backlog.units import Unit
 from ..errors import FanoutError, Parked, SpendStopped, storage_error, storage_problem
 from ..isolation import removal
 from ..outcome import AttemptResult, Outcome, Status, UnitState
 from ..pacing.slots import Lane, Slots
-from ..spec import presets
-from ..spec.templates import RenderError, render_off_loop
-from . import ladder, spending
+from . import ladder, preparing, spending
 from .ladder import Progress
 from .round import Round
 
@@ -167,17 +163,13 @@ def _exhausted(ctx: Round, unit: Unit, progress: Progress) -> Outcome | None:
 
 
 async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Outcome:
-    spec = ctx.spec
-    rungs = spec.retry.ladder
-    folder = staging.unit_folder_name(unit.id)
-    collect_dir = ctx.run_dir / "units" / folder
+    """The unit's attempts, one after another up the retry ladder, until one of them (or
+    the ladder, or the unit's budget) decides its fate."""
+    rungs = ctx.spec.retry.ladder
     loop = asyncio.get_running_loop()
     lane = Lane.FRESH
     while True:
-        failed = _exhausted(ctx, unit, progress)
-        if failed is None and (spent := spending.budget_spent(ctx, unit)) is not None:
-            # Resumed (or selected again in a later round) with its budget gone.
-            failed = _outcome(ctx, unit, progress, UnitState.FAILED, spent)
+        failed = _failed_before_attempt(ctx, unit, progress)
         if failed is not None:  # resumed with nothing left (killed before it settled)
             if ctx.journal.unit_settled(ctx.run_id, failed):
                 _settled(ctx, failed)
@@ -187,107 +179,14 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         rung = rungs[progress.rung]
         number = progress.attempts + 1
         progress = replace(progress, attempts=number)
-        staged_hashes: dict[str, str] = {}
-        try:
-            # Off the event loop, bounded (templates.bounds): a prompt's long loop runs
-            # in a worker thread while the gateway and the other units go on.
-            task = await render_off_loop(
-                functools.partial(
-                    invocation.render,
-                    spec,
-                    unit,
-                    rung_index=progress.rung,
-                    attempt=number,
-                    round_number=ctx.number,
-                    last=progress.last or invocation.NO_LAST_ATTEMPT,
-                    trigger=ctx.trigger,
-                )
-            )
-            staged = staging.stage(spec.runtime.workspace, task.stage)
-            staged_hashes = staging.staged_hashes(staged)
-            collect = Collect.compile(task.collect)
-        except (RenderError, PathRefused) as exc:
-            reason = f"template: {exc}" if isinstance(exc, RenderError) else str(exc)
-            ctx.journal.attempt_dispatched(ctx.run_id, ctx.number, unit.id, number, rung.name)
-            result = AttemptResult(status=Status.FAILED, reason=reason)
-        else:
-            attempt = Attempt(
-                run_id=ctx.run_id,
-                unit_id=unit.id,
-                round=ctx.number,
-                number=number,
-                invocation=task,
-                staged=staged,
-                collect=collect,
-                collect_dir=collect_dir,
-                log_path=ctx.run_dir / "logs" / folder / f"r{ctx.number}-a{number}.log",
-                log_limit=spec.runtime.log_limit,
-                tail_limit=spec.runtime.output_tail,
-                network=spec.runtime.network,
-                throttle_patterns=spec.task.throttle_patterns,
-                secrets=ctx.secrets,
-                keys=ctx.keys,
-                agent=spec.task.agent,
-                longest_pause=spec.retry.throttle.max,
-                agent_api=presets.api_of(spec.task.agent, ((a.name, a.style) for a in spec.apis)),
-            )
-            result = await _attempt(ctx, attempt, slot, lane)
-        # The unit's budget spent (its usage is journaled by now): whatever else the
-        # attempt came to, the unit fails at once, with no further attempt or rung,
-        # since each would only spend more.  A success stays one: its work is done and
-        # verified, and failing it would throw away what the money bought.
-        spent = spending.budget_spent(ctx, unit) if result.status is not Status.SUCCEEDED else None
-        if spent is not None:
-            result = replace(result, status=Status.FAILED, reason=spent)
+        result, staged_hashes = await _prepared_and_run(ctx, unit, progress, slot, lane)
+        result, spent = _held_to_budget(ctx, unit, result)
         progress = ladder.advance(progress, rungs, result, loop.time())
         lane = Lane.BACK if result.status is Status.THROTTLED else Lane.FRESH
-        # An attempt that decides the unit's fate settles the unit in the same
-        # transaction: a crash cannot leave a succeeded attempt beside an unsettled unit.
-        final: Outcome | None
-        if result.status is Status.SUCCEEDED:
-            final = _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung.name)
-        elif spent is not None:
-            final = _outcome(ctx, unit, progress, UnitState.FAILED, spent, result, rung.name)
-        else:
-            final = _exhausted(ctx, unit, progress)
-        accepted = ctx.journal.attempt_settled(
-            ctx.run_id,
-            ctx.number,
-            unit.id,
-            number,
-            result,
-            rung=progress.rung,
-            rung_attempts=progress.rung_attempts,
-            failures=progress.failures,
-            last=progress.last,
-            staged=staged_hashes if result.status is Status.SUCCEEDED else None,
-            outcome=final,
-        )
-        if result.storage_error:
-            ctx.stop(storage_error(spec.runtime.state_dir, result.storage_error))
-        if result.halt:  # the agent's account: out of money, or parked until a reset
-            ctx.stop(
-                SpendStopped(result.halt)
-                if result.kind == Kind.SPEND_CAP
-                else Parked(result.halt, resume_at=result.resume_at)
-            )
-        if ctx.journal.storage_error is not None:  # the journal used its reserve
-            ctx.stop(ctx.journal.storage_error)
-        usage: dict[str, object] = {"kind": result.kind} if result.kind else {}
-        if result.usage:
-            usage["usage"] = [u.as_dict() for u in result.usage]
-        ctx.events.emit(
-            "attempt.finished",
-            round=ctx.number,
-            unit=unit.id,
-            attempt=number,
-            rung=rung.name,
-            status=str(result.status),
-            reason=result.reason,
-            duration=round(result.duration, 3),
-            host=result.host,
-            **usage,
-        )
+        final = _fate(ctx, unit, progress, result, spent, rung.name)
+        accepted = _settle_attempt(ctx, unit, number, result, progress, staged_hashes, final)
+        _stop_for(ctx, result)
+        _finished(ctx, unit, number, rung.name, result)
         if final is not None:
             if accepted:
                 _settled(ctx, final)
@@ -295,7 +194,120 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         if ctx.stopped is not None:
             raise _Stopped
         if result.status.climbs_ladder:
-            await ctx.sleep(ladder.backoff_delay(progress.failures, spec.retry.backoff, ctx.rng))
+            await ctx.sleep(
+                ladder.backoff_delay(progress.failures, ctx.spec.retry.backoff, ctx.rng)
+            )
+
+
+def _failed_before_attempt(ctx: Round, unit: Unit, progress: Progress) -> Outcome | None:
+    """The unit's failed outcome if it may not have another attempt: the ladder has
+    nothing left for it, or its budget is spent."""
+    failed = _exhausted(ctx, unit, progress)
+    if failed is None and (spent := spending.budget_spent(ctx, unit)) is not None:
+        # Resumed (or selected again in a later round) with its budget gone.
+        failed = _outcome(ctx, unit, progress, UnitState.FAILED, spent)
+    return failed
+
+
+async def _prepared_and_run(
+    ctx: Round, unit: Unit, progress: Progress, slot: _Slot, lane: Lane
+) -> tuple[AttemptResult, dict[str, str]]:
+    """The result of the unit's next attempt, and the hashes of the files staged for it.
+    An attempt that cannot be prepared is journaled as dispatched and fails unrun."""
+    prepared = await preparing.prepare(ctx, unit, progress)
+    if isinstance(prepared, preparing.Unprepared):
+        rung = ctx.spec.retry.ladder[progress.rung].name
+        ctx.journal.attempt_dispatched(ctx.run_id, ctx.number, unit.id, progress.attempts, rung)
+        return AttemptResult(status=Status.FAILED, reason=prepared.reason), {}
+    return await _attempt(ctx, prepared.attempt, slot, lane), prepared.staged_hashes
+
+
+def _held_to_budget(
+    ctx: Round, unit: Unit, result: AttemptResult
+) -> tuple[AttemptResult, str | None]:
+    """The result, failed if the unit's budget is spent by now (its usage is journaled),
+    and why: whatever else the attempt came to, the unit fails at once, with no further
+    attempt or rung, since each would only spend more.  A success stays one: its work is
+    done and verified, and failing it would throw away what the money bought."""
+    spent = spending.budget_spent(ctx, unit) if result.status is not Status.SUCCEEDED else None
+    if spent is not None:
+        result = replace(result, status=Status.FAILED, reason=spent)
+    return result, spent
+
+
+def _fate(
+    ctx: Round,
+    unit: Unit,
+    progress: Progress,
+    result: AttemptResult,
+    spent: str | None,
+    rung: str,
+) -> Outcome | None:
+    """The unit's outcome if this attempt decides it.  It is settled in the attempt's own
+    transaction: a crash cannot leave a succeeded attempt beside an unsettled unit."""
+    if result.status is Status.SUCCEEDED:
+        return _outcome(ctx, unit, progress, UnitState.SUCCEEDED, "ok", result, rung)
+    if spent is not None:
+        return _outcome(ctx, unit, progress, UnitState.FAILED, spent, result, rung)
+    return _exhausted(ctx, unit, progress)
+
+
+def _settle_attempt(
+    ctx: Round,
+    unit: Unit,
+    number: int,
+    result: AttemptResult,
+    progress: Progress,
+    staged_hashes: dict[str, str],
+    final: Outcome | None,
+) -> bool:
+    """Journal the attempt's end, the ladder's progress, and the unit's fate if ``final``
+    decides it.  False if the attempt or the unit had been settled (or interrupted)."""
+    return ctx.journal.attempt_settled(
+        ctx.run_id,
+        ctx.number,
+        unit.id,
+        number,
+        result,
+        rung=progress.rung,
+        rung_attempts=progress.rung_attempts,
+        failures=progress.failures,
+        last=progress.last,
+        staged=staged_hashes if result.status is Status.SUCCEEDED else None,
+        outcome=final,
+    )
+
+
+def _stop_for(ctx: Round, result: AttemptResult) -> None:
+    """Stop the round if the attempt's result, or the journal recording it, says so."""
+    if result.storage_error:
+        ctx.stop(storage_error(ctx.spec.runtime.state_dir, result.storage_error))
+    if result.halt:  # the agent's account: out of money, or parked until a reset
+        ctx.stop(
+            SpendStopped(result.halt)
+            if result.kind == Kind.SPEND_CAP
+            else Parked(result.halt, resume_at=result.resume_at)
+        )
+    if ctx.journal.storage_error is not None:  # the journal used its reserve
+        ctx.stop(ctx.journal.storage_error)
+
+
+def _finished(ctx: Round, unit: Unit, number: int, rung: str, result: AttemptResult) -> None:
+    usage: dict[str, object] = {"kind": result.kind} if result.kind else {}
+    if result.usage:
+        usage["usage"] = [u.as_dict() for u in result.usage]
+    ctx.events.emit(
+        "attempt.finished",
+        round=ctx.number,
+        unit=unit.id,
+        attempt=number,
+        rung=rung,
+        status=str(result.status),
+        reason=result.reason,
+        duration=round(result.duration, 3),
+        host=result.host,
+        **usage,
+    )
 
 
 def _clear(folder: Path) -> None:

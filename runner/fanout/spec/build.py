@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -53,184 +53,122 @@ def build(
     hosts_file: Path | None,
     positions: Positions,
 ) -> Spec:
-    def tpl(source: str, key: KeyPath = ()) -> Template:
-        """The compiled template, knowing where it is, so a render error is located."""
-        compiled = templates.compile(source)
-        if not key or compiled.compiled is None:
-            return compiled
-        line, col = positions.value(key)
-        return compiled.located(key_name(key), (str(path), line, col))
-
-    def expression(source: str, key: KeyPath) -> Expression:
-        compiled = templates.compile_expression(source)
-        line, col = positions.value(key)
-        return compiled.located(key_name(key), (str(path), line, col))
-
-    def argv(values: list[str] | None, key: KeyPath) -> tuple[Template, ...]:
-        return tuple(tpl(v, (*key, n)) for n, v in enumerate(values or ()))
-
-    def env(values: Mapping[str, str] | None, key: KeyPath) -> Mapping[str, Template]:
-        return MappingProxyType({k: tpl(v, (*key, k)) for k, v in (values or {}).items()})
-
+    """The Spec of a validated job document, one step for each table of the job file."""
+    located = _LocatedTemplates(templates=templates, positions=positions, path=path)
     doc = with_defaults(written)
-    raw_inputs = doc["inputs"]
-    inputs = Inputs(
-        files=tuple(raw_inputs.get("files", ())),
-        exclude=tuple(raw_inputs.get("exclude", ())),
-        gitignore=raw_inputs["gitignore"],
-        jsonl=raw_inputs.get("jsonl"),
-        csv=raw_inputs.get("csv"),
-        json=raw_inputs.get("json"),
-        items=tuple(freeze(item) for item in raw_inputs.get("items", ())),
-        command=argv(raw_inputs.get("command"), ("inputs", "command")),
-        format=raw_inputs.get("format"),
-        pointer=raw_inputs["pointer"],
-        ok_exit_codes=tuple(raw_inputs["okExitCodes"]),
-        timeout=parse_duration(raw_inputs["timeout"]),
-    )
-    raw_units = doc["units"]
-    units = Units(
-        where=expression(raw_units["where"], ("units", "where")) if "where" in raw_units else None,
-        group_by=raw_units.get("groupBy"),
-        id=tpl(raw_units["id"]) if "id" in raw_units else None,
-        limit=raw_units.get("limit"),
-        stage=argv(raw_units.get("stage"), ("units", "stage")),
-        collect=argv(raw_units.get("collect"), ("units", "collect")),
-    )
+    inputs = _inputs(doc["inputs"], located)
+    units = _units(doc["units"], located)
+    # Before the task: an agent preset's environment depends on the APIs it speaks to.
     apis = tuple(api_from(raw) for raw in doc.get("apis", ()))
-    raw_task = doc["task"]
-    agent = raw_task.get("agent")
-    args = argv(raw_task.get("args"), ("task", "args"))
-    command = argv(raw_task.get("command"), ("task", "command"))
-    task_env = env(raw_task.get("env"), ("task", "env"))
-    from_agent: frozenset[str] = frozenset()
-    if agent is not None:
-        preset_env = _agent_environment(agent, apis)
-        filled = {name: tpl(value) for name, value in preset_env.items() if name not in task_env}
-        from_agent = frozenset(filled) | (frozenset() if command else {"command"})
-        if not command:
-            command = tuple(tpl(part) for part in presets.PRESETS[agent].argv) + args
-        # The preset's variables first, in its order, then the job's (which win).
-        task_env = MappingProxyType({**filled, **task_env})
-    task = Task(
-        agent=agent,
-        args=args,
-        prompt=tpl(raw_task["prompt"], ("task", "prompt")) if "prompt" in raw_task else None,
-        command=command,
-        verify=argv(raw_task.get("verify"), ("task", "verify")),
-        timeout=parse_duration(raw_task["timeout"]),
-        memory=parse_size(raw_task["memory"]) if "memory" in raw_task else None,
-        env=task_env,
-        secrets=tuple(raw_task.get("secrets", ())),
-        limits=tuple(raw_task["limits"]) if "limits" in raw_task else None,
-        throttle_patterns=tuple(re.compile(p) for p in raw_task.get("throttlePatterns", ())),
-        budget_usd=float(raw_task["budget"]["usd"]) if "budget" in raw_task else None,
-        from_agent=from_agent,
-    )
-    raw_runtime = doc["runtime"]
-    runtime = Runtime(
-        max_concurrent_tasks=raw_runtime["maxConcurrentTasks"],
-        sandbox=raw_runtime["sandbox"],
-        unsandboxed_secrets=raw_runtime["unsandboxedSecrets"],
-        image=raw_runtime.get("image"),
-        network=raw_runtime["network"],
-        hosts=hosts,
-        ray=_ray(raw_runtime["ray"]) if "ray" in raw_runtime else None,
-        workspace=workspace,
-        state_dir=(workspace / raw_runtime["stateDir"]).resolve(),
-        log_limit=parse_size(raw_runtime["logLimit"]),
-        output_tail=parse_size(raw_runtime["outputTail"]),
-        hosts_file=hosts_file,
-    )
-    limits = tuple(
-        Limit(
-            name=raw["name"],
-            requests=raw["requests"],
-            per=parse_duration(raw["per"]),
-            requests_per_task=raw["requestsPerTask"],
-            max_in_flight=raw.get("maxInFlight"),
-        )
-        for raw in doc.get("limits", ())
-    )
-    raw_retry = doc["retry"]
-    raw_backoff = raw_retry["backoff"]
-    raw_throttle = raw_retry["throttle"]
-    retry = Retry(
-        backoff=Backoff(
-            initial=parse_duration(raw_backoff["initial"]),
-            max=parse_duration(raw_backoff["max"]),
-            jitter=raw_backoff["jitter"],
-        ),
-        throttle=Throttle(
-            initial=parse_duration(raw_throttle["initial"]),
-            max=parse_duration(raw_throttle["max"]),
-            jitter=float(raw_throttle["jitter"]),
-            learn=raw_throttle["learn"],
-            max_attempts=raw_throttle["maxAttempts"],
-            max_wait=parse_duration(raw_throttle["maxWait"]) if "maxWait" in raw_throttle else None,
-        ),
-        ladder=tuple(
-            Rung(
-                name=raw["name"],
-                attempts=raw["attempts"],
-                vars=MappingProxyType(dict(raw.get("vars", {}))),
-                timeout=parse_duration(raw["timeout"]) if "timeout" in raw else None,
-                memory=parse_size(raw["memory"]) if "memory" in raw else None,
-                prompt_suffix=(
-                    tpl(raw["promptSuffix"], ("retry", "ladder", n, "promptSuffix"))
-                    if "promptSuffix" in raw
-                    else None
-                ),
-                command=(
-                    argv(raw["command"], ("retry", "ladder", n, "command"))
-                    if "command" in raw
-                    else None
-                ),
-                env=env(raw.get("env"), ("retry", "ladder", n, "env")),
-            )
-            for n, raw in enumerate(raw_retry["ladder"])
-        ),
-    )
-    raw_aggregate = doc.get("aggregate")
-    aggregate = (
-        Aggregate(
-            command=argv(raw_aggregate["command"], ("aggregate", "command")),
-            timeout=parse_duration(raw_aggregate["timeout"]),
-        )
-        if raw_aggregate
-        else None
-    )
-    triggers = tuple(
-        Trigger(
-            type=raw["type"],
-            name=raw.get("name", raw["schedule"]),
-            schedule=cron.parse(raw["schedule"], raw["timezone"]),
-            timezone=raw["timezone"],
-            overlap=raw["overlap"],
-            catch_up=raw["catchUp"],
-            starting_deadline=parse_duration(raw["startingDeadline"]),
-            vars=MappingProxyType(dict(raw.get("vars", {}))),
-        )
-        for raw in doc.get("triggers", ())
-    )
     return Spec(
         version=doc["version"],
         name=doc["name"],
         description=doc["description"],
         inputs=inputs,
         units=units,
-        task=task,
-        runtime=runtime,
-        limits=limits,
+        task=_task(doc["task"], apis, located),
+        runtime=_runtime(doc["runtime"], workspace, hosts, hosts_file),
+        limits=tuple(_limit(raw) for raw in doc.get("limits", ())),
         apis=apis,
-        retry=retry,
+        retry=_retry(doc["retry"], located),
         rounds=Rounds(max=doc["rounds"]["max"]),
         collect=Collect(apply=doc["collect"]["apply"]),
-        aggregate=aggregate,
-        triggers=triggers,
+        aggregate=_aggregate(doc.get("aggregate"), located),
+        triggers=tuple(_trigger(raw) for raw in doc.get("triggers", ())),
         file=path,
         templates=templates,
         positions=positions,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _LocatedTemplates:
+    """The job file's templates compiled, each knowing where it is written, so a render
+    error names the file, line, column and key."""
+
+    templates: Templates
+    positions: Positions
+    path: Path
+
+    def template(self, source: str, key: KeyPath = ()) -> Template:
+        compiled = self.templates.compile(source)
+        if not key or compiled.compiled is None:
+            return compiled
+        line, col = self.positions.value(key)
+        return compiled.located(key_name(key), (str(self.path), line, col))
+
+    def expression(self, source: str, key: KeyPath) -> Expression:
+        compiled = self.templates.compile_expression(source)
+        line, col = self.positions.value(key)
+        return compiled.located(key_name(key), (str(self.path), line, col))
+
+    def argv(self, values: list[str] | None, key: KeyPath) -> tuple[Template, ...]:
+        return tuple(self.template(v, (*key, n)) for n, v in enumerate(values or ()))
+
+    def env(self, values: Mapping[str, str] | None, key: KeyPath) -> Mapping[str, Template]:
+        return MappingProxyType({k: self.template(v, (*key, k)) for k, v in (values or {}).items()})
+
+
+def _inputs(raw: Mapping[str, Any], located: _LocatedTemplates) -> Inputs:
+    return Inputs(
+        files=tuple(raw.get("files", ())),
+        exclude=tuple(raw.get("exclude", ())),
+        gitignore=raw["gitignore"],
+        jsonl=raw.get("jsonl"),
+        csv=raw.get("csv"),
+        json=raw.get("json"),
+        items=tuple(freeze(item) for item in raw.get("items", ())),
+        command=located.argv(raw.get("command"), ("inputs", "command")),
+        format=raw.get("format"),
+        pointer=raw["pointer"],
+        ok_exit_codes=tuple(raw["okExitCodes"]),
+        timeout=parse_duration(raw["timeout"]),
+    )
+
+
+def _units(raw: Mapping[str, Any], located: _LocatedTemplates) -> Units:
+    return Units(
+        where=located.expression(raw["where"], ("units", "where")) if "where" in raw else None,
+        group_by=raw.get("groupBy"),
+        id=located.template(raw["id"]) if "id" in raw else None,
+        limit=raw.get("limit"),
+        stage=located.argv(raw.get("stage"), ("units", "stage")),
+        collect=located.argv(raw.get("collect"), ("units", "collect")),
+    )
+
+
+def _task(raw: Mapping[str, Any], apis: tuple[Api, ...], located: _LocatedTemplates) -> Task:
+    """The task, with its agent preset's command and environment filled in where the job
+    file left them out (``from_agent`` names what the preset filled)."""
+    agent = raw.get("agent")
+    args = located.argv(raw.get("args"), ("task", "args"))
+    command = located.argv(raw.get("command"), ("task", "command"))
+    env = located.env(raw.get("env"), ("task", "env"))
+    from_agent: frozenset[str] = frozenset()
+    if agent is not None:
+        preset_env = _agent_environment(agent, apis)
+        filled = {
+            name: located.template(value) for name, value in preset_env.items() if name not in env
+        }
+        from_agent = frozenset(filled) | (frozenset() if command else {"command"})
+        if not command:
+            command = tuple(located.template(part) for part in presets.PRESETS[agent].argv) + args
+        # The preset's variables first, in its order, then the job's (which win).
+        env = MappingProxyType({**filled, **env})
+    return Task(
+        agent=agent,
+        args=args,
+        prompt=located.template(raw["prompt"], ("task", "prompt")) if "prompt" in raw else None,
+        command=command,
+        verify=located.argv(raw.get("verify"), ("task", "verify")),
+        timeout=parse_duration(raw["timeout"]),
+        memory=parse_size(raw["memory"]) if "memory" in raw else None,
+        env=env,
+        secrets=tuple(raw.get("secrets", ())),
+        limits=tuple(raw["limits"]) if "limits" in raw else None,
+        throttle_patterns=tuple(re.compile(p) for p in raw.get("throttlePatterns", ())),
+        budget_usd=float(raw["budget"]["usd"]) if "budget" in raw else None,
+        from_agent=from_agent,
     )
 
 
@@ -245,6 +183,115 @@ def _agent_environment(agent: str, apis: tuple[Api, ...]) -> dict[str, str]:
     ]
     return presets.environment(
         agent, styles=(api.style for api in apis), output_tokens=min(windows, default=None)
+    )
+
+
+def _runtime(
+    raw: Mapping[str, Any], workspace: Path, hosts: tuple[Host, ...], hosts_file: Path | None
+) -> Runtime:
+    return Runtime(
+        max_concurrent_tasks=raw["maxConcurrentTasks"],
+        sandbox=raw["sandbox"],
+        unsandboxed_secrets=raw["unsandboxedSecrets"],
+        image=raw.get("image"),
+        network=raw["network"],
+        hosts=hosts,
+        ray=_ray(raw["ray"]) if "ray" in raw else None,
+        workspace=workspace,
+        state_dir=(workspace / raw["stateDir"]).resolve(),
+        log_limit=parse_size(raw["logLimit"]),
+        output_tail=parse_size(raw["outputTail"]),
+        hosts_file=hosts_file,
+    )
+
+
+def _ray(raw: Mapping[str, Any]) -> Ray:
+    return Ray(
+        address=raw["address"],
+        cpus=raw["cpus"],
+        resources=MappingProxyType({k: float(v) for k, v in raw.get("resources", {}).items()}),
+        labels=MappingProxyType(dict(raw.get("labels", {}))),
+        gateway_host=raw["gatewayHost"],
+        sandbox_root=raw["sandboxRoot"],
+    )
+
+
+def _limit(raw: Mapping[str, Any]) -> Limit:
+    return Limit(
+        name=raw["name"],
+        requests=raw["requests"],
+        per=parse_duration(raw["per"]),
+        requests_per_task=raw["requestsPerTask"],
+        max_in_flight=raw.get("maxInFlight"),
+    )
+
+
+def _retry(raw: Mapping[str, Any], located: _LocatedTemplates) -> Retry:
+    return Retry(
+        backoff=_backoff(raw["backoff"]),
+        throttle=_throttle(raw["throttle"]),
+        ladder=tuple(
+            _rung(rung, ("retry", "ladder", n), located) for n, rung in enumerate(raw["ladder"])
+        ),
+    )
+
+
+def _backoff(raw: Mapping[str, Any]) -> Backoff:
+    return Backoff(
+        initial=parse_duration(raw["initial"]),
+        max=parse_duration(raw["max"]),
+        jitter=raw["jitter"],
+    )
+
+
+def _throttle(raw: Mapping[str, Any]) -> Throttle:
+    return Throttle(
+        initial=parse_duration(raw["initial"]),
+        max=parse_duration(raw["max"]),
+        jitter=float(raw["jitter"]),
+        learn=raw["learn"],
+        max_attempts=raw["maxAttempts"],
+        max_wait=parse_duration(raw["maxWait"]) if "maxWait" in raw else None,
+    )
+
+
+def _rung(raw: Mapping[str, Any], key: KeyPath, located: _LocatedTemplates) -> Rung:
+    """One ``[[retry.ladder]]`` table; ``key`` is where it is (``retry.ladder.<n>``)."""
+    return Rung(
+        name=raw["name"],
+        attempts=raw["attempts"],
+        vars=MappingProxyType(dict(raw.get("vars", {}))),
+        timeout=parse_duration(raw["timeout"]) if "timeout" in raw else None,
+        memory=parse_size(raw["memory"]) if "memory" in raw else None,
+        prompt_suffix=(
+            located.template(raw["promptSuffix"], (*key, "promptSuffix"))
+            if "promptSuffix" in raw
+            else None
+        ),
+        command=located.argv(raw["command"], (*key, "command")) if "command" in raw else None,
+        env=located.env(raw.get("env"), (*key, "env")),
+    )
+
+
+def _aggregate(raw: Mapping[str, Any] | None, located: _LocatedTemplates) -> Aggregate | None:
+    if not raw:
+        return None
+    return Aggregate(
+        command=located.argv(raw["command"], ("aggregate", "command")),
+        timeout=parse_duration(raw["timeout"]),
+    )
+
+
+def _trigger(raw: Mapping[str, Any]) -> Trigger:
+    return Trigger(
+        type=raw["type"],
+        name=raw.get("name", raw["schedule"]),
+        schedule=cron.parse(raw["schedule"], raw["timezone"]),
+        timezone=raw["timezone"],
+        overlap=raw["overlap"],
+        catch_up=raw["catchUp"],
+        starting_deadline=parse_duration(raw["startingDeadline"]),
+        vars=MappingProxyType(dict(raw.get("vars", {}))),
     )
 
 
@@ -315,17 +362,6 @@ def snake_case(name: str) -> str:
 def camel_case(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
-
-
-def _ray(raw: Mapping[str, Any]) -> Ray:
-    return Ray(
-        address=raw["address"],
-        cpus=raw["cpus"],
-        resources=MappingProxyType({k: float(v) for k, v in raw.get("resources", {}).items()}),
-        labels=MappingProxyType(dict(raw.get("labels", {}))),
-        gateway_host=raw["gatewayHost"],
-        sandbox_root=raw["sandboxRoot"],
-    )
 
 
 def freeze(value: Any) -> Any:
