@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from upstreamsim import Upstream, fixed, most_in_any_window, run
 
-from fanout.pacing.ceiling import Ceiling, Learned, describe
+from fanout.pacing.ceiling import MARGIN, Ceiling, Learned, describe
 from fanout.spec import Throttle
 
 THROTTLE = Throttle(initial=5, max=600, jitter=0.5)
@@ -33,6 +33,35 @@ def test_case_a_paces_to_what_got_through_after_one_burst() -> None:
     assert ceiling.known() == Learned(rate=0.2, window=10.0, throttles=2, concurrency=4)
     # After the pause it paces, not with every slot at once.
     assert most_in_any_window(record.starts[4:], 10) == 2
+
+
+def test_a_window_said_by_retry_after_is_filled_together_not_spread_evenly() -> None:
+    """Case A again: after the first burst's pause the starts go two at a time, one
+    window (10 s, widened by MARGIN) apart, and never more than two in any window.
+    Spaced evenly, 10 starts took 9 intervals of 5.25 s, not 4 windows of 10.5 s."""
+    upstream = Upstream(fixed(2), 10)
+    ceiling = _ceiling(slots=4)
+    record = run(ceiling, upstream, units=12, slots=4)
+    after = record.starts[4:]  # the first generation was 4, two of them refused
+    assert len(after) == 10
+    assert ceiling.burst == 2
+    assert after[-1] - after[0] <= 4 * 10 * MARGIN + 0.5  # evenly: 9 * 5.25 = 47.25
+    assert most_in_any_window(after, 10) == 2
+    assert len(upstream.refusals) == 2
+
+
+def test_a_window_guessed_kept_or_shared_is_spread_evenly() -> None:
+    """Without a Retry-After the window is a guess that may be short of the upstream's,
+    what an earlier run kept is paced evenly until this run hears one, and jobs that
+    share a key pace apart: one at a time."""
+    guessed = _ceiling(slots=4)
+    run(guessed, Upstream(fixed(2), 10, honest=False), units=12, slots=4)
+    kept = _ceiling(slots=4, learned=Learned(rate=0.2, window=10.0, throttles=2))
+    shared = _ceiling(slots=4)
+    run(shared, Upstream(fixed(4), 10), units=12, slots=4)
+    assert shared.burst == 4
+    shared.share = 0.5
+    assert (guessed.burst, kept.burst, shared.burst) == (1, 1, 1)
 
 
 def test_a_slot_freed_by_a_quick_answer_waits_for_the_generation() -> None:
