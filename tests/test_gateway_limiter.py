@@ -254,46 +254,51 @@ async def test_upstream_remaining_zero_holds_until_its_reset() -> None:
     assert await _admitted_at(limiter) == 19.5
 
 
-async def test_little_remaining_is_spread_until_the_reset() -> None:
+async def test_few_requests_left_go_as_they_come_then_wait_for_the_reset() -> None:
     limiter = _limiter(requests=_w(100, 60))
-    limiter.observe(Remaining(requests=4, requests_reset=8))  # under 10% of 100: spread
-    times = [await _admitted_at(limiter) for _ in range(7)]
-    # 4 left and one more free by the reset: one per 8 / 5 s, and no longer after it.
-    assert times == [0, 1.6, 3.2, 4.8, 6.4, 8, 8]
-    limiter.observe(Remaining(requests=40, requests_reset=8))  # plenty: no spread
-    assert [await _admitted_at(limiter) for _ in range(3)] == [8, 8, 8]
+    limiter.observe(Remaining(requests=4, requests_reset=8))  # under 10% of 100: rationed
+    times = [await _admitted_at(limiter) for _ in range(6)]
+    # The 4 go at once; at the reset one more is free, and the next a reset later (when
+    # the spread of one a reset ends, it goes alone: see below).
+    assert times == [0, 0, 0, 0, 8, 16]
+    limiter.observe(Remaining(requests=40, requests_reset=8))  # plenty: nothing held
+    assert [await _admitted_at(limiter) for _ in range(3)] == [16, 16, 16]
 
 
-async def test_a_sliding_window_of_two_is_paced_at_two_a_window() -> None:
+async def test_a_sliding_window_of_two_goes_two_a_window_together() -> None:
     """Bench case C: an upstream counting 2 requests per sliding 10 s says, after one
-    request, 1 remaining and a reset in 10 s (when its oldest leaves).  Spreading the 1
-    over the 10 s let one request through per window, half the limit (110 s for 12
-    requests where 50 s is the least)."""
+    request, 1 remaining and a reset in 10 s (when its oldest leaves).  Spread over the
+    reset (one per 5 s, 5.5 s with whole-second resets), 12 requests used 0.86 of the
+    limit; a window's two together use all of it."""
     limiter = _limiter()
-    assert await _admitted_at(limiter) == 0
-    limiter.observe(Remaining(requests=1, requests_reset=10))
-    assert await _admitted_at(limiter) == 5
-    limiter.observe(Remaining(requests=0, requests_reset=5))  # the one at 0 leaves at 10
-    waiting = [asyncio.create_task(_admitted_at(limiter)) for _ in range(3)]
-    # At the reset one is free: the waiters go one a reset apart, not all at once, for
-    # two resets (an answer's headers say more by then; without one, bursts resume).
-    assert [await w for w in waiting] == [10, 15, 15]
+    first = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    second = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    # The first's answer: 1 left, but the second went after it and is not counted yet.
+    limiter.observe(Remaining(requests=1, requests_reset=10), of=first)
+    waiting = asyncio.create_task(_admitted_at(limiter))
+    await asyncio.sleep(1)
+    assert not waiting.done()
+    limiter.observe(Remaining(requests=0, requests_reset=9), of=second)
+    assert await waiting == 10  # both left the window at 10
+    limiter.observe(Remaining(requests=1, requests_reset=10))  # its answer: one more fits
+    assert await _admitted_at(limiter) == 10
+    for ticket in (first, second):
+        limiter.settle(ticket, input_tokens=0, output_tokens=0)
 
 
 async def test_when_a_spread_ends_one_goes_and_the_rest_wait_for_its_answer() -> None:
     """Bench case E: a spread ended at its reset and the three requests it held went at
     once; two were refused.  Now one goes, and the others wait for its answer."""
     limiter = _limiter()
-    limiter.observe(Remaining(requests=1, requests_reset=10))  # one per 5 s until 10
-    assert [await _admitted_at(limiter) for _ in range(2)] == [0, 5]
-    await asyncio.sleep(5)
+    limiter.observe(Remaining(requests=1, requests_reset=10))  # one now, one at 10
+    assert [await _admitted_at(limiter) for _ in range(2)] == [0, 10]
     probe = await _within(limiter.admit(input_tokens=0, output_tokens=0))
-    assert _now() == 10  # the spread has ended: this one goes
+    assert _now() == 20  # one a reset apart, and then the spread has ended: this goes
     behind = asyncio.create_task(_admitted_at(limiter))
     await asyncio.sleep(3)
     assert not behind.done()  # waiting for what the probe's answer says
     limiter.answered(probe)
-    assert await behind == 13
+    assert await behind == 23
     limiter.settle(probe, input_tokens=0, output_tokens=0)
 
 
@@ -308,6 +313,10 @@ async def test_what_remains_of_a_shared_key_is_spread_by_this_jobs_share() -> No
     limiter.observe(Remaining(requests=0, requests_reset=5))
     # The reset frees one, for either job: one per two resets is ours.
     assert await _admitted_at(limiter) == 20
+    # Alone on the key it would take the 3 at once (rationed): shared, it spreads its
+    # share of the 4 (2) over the reset.
+    limiter.observe(Remaining(requests=3, requests_reset=10))
+    assert [await _admitted_at(limiter) for _ in range(2)] == [25, 30]
 
 
 async def test_little_remaining_of_tokens_spreads_by_each_requests_tokens() -> None:
@@ -328,8 +337,8 @@ async def test_what_counts_as_little_remaining() -> None:
     bare = _limiter()
     bare.observe(Remaining(requests=5, requests_reset=10, tokens=1, tokens_reset=10))
     assert [await _admitted_at(bare, 100, 100) for _ in range(2)] == [4, 4]
-    bare.observe(Remaining(requests=4, requests_reset=10))
-    assert [await _admitted_at(bare) for _ in range(2)] == [6, 8]  # from the last, at 4
+    bare.observe(Remaining(requests=4, requests_reset=10))  # below 5: rationed
+    assert [await _admitted_at(bare) for _ in range(5)] == [4, 4, 4, 4, 14]
 
 
 async def test_a_cancelled_waiter_leaves_no_trace() -> None:

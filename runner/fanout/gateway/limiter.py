@@ -26,19 +26,25 @@ bounds its probes and scales its pace when it changes.  ``shared`` sets the frac
 of the limit this job may use when other jobs share the key (``shares``): the learned
 pace and every declared window are scaled by it.
 
-Upstream feedback (``observe``).  Remaining 0 with a known reset: nothing is admitted
-until the reset, and requests then go one a reset apart until an answer says more.
-Remaining small (below SMALL_FRACTION of our window of that kind; with
-no such window, fewer than SMALL_REQUESTS requests, and tokens are never "small"): the
-rest is spread until the reset, so an admission of amount ``a`` of that kind is followed
-by the next no sooner than ``a * reset / remaining`` later, and never later than the
-reset.  Requests count one more: by its reset at least one more request is free again
-(a sliding window's oldest leaves, Anthropic's bucket is full), so ``remaining + 1``
-fit in that span, one per ``reset / (remaining + 1)`` (times this job's share of the
-key, when jobs share it: what remains is the key's); spreading ``remaining`` alone
-halved the pace at a sliding window of 2 (remaining 1, reset 10 s: one request in 10 s
-where 2 fit).  Only when little remains, so bursts stay while there is room:
-Anthropic's reset is when its bucket is full again, which understates the real rate.
+Upstream feedback (``observe``).  "Small" is below SMALL_FRACTION of our window of that
+kind; with no such window, fewer than SMALL_REQUESTS requests, and tokens are never
+small.  Only when little remains, so bursts stay while there is room: Anthropic's reset
+is when its bucket is full again, which understates the real rate.
+
+- Requests, none or few left, with a known reset, a job alone on its key: rationed.
+  What is left, less the requests admitted after the one whose answer said it (the
+  upstream had not counted them), goes as it comes; then nothing until the reset.  By
+  the reset one more request is free (a sliding window's oldest leaves, a bucket is
+  full): it goes then, and the next waiters one a reset apart until an answer says
+  more.  Spreading what was left over the reset instead lost most of a window on short
+  runs (a sliding window of 2 used 0.86 of its limit).
+- The same with jobs sharing the key: spread.  This job's share of ``remaining + 1``
+  goes evenly until the reset (none left: nothing until the reset, then one per
+  ``reset / share``).  Rations that each job took at once landed together.
+- Tokens few left: spread until the reset, an admission of ``a`` tokens followed by the
+  next no sooner than ``a * reset / remaining`` later (this job's share of it), and
+  never later than the reset.  None left: nothing until the reset.
+
 The newest observation of a kind replaces the older one.
 """
 
@@ -154,11 +160,15 @@ class Limiter:
         self._open: set[Entry] = set()  # admitted, neither settled nor released
         self._queue: deque[_Waiter] = deque()
         self._paused_until = -math.inf
-        # Per kind: the units a second the upstream has left, and until when.
-        self._spreads: dict[Kind, tuple[float, float]] = {}
+        # Per kind: the units a second the upstream has left, until when, and from when
+        # an admission counts (the first after a hold goes at the hold's end).
+        self._spreads: dict[Kind, tuple[float, float, float]] = {}
         # The one request admitted as a spread ended: the others wait for what its
         # answer says (an observation), or for it to end.
         self._probe: Entry | None = None
+        # Few requests left (``observe``): how many more may go, and the reset's moment
+        # and length.
+        self._ration: tuple[int, float, float] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._admitted = 0
         self._queued_seconds = 0.0
@@ -290,8 +300,9 @@ class Limiter:
         self._paused_until = max(self._paused_until, self._now() + seconds)
         self._grant()
 
-    def observe(self, remaining: Remaining) -> None:
-        """Hold or spread admissions by what the upstream says it has left."""
+    def observe(self, remaining: Remaining, *, of: Ticket | None = None) -> None:
+        """Hold, ration or spread admissions by what the upstream says it has left, in
+        the answer to ``of`` (requests admitted after it are not in its count)."""
         now = self._now()
         r = remaining
         self._probe = None  # what it waited for
@@ -304,20 +315,58 @@ class Limiter:
             if left is None or reset is None:
                 continue
             self._spreads.pop(kind, None)
-            if left <= 0:
+            if kind is Kind.REQUESTS:
+                self._ration = None
+                if reset <= 0 or (left > 0 and not self._small(kind, left)):
+                    continue
+                if self.ceiling.share < 1:
+                    self._spread_requests(left, now, reset)
+                else:
+                    self._ration_requests(left, now, reset, of)
+            elif left <= 0:
                 self._paused_until = max(self._paused_until, now + reset)
-                if kind is Kind.REQUESTS and reset > 0:
-                    # At the reset one more is free, not one for every waiter: they go
-                    # one a reset apart until an answer says more (bench case C: four
-                    # at the reset of a window of 2 drew three 429s).
-                    self._spreads[kind] = (self.ceiling.share / reset, now + 2 * reset)
             elif reset > 0 and self._small(kind, left):
-                fit = left + 1 if kind is Kind.REQUESTS else left
                 # What remains is the key's: this job's share of it (``shared``).
-                self._spreads[kind] = (fit * self.ceiling.share / reset, now + reset)
+                self._spreads[kind] = (left * self.ceiling.share / reset, now + reset, -math.inf)
         if r.requests_limit is not None:
             self.ceiling.stated(r.requests_limit)
         self._grant()
+
+    def _ration_requests(self, left: int, now: float, reset: float, of: Ticket | None) -> None:
+        """Few requests left, this job alone on its key: those left, less the ones
+        admitted after the answer's own request (not in the upstream's count yet), go
+        as they come; then nothing until the reset.  Spreading them over the reset
+        instead lost most of a window on a short run (bench case C: 12 requests at 2 per
+        10 s went 5.5 s apart, 0.86 of the limit used, where a window's two go
+        together)."""
+        after = 0
+        newest = self._last.admission if self._last is not None else None
+        if of is not None and newest is not None:
+            after = max(0, newest.number - of.admission.number)
+        if left - after > 0:
+            self._ration = (left - after, now + reset, reset)
+        else:
+            self._hold_requests(now + reset, reset)
+
+    def _hold_requests(self, until: float, reset: float) -> None:
+        """Nothing until ``until``; then one more is free (a sliding window's oldest
+        leaves, a bucket is full), not one for every waiter: they go one a reset apart
+        until an answer says more (bench case C: four at the reset of a window of 2
+        drew three 429s)."""
+        self._paused_until = max(self._paused_until, until)
+        self._spreads[Kind.REQUESTS] = (1 / reset, until + reset, until)
+
+    def _spread_requests(self, left: int, now: float, reset: float) -> None:
+        """Few or no requests left of a key other jobs share: this job's share of what
+        is left and of the one the reset frees, spread until the reset (two jobs that
+        each took theirs at once drew more 429s together, bench case E).  None left:
+        nothing until the reset, then one a reset apart for this job's share."""
+        share = self.ceiling.share
+        if left <= 0:
+            self._paused_until = max(self._paused_until, now + reset)
+            self._spreads[Kind.REQUESTS] = (share / reset, now + 2 * reset, -math.inf)
+        else:
+            self._spreads[Kind.REQUESTS] = ((left + 1) * share / reset, now + reset, -math.inf)
 
     def _small(self, kind: Kind, left: int) -> bool:
         kinds = (Kind.INPUT, Kind.OUTPUT) if kind is Kind.TOKENS else (kind,)
@@ -362,7 +411,7 @@ class Limiter:
                 self._timer = loop.call_later(due - now, self._grant)
                 return
             self._queue.popleft()
-            ended = [k for k, (_, until) in self._spreads.items() if until <= now]
+            ended = [k for k, (_, until, _) in self._spreads.items() if until <= now]
             if ended:
                 # A spread ends at its reset, and what it held must not all go at once
                 # (bench case E: three at a spread's end, two 429s): this one goes, the
@@ -376,6 +425,11 @@ class Limiter:
                 log.entries.append(head.entry)
             self._count(head.entry, +1)
             self._open.add(head.entry)
+            if self._ration is not None:
+                left, until, reset = self._ration
+                self._ration = (left - 1, until, reset) if left > 1 else None
+                if left <= 1:
+                    self._hold_requests(until, reset)
             head.future.set_result(head.entry)
 
     def _tell(self) -> None:
@@ -417,5 +471,7 @@ class Limiter:
         last = self._last
         if not self._spreads or last is None:
             return -math.inf
-        spreads = self._spreads.items()
-        return max(min(until, last.at + last.amount(k) / rate) for k, (rate, until) in spreads)
+        return max(
+            min(until, last.at + last.amount(k) / rate) if last.at >= counts_from else -math.inf
+            for k, (rate, until, counts_from) in self._spreads.items()
+        )

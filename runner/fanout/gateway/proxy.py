@@ -281,7 +281,7 @@ class Proxy:
                     now = datetime.now(UTC)
                     told = ratelimits.remaining(answer.headers, now)
                     if told is not None:
-                        route.limiter.observe(told)
+                        route.limiter.observe(told, of=held.ticket)
                     if answer.status < 400:
                         route.limiter.answered(held.ticket)
                         turn.drop_body()  # no retry from here, and the answer may stream long
