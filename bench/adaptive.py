@@ -1,4 +1,4 @@
-"""Pacing to a limit nobody declared (issue 21): real ``fanout run``s against a mock
+"""Pacing to a limit nobody declared: real ``fanout run``s against a mock
 upstream whose limit fanout is not told.
 
 The upstream is tests/mockapi.py in a process of its own: N requests in any sliding
@@ -8,7 +8,7 @@ a schedule.  Each case writes a job into a temporary directory and runs
 ``python -m fanout run JOB`` as a user would (a process group of its own, killed at the
 case's timeout); the mock's record (``GET /_mock/seen``) says what the upstream got.
 
-Cases (the "Done when" of issue 21):
+Cases, each with its targets:
 
 - A. Exit-75 workers, nothing declared: 12 units (``--units``), 4 slots, upstream 2 per
   10 s without rate-limit headers.  Each unit is a small Python worker making ONE
@@ -58,10 +58,9 @@ How to read a case's row:
 
 Usage: .venv/bin/python bench/adaptive.py [--cases A,B,C,D,E,F] [--units N] [--quick]
        [--slots N] [--timeout S] [--no-limit-headers] [--keep DIR]
-A full run took 17 minutes with the fanout of issue 21's start (A 153 s, F 180 s, B
-killed at its 300 s timeout, C 68 s, D 205 s, E 80 s, and F's wait for the window);
-at the limit it would be about 10 minutes, and at most about 50 with every run killed
-at its timeout.  ``--quick`` takes about a third.
+A full run takes about 10 minutes (A 55-58 s, B 62 s, C 57-58 s, D 188 s, E 72 s,
+F 59 s, and F's wait for the window), and at most about 50 with every run killed at
+its timeout.  ``--quick`` takes about a third.
 The claude cases need the CLI where scripts/system-deps installs it
 ($FANOUT_TEST_TOOLS, default /opt/fanout-test-tools) and bwrap; they are skipped without.
 """
