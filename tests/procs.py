@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -13,35 +14,41 @@ def marker() -> str:
     return f"{random.randint(1000, 9999)}.{random.randint(100000, 999999)}"
 
 
-def pids_with(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+_GONE = (FileNotFoundError, ProcessLookupError, PermissionError)
 
 
-def group_running(group: int) -> bool:
-    """Whether a process of the process group ``group`` still runs.  A killed orphan
-    stays a zombie until init reaps it, and this machine's init reaps late (seconds):
-    a zombie runs nothing, so it does not count."""
+def _running() -> Iterator[tuple[Path, list[str]]]:
+    """Each process that is not a zombie (a zombie runs nothing: a killed orphan stays
+    one until init reaps it, and this machine's init reaps late, seconds), with the
+    fields of its /proc stat after the command name (state, ppid, pgrp, ...)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+        except _GONE:
             continue
-        if int(fields[2]) == group and fields[0] != "Z":
-            return True
-    return False
+        if fields[0] != "Z":
+            yield entry, fields
+
+
+def pids_with(text: str) -> list[int]:
+    found = []
+    for entry, _ in _running():
+        if int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except _GONE:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def group_running(group: int) -> bool:
+    """Whether a process of the process group ``group`` still runs (not a zombie)."""
+    return any(int(fields[2]) == group for _, fields in _running())
 
 
 def wait_until_gone(text: str, timeout: float = 5.0) -> list[int]:

@@ -427,8 +427,10 @@ class Limiter:
             self._open.add(head.entry)
             if self._ration is not None:
                 left, until, reset = self._ration
-                self._ration = (left - 1, until, reset) if left > 1 else None
-                if left <= 1:
+                if left > 1:
+                    self._ration = (left - 1, until, reset)
+                else:  # the last of it: nothing more until the reset
+                    self._ration = None
                     self._hold_requests(until, reset)
             head.future.set_result(head.entry)
 

@@ -179,7 +179,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         rung = rungs[progress.rung]
         number = progress.attempts + 1
         progress = replace(progress, attempts=number)
-        result, staged_hashes = await _prepared_and_run(ctx, unit, progress, slot, lane)
+        result, staged_hashes = await _prepared_and_run(ctx, unit, progress, rung.name, slot, lane)
         result, spent = _held_to_budget(ctx, unit, result)
         progress = ladder.advance(progress, rungs, result, loop.time())
         lane = Lane.BACK if result.status is Status.THROTTLED else Lane.FRESH
@@ -210,13 +210,12 @@ def _failed_before_attempt(ctx: Round, unit: Unit, progress: Progress) -> Outcom
 
 
 async def _prepared_and_run(
-    ctx: Round, unit: Unit, progress: Progress, slot: _Slot, lane: Lane
+    ctx: Round, unit: Unit, progress: Progress, rung: str, slot: _Slot, lane: Lane
 ) -> tuple[AttemptResult, dict[str, str]]:
     """The result of the unit's next attempt, and the hashes of the files staged for it.
     An attempt that cannot be prepared is journaled as dispatched and fails unrun."""
     prepared = await preparing.prepare(ctx, unit, progress)
     if isinstance(prepared, preparing.Unprepared):
-        rung = ctx.spec.retry.ladder[progress.rung].name
         ctx.journal.attempt_dispatched(ctx.run_id, ctx.number, unit.id, progress.attempts, rung)
         return AttemptResult(status=Status.FAILED, reason=prepared.reason), {}
     return await _attempt(ctx, prepared.attempt, slot, lane), prepared.staged_hashes
