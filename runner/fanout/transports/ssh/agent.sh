@@ -54,6 +54,18 @@ sweep() {
         kill -s KILL "${proc%/environ}" 2>/dev/null
     done
 }
+# settle: until no process of the sandbox (one carrying its FANOUT_CONTROL) still runs,
+# at most 2 s.  What the kernel killed with the sandbox's PID namespace, or the sweep
+# killed, dies when it is next scheduled: on a loaded host that is after bwrap has
+# returned, and "closed" means nothing of the attempt is left.  A zombie's environ
+# reads empty: it runs nothing, and does not count.
+settle() {
+    tries=0
+    while [ "$tries" -lt 200 ] && grep -qszF "FANOUT_CONTROL=$base/" /proc/[0-9]*/environ; do
+        sleep 0.01
+        tries=$((tries + 1))
+    done
+}
 # remove: the sandbox removed as removal.py removes a local one (this host may have no
 # Python): rm -rf, and where that left something, the worker's folders given back
 # their owner's permissions (chmod 000) and, as root, immutable and append-only flags
@@ -205,6 +217,7 @@ while IFS=' ' read -r verb rest <&3; do
     close)
         [ -n "$base" ] || exit 72
         [ "$rest" = 1 ] && sweep
+        settle
         remove
         base=''
         if [ -n "$left" ]; then say "closed left $left"; else say closed; fi
