@@ -428,25 +428,26 @@ async def test_the_other_units_start_as_soon_as_the_pause_ends(tmp_path: Path) -
     runner = _runner(job, _always_throttled("u0", starts))
     runner.gate = gate_for(job, runner.events, random.Random(5))
     await runner.execute(Options())
-    # u0 is throttled at 0.5 s: nothing starts for 1 s (Retry-After; the backoff of 1 s),
-    # then u2 at the pause's end and u3 one learned interval later (1 start per the 1 s
-    # Retry-After window, widened by 5%: not both at once), then u0.  u2 got through
-    # after the pause, so u0's next throttle pauses for the floor of 1 s again; after
-    # that the first start after each pause is throttled again: 2 s, 4 s, then the 5 s cap.
+    # Slow start sends u0 alone; it is throttled at 0.5 s: nothing starts for 1 s
+    # (Retry-After; the backoff of 1 s), then u1 at the pause's end, u2 and u3 one
+    # learned interval apart (1 start per the 1 s Retry-After window, widened by 5%: not
+    # all at once), then u0.  u1 got through after the pause, so u0's next throttle
+    # pauses for the floor of 1 s again; after that the first start after each pause is
+    # throttled again: 2 s, 4 s, then the 5 s cap.
     assert starts == [
         ("u0", 0.0),
-        ("u1", 0.0),
-        ("u2", 1.5),
-        ("u3", 2.55),
-        ("u0", 3.6),
-        ("u0", 5.1),
-        ("u0", 7.6),
-        ("u0", 12.1),
-        ("u0", 17.6),
-        ("u0", 23.1),
-        ("u0", 28.6),
-        ("u0", 34.1),
-        ("u0", 39.6),
+        ("u1", 1.5),
+        ("u2", 2.55),
+        ("u3", 3.6),
+        ("u0", 4.65),
+        ("u0", 6.15),
+        ("u0", 8.65),
+        ("u0", 13.15),
+        ("u0", 18.65),
+        ("u0", 24.15),
+        ("u0", 29.65),
+        ("u0", 35.15),
+        ("u0", 40.65),
     ]
 
 

@@ -156,7 +156,8 @@ async def test_a_reservation_above_a_windows_limit_is_capped_at_the_limit(side: 
         other = "output_tokens" if side == "input" else "input_tokens"
         return {f"{side}_tokens": count, other: 0}
 
-    await limiter.admit(**tokens(0))  # in the window, holding none of its tokens
+    first = await limiter.admit(**tokens(0))  # in the window, holding none of its tokens
+    limiter.answered(first)  # through: slow start lets the next go
     await asyncio.sleep(1)
     oversized = await _within(limiter.admit(**tokens(50_000)), 1)
     # Capped at 1000 it fits at once; uncapped it would wait for the empty entry to leave.
@@ -272,6 +273,7 @@ async def test_a_sliding_window_of_two_goes_two_a_window_together() -> None:
     limit; a window's two together use all of it."""
     limiter = _limiter()
     first = await _within(limiter.admit(input_tokens=0, output_tokens=0))
+    limiter.answered(first)  # slow start's first: the second goes once it is through
     second = await _within(limiter.admit(input_tokens=0, output_tokens=0))
     # The first's answer: 1 left, but the second went after it and is not counted yet.
     limiter.observe(Remaining(requests=1, requests_reset=10), of=first)
@@ -451,7 +453,15 @@ async def test_one_burst_of_throttled_requests_makes_one_pause_then_the_learned_
         rng=_NoJitter(),
         told=told.append,
     )
-    # Slow start lets four in flight; the upstream refuses all four at t=1, asking 9 s.
+    # Slow start lets one go, then two once it is through, then four; the upstream
+    # refuses the four at t=1, asking 9 s.
+    for size in (1, 2):
+        tickets = [
+            await _within(limiter.admit(input_tokens=0, output_tokens=0), 1) for _ in range(size)
+        ]
+        for ticket in tickets:
+            limiter.answered(ticket)
+            limiter.settle(ticket, input_tokens=0, output_tokens=0)
     burst = [await _within(limiter.admit(input_tokens=0, output_tokens=0), 1) for _ in range(4)]
     assert _now() == 0
     await asyncio.sleep(1)
@@ -462,8 +472,9 @@ async def test_one_burst_of_throttled_requests_makes_one_pause_then_the_learned_
     # were admitted before it began: its episode, no escalation, no pause of their own.
     assert pauses == [Pause(seconds=9.0, until=10.0, level=0, new_episode=True), None, None, None]
     assert limiter.paused_until == 10
-    # Nothing got through in the 9 s window: one a window, from 4 throttles.
-    assert [(k.per_window, k.window, k.throttles) for k in told][-1] == (1.0, 9.0, 4)
+    # One more fits at 10, when the three that got through at 0 leave: a 10 s window
+    # (not the 9 s asked) of three, from 4 throttles.
+    assert [(k.per_window, k.window, k.throttles) for k in told][-1] == (3.0, 10.0, 4)
 
     retried: list[float] = []
 
@@ -474,10 +485,9 @@ async def test_one_burst_of_throttled_requests_makes_one_pause_then_the_learned_
         limiter.settle(ticket, input_tokens=0, output_tokens=0)
 
     await _within(asyncio.gather(*(retry() for _ in range(4))))
-    # After the pause, paced at the learned rate (widened by MARGIN), not all at once;
-    # from the third on the ceiling probes upward, still one at a time.
-    assert retried[:2] == [10, round(10 + 9 * MARGIN, 6)]
-    assert min(b - a for a, b in itertools.pairwise(retried)) > 4
+    # After the pause, paced at the learned rate: the window's three (widened by
+    # MARGIN, counted from the burst's starts), then the fourth a window after them.
+    assert retried == [10, 10, round(10 * MARGIN, 6), round(10 + 10 * MARGIN, 6)]
 
 
 async def test_a_stated_limit_that_changes_scales_the_pace_at_once() -> None:
@@ -539,7 +549,9 @@ async def test_a_request_settled_without_an_answer_is_forgotten_by_the_ceiling()
         max_in_flight=None,
         rng=_NoJitter(),
     )
-    tickets = [await _within(limiter.admit(input_tokens=0, output_tokens=0), 1) for _ in range(4)]
+    # Slow start: one, two more after RAMP_S (none got through), one more after another.
+    tickets = [await _within(limiter.admit(input_tokens=0, output_tokens=0)) for _ in range(4)]
+    assert round(_now(), 3) == 4
     await asyncio.sleep(1)
     for ticket in tickets[:3]:
         limiter.release(ticket)  # the upstream could not be reached

@@ -116,15 +116,19 @@ async def test_a_run_keeps_what_it_learned_and_the_next_starts_at_that_pace(
     journal = Journal(job.runtime.state_dir / "journal.sqlite")
     first, first_events = Upstream(), list[dict[str, Any]]()
     await _run(job, journal, first, first_events)
-    # Nothing was declared: the first run's first four start at once (slow start's
-    # flight, of 6 slots), and two of them are throttled.
-    assert first.starts[:4] == [first.starts[0]] * 4
-    assert len(first.throttled) >= 2
+    # Nothing was declared: the first run starts one, then two once it is through
+    # (slow start, of 6 slots), and one of those is throttled.
+    begin = first.starts[0]
+    assert first.starts[:3] == [begin, begin + DELAY, begin + DELAY]
+    assert first.throttled[0] == begin + DELAY
     (row,) = journal.kept_ceiling_rows("enrich")
     assert row.name == "*"
-    assert row.learned.window == WINDOW
+    # Throttled at 1.0, one more fitting 10 s later (rounded up) when the start at 0.0
+    # leaves: 11 s, the upstream's 10 widened by the worker's delay before its request
+    # and the rounding; an estimate is never short of the upstream's window.
+    assert row.learned.window == 11.0
     assert 1.0 <= row.learned.per_window <= LIMIT
-    assert row.text.startswith(f"{row.learned.per_window:.1f} per 10s learned from ")
+    assert row.text.startswith(f"{row.learned.per_window:.1f} per 11s learned from ")
     assert row.text.endswith("(none declared)")
     # The run's recorded limit statistics say the same (report and status read them).
     run = journal.runs("enrich")[0]
@@ -149,7 +153,7 @@ async def test_a_run_keeps_what_it_learned_and_the_next_starts_at_that_pace(
             "event": "limit.learned",
             "limit": "all dispatch",
             "perWindow": round(row.learned.per_window, 3),
-            "window": WINDOW,
+            "window": 11.0,
             "throttles": row.learned.throttles,
             "concurrency": row.learned.concurrency,
             "text": row.text,

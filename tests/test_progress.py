@@ -358,65 +358,63 @@ STREAMED_PLAIN = [
 
 RESUMED_LIVE = [
     "run R resumed at round 1",
-    "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
-    "| round 1  ━╺━━━━━━━━━━━━━━━━━━  31/450 done  0.0s",
-    # Slow start's first generation is 4 starts, as many as the slots: it still counts
-    # them (a slot freed by a quick answer waits for the generation).
-    "| 4 running  415 queued  0 failed  paced by slow start (finding the pace)",
+    "round 1: 450 unit(s) from 450 record(s), 30 settled before (30 succeeded, 0 failed), 420 remain",
+    "| round 1  ━╺━━━━━━━━━━━━━━━━━━  30/450 done  0.0s",
+    # Slow start's first generation is one start, the next two once it is through.
+    "| 1 running  419 queued  0 failed  paced by slow start (finding the pace)",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "| round 1  ━╸━━━━━━━━━━━━━━━━━━  35/450 done  1.0s  4.0/s  eta 1m 44s",
-    "| 4 running  411 queued  1 failed  paced by 4 slot(s)",
-    "| round 1  ━━━━━━╸━━━━━━━━━━━━━  151/450 done  30s  4.0/s  eta 1m 15s",
-    "| 4 running  295 queued  1 failed  paced by 4 slot(s)",
+    "| round 1  ━╺━━━━━━━━━━━━━━━━━━  31/450 done  1.0s  1.0/s  eta 6m 59s",
+    "| 2 running  417 queued  1 failed  paced by slow start (finding the pace)",
+    "| round 1  ━━━━━━╺━━━━━━━━━━━━━  145/450 done  30s  3.8/s  eta 1m 20s",
+    "| 4 running  301 queued  1 failed  paced by 4 slot(s)",
 ]
 
 RESUMED_PLAIN = [
     "run R resumed at round 1",
     "limit all dispatch: slow start, finding the pace (nothing learned yet)",
     "round 1: resuming (up to 4 at once)",
-    "round 1: 450 unit(s) from 450 record(s), 31 settled before (31 succeeded, 0 failed), 419 remain",
+    "round 1: 450 unit(s) from 450 record(s), 30 settled before (30 succeeded, 0 failed), 420 remain",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
     "limit all dispatch: slow start over, the slots bound it",
-    "progress: round 1  267/450 done  1m  3.9/s  eta 47s  3 running  180 queued  1 failed  paced by 4 slot(s)",
+    "progress: round 1  261/450 done  1m  3.9/s  eta 49s  3 running  186 queued  1 failed  paced by 4 slot(s)",
 ]
 
 RESUMED_SELECTED_LIVE = [
     "run R resumed at round 1",
-    "round 1: 20 unit(s) from 20 record(s), 11 settled before (11 succeeded, 0 failed), 9 remain",
-    "| round 1  ━━━━━━━━━━━╺━━━━━━━━  11/20 done  0.0s",
-    "| 4 running  5 queued  0 failed  paced by slow start (finding the pace)",
+    "round 1: 20 unit(s) from 20 record(s), 10 settled before (10 succeeded, 0 failed), 10 remain",
+    "| round 1  ━━━━━━━━━━╺━━━━━━━━━  10/20 done  0.0s",
+    "| 1 running  9 queued  0 failed  paced by slow start (finding the pace)",
     "u003: attempt 2 (default) failed in 1.0s: exit 1",
     "FAILED u003 after 2 attempt(s), rung default: exit 1",
-    "| round 1  ━━━━━━━━━━━━━━━╺━━━━  15/20 done  1.0s  4.0/s  eta 1.2s",
-    "| 4 running  1 queued  1 failed  paced by 4 slot(s)",
+    "| round 1  ━━━━━━━━━━━╺━━━━━━━━  11/20 done  1.0s  1.0/s  eta 9.0s",
+    "| 2 running  7 queued  1 failed  paced by slow start (finding the pace)",
 ]
 
 FLEET_LIVE = [
     "run R of sweep started",
     "round 1: 24 unit(s) from 24 record(s)",
-    "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
-    "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "| round 1  ━━━━━━━━━━━━━━━━━━━━  0/24 done  0.0s",
-    # Nothing declared, nothing learned: all dispatch starts slowly, a generation of 4
-    # starts (of the 5 slots), and the one lost on h3 was one of them.
-    "| 3 running  21 queued  0 failed  paced by slow start (finding the pace)",
-    "| hosts  h1 2/2 up  h2 1/2 up  h3 0/1 quarantined",
+    # Nothing declared, nothing learned: all dispatch starts slowly, one start, then two
+    # once it is through; the second generation's second start is lost on h3.
+    "| 1 running  23 queued  0 failed  paced by slow start (finding the pace)",
+    "| hosts  h1 1/2 up  h2 0/2 up  h3 0/1 up",
+    "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "u005: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
-    "u012: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
-    "u014: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
-    "| round 1  ━━━━━━━━━╺━━━━━━━━━━  11/24 done  3.5s  3.1/s  eta 4.1s",
-    "| 2 running  11 queued  0 failed  paced by 2 slot(s)",
+    "u008: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "u009: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "| round 1  ━━━━━╺━━━━━━━━━━━━━━  6/24 done  3.5s  1.7/s  eta 10s",
+    "| 2 running  16 queued  0 failed  paced by 2 slot(s)",
     "| hosts  h1 2/2 up  h2 0/2 lost  h3 0/1 quarantined",
-    "| round 1  ━━━━━━━━━━╸━━━━━━━━━  13/24 done  4.0s  3.2/s  eta 3.4s",
-    "| 2 running  9 queued  0 failed  paced by 2 slot(s)",
+    "| round 1  ━━━━━━╸━━━━━━━━━━━━━  8/24 done  4.0s  2.0/s  eta 8.0s",
+    "| 2 running  14 queued  0 failed  paced by 2 slot(s)",
     "| hosts  h1 2/2 up  h2 0/2 lost  h3 0/1 quarantined",
     "host h2 is back: 2 slot(s)",
-    # The generation that waited for the lost attempt's unit makes it end 1 s later.
-    "| round 1  ━━━━━━━━━━━━━━━━━━━╺  23/24 done  9.0s  2.6/s  eta 0.4s",
-    "| 1 running  0 queued  0 failed  paced by 4 slot(s)",
-    "| hosts  h1 1/2 up  h2 0/2 up  h3 0/1 quarantined",
+    "| round 1  ━━━━━━━━━━━━━━━╺━━━━  18/24 done  9.0s  2.0/s  eta 3.0s",
+    "| 4 running  2 queued  0 failed  paced by 4 slot(s)",
+    "| hosts  h1 2/2 up  h2 2/2 up  h3 0/1 quarantined",
 ]
 
 FLEET_PLAIN = [
@@ -428,14 +426,14 @@ FLEET_PLAIN = [
     "round 1: selecting units (up to 5 at once)",
     "round 1: 24 unit(s) from 24 record(s)",
     "host h3 quarantined: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
-    "u002: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
+    "u005: attempt 1 (default) lost in 0.0s: h3: cannot create a sandbox in /srv/sandboxes: Permission denied",
     "limit all dispatch: slow start over, the slots bound it",
-    "u002: attempt 2 (default) succeeded in 1.0s",
     "host h2 lost: connection lost: keepalive timeout (2 attempt(s) were running on it)",
-    "u012: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
-    "u014: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
-    "u012: attempt 2 (default) succeeded in 1.0s",
-    "u014: attempt 2 (default) succeeded in 1.0s",
+    "u008: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "u009: attempt 1 (default) lost in 0.0s: lost h2: connection lost",
+    "u005: attempt 2 (default) succeeded in 1.0s",
+    "u008: attempt 2 (default) succeeded in 1.0s",
+    "u009: attempt 2 (default) succeeded in 1.0s",
     "host h2 is back: 2 slot(s)",
 ]
 

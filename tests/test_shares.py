@@ -112,9 +112,12 @@ async def test_a_throttle_of_one_job_teaches_the_other(tmp_path: Path) -> None:
     held = [await _held(first) for _ in range(3)] + [await _held(second)]
     two.beat()
     one.beat()
-    # first meets a 429: 2 of its starts got through in the 10 s window (the one
-    # throttled not counted), at half the key's rate: 4 a window for the key.
-    assert first.throttled(held[0], 10.0) is not None
+    # first's newest meets a 429 at 2.625 (its three went 1.3125 s apart, alone then):
+    # one more fits in 7.375 s, when its start at 0 leaves a 10 s window.  2 of its
+    # starts got through in that window (the one throttled not counted), at half the
+    # key's rate: 4 a window for the key.
+    assert _now() == 2.625
+    assert first.throttled(held[2], 7.375) is not None
     assert first.ceiling.known() == Learned(
         rate=0.4, window=10, throttles=1, concurrency=first.ceiling.concurrency
     )

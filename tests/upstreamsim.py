@@ -1,6 +1,6 @@
 """A fleet and an upstream on virtual time, for the ceiling's tests: units start when the
-ceiling lets them (and a slot is free), each sends one request to an upstream that
-counts a sliding window and answers 429 with an honest Retry-After (whole seconds,
+ceiling lets them (and a slot is free), each sends one request (or a few, as an agent's
+turns) to an upstream that counts a sliding window and answers 429 with an honest Retry-After (whole seconds,
 rounded up, as the real APIs send it), and a throttled unit goes back to the front of
 the queue.  Pure arithmetic: no loop, no sleeps, the same result every time."""
 
@@ -21,6 +21,9 @@ class Upstream:
     limit: Callable[[float], int]
     window: float
     honest: bool = True  # False: no Retry-After at all
+    # A refusal's message states the limit and its window ("of 2 requests per 10
+    # seconds", as Anthropic's does), even without a Retry-After.
+    states: bool = False
     accepted: deque[float] = field(default_factory=deque)
     answers: list[float] = field(default_factory=list)
     refusals: list[float] = field(default_factory=list)
@@ -52,6 +55,15 @@ class Record:
     wall: float = 0.0
 
 
+@dataclass
+class _Unit:
+    unit: int
+    admission: Admission
+    asks: deque[float]  # the moments of its requests not sent yet
+    end: float  # when it ends, once its last request is answered
+    refused: float | None = None  # the Retry-After of the request refused (0.0: none said)
+
+
 def run(
     ceiling: Ceiling,
     upstream: Upstream,
@@ -62,48 +74,65 @@ def run(
     refusal: float | None = None,
     start: float = 0.0,
     until: float = 100_000.0,
+    requests: int = 1,
+    gap: float = 0.3,
 ) -> Record:
-    """Run ``units`` through ``ceiling`` against ``upstream``; each unit's request is
-    sent as it starts and the unit ends ``duration(unit)`` later, or at once when its
-    request is refused (or ``refusal`` later: a worker that takes longer to say it was
-    throttled than to answer).  The clock starts at ``start`` (a loop's is far past 0)."""
+    """Run ``units`` through ``ceiling`` against ``upstream``.  Each unit sends
+    ``requests`` requests, the first as it starts and each next ``gap`` later (an
+    agent's turns), and ends ``duration(unit)`` after its last; a refused request ends
+    it at once, or ``refusal`` later (a worker that takes longer to say it was
+    throttled than to answer), and the ceiling is told the Retry-After and the window
+    the upstream stated (``Upstream.states``).  The clock starts at ``start`` (a loop's
+    is far past 0)."""
     record = Record()
     pending = deque(range(units))
-    running: list[tuple[float, int, Admission, float | None]] = []
+    running: list[_Unit] = []
     t = start
     while (pending or running) and t < start + until:
+        for item in running:  # the requests due by now, in order
+            while item.asks and item.asks[0] <= t + 1e-12 and item.refused is None:
+                refused = upstream.ask(item.asks.popleft())
+                if refused is not None:
+                    item.refused = refused
+                    item.asks.clear()
+                    item.end = t + (refusal if refusal is not None else 0.05)
+        for item in [r for r in running if r.end <= t and not r.asks]:
+            running.remove(item)
+            pause = ceiling.finish(
+                item.admission,
+                t,
+                throttled=item.refused is not None,
+                retry_after=item.refused or None,
+                window=upstream.window if item.refused is not None and upstream.states else None,
+            )
+            if item.refused is not None:
+                pending.appendleft(item.unit)
+            if pause is not None:
+                record.pauses.append(pause)
         while pending and len(running) < slots:
             due = ceiling.due(t)
             if due is None or due > t + 1e-9:
                 break
             unit = pending.popleft()
-            admission = ceiling.start(t)
             record.starts.append(t)
-            refused = upstream.ask(t)
-            # A refused request comes back at once: the worker exits with its 429.
-            took = duration(unit) if refused is None else min(duration(unit), 0.05)
-            if refused is not None and refusal is not None:
-                took = refusal
-            running.append((t + took, unit, admission, refused))
-        moments = [end for end, *_ in running]
+            asks = deque(t + i * gap for i in range(requests))
+            item = _Unit(unit, ceiling.start(t), asks, asks[-1] + duration(unit))
+            running.append(item)
+            refused = upstream.ask(item.asks.popleft())  # the first goes as it starts
+            if refused is not None:
+                item.refused = refused
+                item.asks.clear()
+                # A refused request comes back at once: the worker exits with its 429.
+                took = min(duration(unit), 0.05) if refusal is None else refusal
+                item.end = t + took
+        moments = [r.asks[0] if r.asks else r.end for r in running]
         if pending and len(running) < slots:
             due = ceiling.due(t)
             if due is not None:
                 moments.append(max(due, t + 1e-9))
-        t = min(moments)
-        for item in [r for r in running if r[0] <= t]:
-            running.remove(item)
-            _, unit, admission, refused = item
-            pause = ceiling.finish(
-                admission,
-                t,
-                throttled=refused is not None,
-                retry_after=refused or None,
-            )
-            if refused is not None:
-                pending.appendleft(unit)
-            if pause is not None:
-                record.pauses.append(pause)
+        if not moments:
+            break
+        t = max(min(moments), t)
     record.wall = t - start
     return record
 

@@ -14,13 +14,23 @@ The controller (docs/guides/rate-limits.md, "Why this controller", says why this
   starts in flight, matters for quick units: a flight refilled as each one ends lets
   a whole burst through before the first throttle comes back.  It ends at the first
   throttle, or when a generation would reach the slots.
-- **Decrease to what got through**, not by a fixed factor.  On a throttle with
-  Retry-After R the upstream's window is at least R long (an honest R is the time until
-  its oldest counted request leaves), so the window learned is the longest R seen, and
-  the rate the starts that got through in that window, one window's worth: an exact
-  count where AIMD's halving would guess.  With no Retry-After the window is the
-  longest pause taken (a pause that ended too soon is followed by a longer one), and the
-  rate ``BETA`` times the lower of the rate paced at and what got through.
+- **Decrease to what got through**, not by a fixed factor.  The upstream's window
+  comes first, from what it said:
+  - an honest Retry-After R at t is when its oldest counted request leaves, and that
+    request is the N-th newest that got through (N its stated limit, else what got
+    through in the window believed so far), at s: the window is t + R - s, never less
+    than the upstream's (R is rounded up, and a start reaches it after it starts), so
+    the least of the newest ``ESTIMATES`` is kept.  R alone is the window only when the
+    throttle comes early in it (a throttle late in a sliding window says 1-2 s of a
+    10 s window, and pacing at "2 per 2 s" drew a 429 a window);
+  - a throttle message that states the limit ("of 50 requests per minute", read by
+    the agent presets) says the window outright.
+
+  The rate is then the starts that got through in that window, one window's worth: an
+  exact count where AIMD's halving would guess; with a stated limit (the gateway reads
+  it from the answers' headers), that limit over the window.  With no window said it
+  is the longest pause taken (a pause that ended too soon is followed by a longer one),
+  and the rate ``BETA`` times the lower of the rate paced at and what got through.
   The starts in flight are capped as well, at what ran beside the throttled one
   (Netflix's concurrency-limits AIMD, decreased to what got through), then one more
   for each cap's worth that gets through: that is the bound for long units, whose
@@ -56,7 +66,11 @@ from .backoff import Backoff, Jitter
 # by a delay that varies.
 MARGIN = 1.05
 BETA = 0.85  # multiplicative decrease where nothing better is known
-INITIAL_WINDOW = 4  # slow start's first flight (RFC 6928 starts TCP at 10 segments, not 1)
+# Slow start's first flight.  One, as TCP began (RFC 2001; RFC 6928 raised it to 10
+# segments for latency): every start beyond what the upstream allows is a 429, and an
+# agent refused mid-conversation has paid for the turns before it.  Doubling reaches 64
+# in six generations, at most 12 s (RAMP_S).
+INITIAL_WINDOW = 1
 RAMP_S = 2.0
 HOLD = 2  # windows without a throttle before the first probe
 HOLD_MAX = 8
@@ -64,6 +78,9 @@ HOLD_MAX = 8
 # limits are counted per second, per 10 s or per minute.
 GUESS_MAX = 60.0
 CLOSE = 0.03  # within 3% of the refused rate: stop probing
+# Window estimates kept: the least of the newest few is the window (each is at least the
+# upstream's, see ``_window_from``), and an old one ages out if the window grows.
+ESTIMATES = 4
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,7 +187,11 @@ class Ceiling:
         # at most the window), no longer than a declared one.
         self.window: float | None = None
         self.concurrency: int | None = None
-        self._window_said = False  # the window came from an upstream's Retry-After
+        self._window_said = False  # the window came from the upstream (see _window_from)
+        self._estimates: deque[float] = deque(maxlen=ESTIMATES)
+        # The through starts of other jobs that share this limit (``gateway.shares``),
+        # on this ceiling's clock: the upstream counts them too.
+        self.others: tuple[float, ...] = ()
         self.throttles = 0
         self._stated: int | None = None
         if self.learned is not None:
@@ -311,10 +332,12 @@ class Ceiling:
         *,
         throttled: bool,
         retry_after: float | None = None,
+        window: float | None = None,
         running: bool = True,
     ) -> Pause | None:
         """The start ended: through, or throttled (a pause to take, or None when an
-        earlier pause already covers it)."""
+        earlier pause already covers it), with the ``window`` the upstream's message
+        stated, if it did."""
         entry = self._running.pop(admission.number, None)
         if entry is None:
             return None
@@ -329,7 +352,7 @@ class Ceiling:
         # it was a start that ran, not a signal from outside any start).
         beside = len(self._running) if running else None
         entry.state = "throttled"
-        return self._throttled(admission, now, retry_after, beside)
+        return self._throttled(admission, now, retry_after, window, beside)
 
     def _gained(self, now: float) -> None:
         if self.concurrency is not None:
@@ -350,17 +373,26 @@ class Ceiling:
         self.version += 1
 
     def _throttled(
-        self, admission: Admission, now: float, retry_after: float | None, beside: int | None
+        self,
+        admission: Admission,
+        now: float,
+        retry_after: float | None,
+        stated_window: float | None,
+        beside: int | None,
     ) -> Pause | None:
         self.throttles += 1
+        before = self.window  # a rate is a count over it: rescaled if the window changes
         same_episode = admission.number < self._pause_begun_at and now < self.paused_until + (
             self.window or 0.0
         )
-        if retry_after is not None and retry_after > 0:
+        if stated_window is not None and stated_window > 0:
             self._window_said = True
-            self.window = max(self.window or 0.0, retry_after)
-            if self.declared:
-                self.window = min(self.window, self.declared[1])
+            self.window = stated_window
+        elif retry_after is not None and retry_after > 0:
+            self._window_said = True
+            self.window = self._window_from(now, retry_after)
+        if self.window is not None and self.declared:
+            self.window = min(self.window, self.declared[1])
         pause = self._pause(now, retry_after, same_episode)
         if not self.throttle.learn:  # retry.throttle.learn = false: only the pause
             return pause if (pause.new_episode or pause.seconds > 0) else None
@@ -384,13 +416,17 @@ class Ceiling:
         # through of this job's starts is its share's worth.
         observed = max(1, got) / window / self.share
         tried = (got + 1) / window / self.share
+        if self._stated is not None and self._window_said:
+            # The upstream said both its limit and its window: nothing to estimate.
+            observed = tried = self._stated / window
         if same_episode:  # what got through in the same window, counted again
-            self.rate = self._bounded(min(self.rate or observed, observed))
+            paced = observed if self.rate is None else self.rate * (before or window) / window
+            self.rate = self._bounded(min(paced, observed))
             self._refused = min(self._refused or tried, tried)
         else:
-            # An honest Retry-After makes the count exact; without one it is a guess.
+            # A window the upstream said makes the count exact; a guessed one does not.
             estimate = (
-                observed if retry_after is not None else BETA * min(self.rate or observed, observed)
+                observed if self._window_said else BETA * min(self.rate or observed, observed)
             )
             paced = self.rate
             self._refused = min(paced, tried) if paced is not None else tried
@@ -409,15 +445,53 @@ class Ceiling:
         self.version += 1
         return pause if (pause.new_episode or pause.seconds > 0) else None
 
+    def _window_from(self, now: float, retry_after: float) -> float:
+        """The upstream's window from an honest Retry-After (see the module
+        docstring): the least of the newest estimates, each ``now + retry_after`` less
+        the N-th newest start that got through or still runs (this job's and, sharing
+        the limit, the others'), at least ``retry_after``.  A running start counts: a
+        unit's request goes out as it starts, long before it ends."""
+        through = sorted(
+            [e.admission.at for e in self._recent if e.state in ("through", "running")]
+            + [t for t in self.others if t <= now]
+        )
+        if self._stated is not None:
+            count = self._stated
+        else:
+            believed = max(self.window or 0.0, retry_after)
+            count = sum(1 for t in through if t >= now - believed)
+        estimate = retry_after
+        if 0 < count <= len(through):
+            estimate = max(retry_after, now + retry_after - through[-count])
+        self._estimates.append(estimate)
+        return min(self._estimates)
+
+    def _window_ends(self, now: float) -> float:
+        """Seconds until the oldest start that got through in the said window leaves
+        it (widened by MARGIN): when one more fits, the Retry-After a worker that
+        states the window without one did not say.  0 when nothing is known."""
+        if not self._window_said or self.window is None:
+            return 0.0
+        inside = [
+            e.admission.at
+            for e in self._recent
+            if e.state in ("through", "running") and e.admission.at > now - self.window
+        ]
+        return max(0.0, min(inside) + self.window * MARGIN - now) if inside else 0.0
+
     def _pause(self, now: float, retry_after: float | None, same_episode: bool) -> Pause:
         floor = retry_after or 0.0
+        # Computed, not said: exact, so no jitter on it (the backoff's guess keeps its
+        # own), and the pace after the pause spreads the starts anyway.
+        ends = 0.0 if retry_after else self._window_ends(now)
         if same_episode:
-            if now + floor > self.paused_until:
-                self.paused_until = now + floor * self.backoff.jitter.factor(self.rng)
+            if now + (floor or ends) > self.paused_until:
+                jitter = self.backoff.jitter.factor(self.rng) if floor else 1.0
+                self.paused_until = now + (floor * jitter or ends)
                 return Pause(self.paused_until - now, self.paused_until, self._level, False)
             return Pause(0.0, self.paused_until, self._level, False)
         level = self._level + 1 if not self._through_since_pause and self._level >= 0 else 0
-        seconds = self.backoff.delay(level + 1, self.rng, floor=floor)
+        seconds = max(ends, self.backoff.delay(level + 1, self.rng, floor=floor))
         self._level = level
         self._through_since_pause = False
         self._pause_begun_at = self._number + 1
@@ -495,7 +569,9 @@ class Ceiling:
         return True
 
     def _forget(self, now: float) -> None:
-        horizon = (self.window or RAMP_S) * 2
+        # Two windows, and at least the longest a window is guessed: before a window is
+        # known, the first throttle may come late in one (_window_from).
+        horizon = max((self.window or 0.0) * 2, GUESS_MAX)
         while self._recent and self._recent[0].admission.at < now - horizon:
             self._recent.popleft()
 
