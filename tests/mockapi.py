@@ -283,7 +283,8 @@ class MockApi:
         RATE_LIMIT defaults to 1, the others send none (as the real spend limit does).
         `headers` are added as given (e.g. `{"retry-after-ms": "1500"}`, or an HTTP-date
         `retry-after` with `retry_after` left None).  `message` replaces a USAGE_WINDOW's
-        text (e.g. the older `Claude AI usage limit reached|<epoch>`)."""
+        text (e.g. the older `Claude AI usage limit reached|<epoch>`) or a RATE_LIMIT's
+        ("mock limit"; e.g. `rate_limit_words(50, 60)`, the words the real API says)."""
         if retry_after is None and fault is Fault.RATE_LIMIT and not headers:
             retry_after = 1
         sent = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
@@ -626,7 +627,9 @@ class MockApi:
                             429, "requests", "rate_limit_exceeded", "Rate limit reached", headers
                         )
                     else:
-                        refusal = _anthropic_error(429, "rate_limit_error", "mock limit", headers)
+                        refusal = _anthropic_error(
+                            429, "rate_limit_error", rate_limit_words(limit, config.window), headers
+                        )
                     return refusal, {}
                 self._accepted.append(at)
                 reset = self._accepted[0] + config.window - at
@@ -1164,6 +1167,19 @@ async def _stream(
     return response
 
 
+def rate_limit_words(limit: int, window: float) -> str:
+    """The message of Anthropic's 429 `rate_limit_error` (as users quote it, e.g.
+    bhouston/mycoder#62: "... of 40,000 input tokens per minute. For details, ..."),
+    stating the mock's own limit and window; the real API's windows are a minute."""
+    per = {1.0: "second", 60.0: "minute", 3600.0: "hour"}.get(window, f"{window:g} seconds")
+    return (
+        f"This request would exceed the rate limit for your organization (mock) of {limit}"
+        f" requests per {per}. For details, refer to: https://docs.claude.com/en/api/rate-limits."
+        " You can see the response headers for current usage. Please reduce the prompt length"
+        " or the maximum tokens requested, or try again later."
+    )
+
+
 def _anthropic_error(
     status: int,
     kind: str,
@@ -1307,7 +1323,7 @@ def _fault(scripted: _Script, *, openai: bool) -> web.Response:
             429, "insufficient_quota", code, "You exceeded your current quota", headers
         )
     if fault is Fault.RATE_LIMIT:
-        return _anthropic_error(429, "rate_limit_error", "mock limit", headers)
+        return _anthropic_error(429, "rate_limit_error", scripted.message or "mock limit", headers)
     if fault is Fault.OVERLOADED:
         return _anthropic_error(529, "overloaded_error", "Overloaded", headers)
     if fault is Fault.SPEND_LIMIT:

@@ -27,7 +27,7 @@ from fanout import agents
 from fanout.agents import Kind, Reading
 
 from helpers import run_agent
-from mockapi import Fault, MockApi, Usage
+from mockapi import Fault, MockApi, Usage, rate_limit_words
 
 GOLDEN = Path(__file__).parent / "data" / "agents" / "claude"
 NOW = "2026-12-01T16:00:00+00:00"
@@ -58,6 +58,8 @@ CAPTURES = {
     # Without a permission flag -p denies the Bash call and still exits 0.
     "permission_denied": Capture(args=()),
     "rate_limit_429": Capture(fault=Fault.RATE_LIMIT),
+    # The API's own words state the limit's window, which the CLI prints.
+    "rate_limit_stated_429": Capture(fault=Fault.RATE_LIMIT, message=rate_limit_words(50, 60)),
     "overloaded_529": Capture(fault=Fault.OVERLOADED),
     # A stream that breaks mid-way is retried whatever CLAUDE_CODE_MAX_RETRIES says: it
     # gives up after four.

@@ -134,13 +134,13 @@ def test_a_crash_before_any_event_is_an_error_in_its_last_words() -> None:
 
 
 # The API's own rate-limit message, as Codex passes on a response.failed of
-# rate_limit_exceeded: the wait it names is the pause.
+# rate_limit_exceeded: the wait it names is the pause, the limit's window a minute.
 @pytest.mark.parametrize(("said", "after"), [("1.5s", 1.5), ("250ms", 0.25), ("20s", 20.0)])
 def test_a_rate_limit_that_names_its_wait_pauses_that_long(said: str, after: float) -> None:
     message = f"Rate limit reached for gpt-5 on tokens per min. Please try again in {said}."
     output = json.dumps({"type": "turn.failed", "error": {"message": message}})
     assert codex.read(exit_code=1, output=output, now=NOW) == Reading(
-        kind=Kind.RATE_LIMITED, detail=message, retry_after=after
+        kind=Kind.RATE_LIMITED, detail=message, retry_after=after, window=60.0
     )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from fanout import agents
 from fanout.agents import AGENTS, Kind, Reading
+from fanout.agents.providers import stated_window
 
 NOW = datetime(2026, 12, 1, 16, 0, tzinfo=UTC)
 DATA = Path(__file__).parent / "data" / "agents"
@@ -44,6 +45,7 @@ def test_a_reading_is_frozen_and_says_nothing_it_was_not_told() -> None:
         ("detail", "boom"),
         ("retry_after", None),
         ("reset_at", None),
+        ("window", None),
         ("input_tokens", None),
         ("output_tokens", None),
         ("cache_read_tokens", None),
@@ -53,6 +55,34 @@ def test_a_reading_is_frozen_and_says_nothing_it_was_not_told() -> None:
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         reading.detail = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [
+        # Anthropic's 429 rate_limit_error, as users quote it (bhouston/mycoder#62).
+        (
+            "This request would exceed the rate limit for your organization (d3f2...) of"
+            " 40,000 input tokens per minute. For details, refer to: https://docs.anthropic.com",
+            60.0,
+        ),
+        ("... for your organization (mock) of 2 requests per 10 seconds. For details", 10.0),
+        # OpenAI's, as users quote it (Aider-AI/aider#236 and the API's docs).
+        (
+            "Rate limit reached for gpt-4 in organization org-x on requests per min (RPM):"
+            " Limit 3, Used 3, Requested 1. Please try again in 20s.",
+            60.0,
+        ),
+        # Gemini's quota id.
+        ('"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"', 60.0),
+        ("rate_limit_error: mock limit", None),
+        ("You can make 100 requests per day", None),
+    ],
+)
+def test_a_throttle_message_that_states_its_limit_says_its_window(
+    text: str, window: float | None
+) -> None:
+    assert stated_window(text) == window
 
 
 def test_read_hands_the_attempt_to_the_agents_module(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mockapi import Fault, MockApi, MockConfig, Usage, parse_schedule
+from mockapi import Fault, MockApi, MockConfig, Usage, parse_schedule, rate_limit_words
 
 
 def _post(
@@ -74,11 +74,21 @@ def test_it_enforces_its_own_sliding_window_with_retry_after(mock_api: MockApi) 
     assert headers["retry-after"] == "60"
     assert json.loads(body) == {
         "type": "error",
-        "error": {"type": "rate_limit_error", "message": "mock limit"},
+        "error": {"type": "rate_limit_error", "message": rate_limit_words(2, 60)},
         "request_id": "req_mockerror",
     }
     assert [s.status for s in mock_api.posts()] == [200, 200, 429]
     assert mock_api.max_in_window(60) == 3
+
+
+def test_its_refusal_states_its_limit_in_the_real_apis_words() -> None:
+    assert rate_limit_words(2, 10) == (
+        "This request would exceed the rate limit for your organization (mock) of 2 requests"
+        " per 10 seconds. For details, refer to: https://docs.claude.com/en/api/rate-limits."
+        " You can see the response headers for current usage. Please reduce the prompt"
+        " length or the maximum tokens requested, or try again later."
+    )
+    assert "of 50 requests per minute." in rate_limit_words(50, 60)
 
 
 def test_max_in_window_counts_arrivals_in_any_half_open_window() -> None:

@@ -124,6 +124,9 @@ class AttemptResult:
     # Throttle signals (see ``throttle``): how long the API asked us to wait, and which limit.
     retry_after: float | None = None
     throttled_limit: str | None = None
+    # The seconds of the limit the API's throttle message stated (its agent read "of 50
+    # requests per minute"): the window the rate gate learns.
+    limit_window: float | None = None
     # Why fanout could not store part of this attempt under its state dir (a full disk):
     # fanout's fault, not the unit's; dispatch stops the run on it.
     storage_error: str = ""

@@ -61,6 +61,7 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
         detail=one_line(text, DETAIL_LIMIT),
         retry_after=found.retry_after,
         reset_at=found.reset_at,
+        window=found.window,
         **usage,
     )
 

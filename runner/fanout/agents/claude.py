@@ -9,7 +9,8 @@ What the CLI says, and how it is read:
 - `api_error_status` and the `result` text ("API Error: Request rejected (429) · ..."):
   429 with a usage window's reset -> usage window; 429 spend limit, 400 credit balance
   or API usage limits -> spend cap; other 429 -> rate limited (the CLI drops the upstream's
-  retry-after: it is not in the output); 529/5xx, or no status at all (a stream that broke,
+  retry-after: it is not in the output; the API's message, which it prints, states the
+  limit's window: "of 50 requests per minute"); 529/5xx, or no status at all (a stream that broke,
   retried and broke again) -> overloaded; anything else -> error.
 - `is_error` true at exit 0 (not seen from 2.1.197; read so in case) -> false success.
 - No JSON result (a job that overrode the command with text output): the exit code and
@@ -27,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from ..values.safetext import one_line
+from .providers import stated_window
 from .taxonomy import Kind, Reading
 from .usagewindows import find
 
@@ -65,7 +67,8 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
     kind, reset_at = _api_error(status if isinstance(status, int) else None, text, now)
     if kind is Kind.ERROR and exit_code == 0:
         kind = Kind.FALSE_SUCCESS
-    return Reading(kind=kind, detail=text, reset_at=reset_at, **usage)
+    window = stated_window(text) if kind is Kind.RATE_LIMITED else None
+    return Reading(kind=kind, detail=text, reset_at=reset_at, window=window, **usage)
 
 
 def _api_error(status: int | None, text: str, now: datetime) -> tuple[Kind, float | None]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..values.safetext import one_line
 from . import usagewindows
+from .providers import stated_window
 from .taxonomy import Kind, Reading
 
 # A detail is one line of a report: a message longer than this is cut.
@@ -95,7 +96,13 @@ def _classify(said: str, *, now: datetime, usage: dict[str, Any]) -> Reading:
         after = None
         if retry is not None:
             after = float(retry["n"]) / (1000 if retry["unit"].lower() == "ms" else 1)
-        return Reading(kind=Kind.RATE_LIMITED, detail=detail, retry_after=after, **usage)
+        return Reading(
+            kind=Kind.RATE_LIMITED,
+            detail=detail,
+            retry_after=after,
+            window=stated_window(said),
+            **usage,
+        )
     if _OVERLOADED.search(said):
         return Reading(kind=Kind.OVERLOADED, detail=detail, **usage)
     if _CONTEXT.search(said):

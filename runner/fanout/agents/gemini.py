@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 
 from ..values.safetext import one_line
 from . import usagewindows
+from .providers import stated_window
 from .taxonomy import Kind, Reading
 
 TURN_LIMIT_EXIT = 53
@@ -75,7 +76,11 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
                 kind=Kind.DAILY_QUOTA, detail=message, reset_at=midnight.timestamp(), **usage
             )
         return Reading(
-            kind=Kind.RATE_LIMITED, detail=message, retry_after=_retry_after(message), **usage
+            kind=Kind.RATE_LIMITED,
+            detail=message,
+            retry_after=_retry_after(message),
+            window=stated_window(message),
+            **usage,
         )
     return Reading(kind=Kind.ERROR, detail=message, **usage)
 

@@ -49,5 +49,6 @@ def read(*, exit_code: int, output: str, now: datetime) -> Reading:
         detail=one_line(f"Error: {message}", DETAIL_LIMIT),
         retry_after=found.retry_after,
         reset_at=found.reset_at,
+        window=found.window,
         **tokens,
     )

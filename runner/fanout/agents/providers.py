@@ -47,11 +47,37 @@ _RETRY = re.compile(
 )
 
 
+# A limit a throttle's message states, with its window: Anthropic's "would exceed the
+# rate limit for your organization (...) of 50 requests per minute" (or "of 40,000
+# input tokens per minute"), OpenAI's "on requests per min (RPM): Limit 3", Gemini's
+# quota ids ("GenerateRequestsPerMinutePerProjectPerModel").  The window is what the
+# pacing can use: which limit it was matters less than how long it counts.
+_STATED = re.compile(
+    r"\bof [\d,.]+ (?:input |output )?(?:requests|tokens) per "
+    r"(?:(?P<count>\d+(?:\.\d+)?) )?(?P<unit>second|minute|hour)s?\b"
+    r"|\b(?:requests|tokens) per (?P<short>sec|min)\b"
+    r"|Per(?P<id>Second|Minute|Hour)Per",
+    re.IGNORECASE,
+)
+_SECONDS = {"second": 1.0, "sec": 1.0, "minute": 60.0, "min": 60.0, "hour": 3600.0}
+
+
+def stated_window(text: str) -> float | None:
+    """Seconds of the limit a throttle's message states (None: it states none)."""
+    match = _STATED.search(text)
+    if match is None:
+        return None
+    unit = (match["unit"] or match["short"] or match["id"]).lower()
+    count = float(match["count"]) if match["count"] else 1.0
+    return count * _SECONDS[unit]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Meaning:
     kind: Kind
     retry_after: float | None = None
     reset_at: float | None = None
+    window: float | None = None
 
 
 def meaning(text: str, *, now: datetime) -> Meaning:
@@ -60,7 +86,7 @@ def meaning(text: str, *, now: datetime) -> Meaning:
         midnight = next_wall_clock(time(0, 0), PACIFIC, now)
         return Meaning(kind=Kind.DAILY_QUOTA, reset_at=midnight.timestamp())
     if _GEMINI_QUOTA.search(text):
-        return Meaning(kind=Kind.RATE_LIMITED, retry_after=_retry_after(text))
+        return _rate_limited(text)
     if _SPEND.search(text):
         window = find(text, now=now)
         return Meaning(kind=Kind.SPEND_CAP, reset_at=window.reset_at if window else None)
@@ -69,10 +95,16 @@ def meaning(text: str, *, now: datetime) -> Meaning:
         if window is not None:
             return Meaning(kind=Kind.USAGE_WINDOW, reset_at=window.reset_at)
     if _RATE.search(text):
-        return Meaning(kind=Kind.RATE_LIMITED, retry_after=_retry_after(text))
+        return _rate_limited(text)
     if _OVERLOADED.search(text):
         return Meaning(kind=Kind.OVERLOADED)
     return Meaning(kind=Kind.ERROR)
+
+
+def _rate_limited(text: str) -> Meaning:
+    return Meaning(
+        kind=Kind.RATE_LIMITED, retry_after=_retry_after(text), window=stated_window(text)
+    )
 
 
 def _retry_after(text: str) -> float | None:

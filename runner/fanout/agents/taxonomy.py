@@ -25,12 +25,15 @@ class Kind(StrEnum):
 class Reading:
     """One attempt as its agent reported it.  `detail` is one line, in the agent's words;
     `retry_after` is seconds (rate limits), `reset_at` epoch seconds (usage windows,
-    quotas).  The usage fields are what the agent said it used, None where it did not."""
+    quotas), `window` the seconds of the limit a rate limit's message states ("of 50
+    requests per minute": 60, see `providers.stated_window`).  The usage fields are
+    what the agent said it used, None where it did not."""
 
     kind: Kind
     detail: str
     retry_after: float | None = None
     reset_at: float | None = None
+    window: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_tokens: int | None = None

@@ -143,7 +143,13 @@ class Verdict:
         common = {"kind": str(reading.kind), "usage": _reported(agent, reading), "exit_code": code}
         kind = reading.kind
         if kind in (Kind.OVERLOADED, Kind.RATE_LIMITED):
-            return self.result(Status.THROTTLED, said, retry_after=reading.retry_after, **common)
+            return self.result(
+                Status.THROTTLED,
+                said,
+                retry_after=reading.retry_after,
+                limit_window=reading.window,
+                **common,
+            )
         if kind in (Kind.USAGE_WINDOW, Kind.DAILY_QUOTA):
             wait = None if reading.reset_at is None else max(0.0, reading.reset_at - time.time())
             if wait is not None and wait <= self.attempt.longest_pause:

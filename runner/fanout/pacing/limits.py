@@ -355,7 +355,13 @@ class RateGate:
             else:
                 assert result is not None
                 self._throttled(
-                    state, admission, now, result.retry_after, result.reason, running=True
+                    state,
+                    admission,
+                    now,
+                    result.retry_after,
+                    result.reason,
+                    running=True,
+                    window=result.limit_window,
                 )
             self._tell(state)
         self._wake()
@@ -373,12 +379,19 @@ class RateGate:
         reason: str,
         *,
         running: bool,
+        window: float | None = None,
     ) -> Pause | None:
-        """Tell ``state``'s ceiling of a throttle; count it, and say the pause it takes."""
+        """Tell ``state``'s ceiling of a throttle (and the ``window`` its message
+        stated); count it, and say the pause it takes."""
         state.throttles += 1
         before = state.ceiling.paused_until
         pause = state.ceiling.finish(
-            admission, now, throttled=True, retry_after=retry_after, running=running
+            admission,
+            now,
+            throttled=True,
+            retry_after=retry_after,
+            window=window,
+            running=running,
         )
         if pause is not None and pause.seconds > 0:
             state.paused_seconds += pause.until - max(now, before)
