@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fanout.gateway.limiter import Limiter, Ticket
-from fanout.gateway.shares import STALE_S, Membership, group_name
+from fanout.gateway.shares import STALE_S, Membership, Shares, group_name
 from fanout.pacing.ceiling import Learned
 
 pytestmark = pytest.mark.looptime
@@ -129,6 +129,39 @@ async def test_a_throttle_of_one_job_teaches_the_other(tmp_path: Path) -> None:
     assert (known.rate, known.window) == (0.4, 10)
     two.beat()
     assert second.ceiling.known() == known  # adopted once, not again on every beat
+
+
+async def test_a_throttle_counts_the_other_jobs_requests_in_its_window(tmp_path: Path) -> None:
+    """Case E: two jobs on one key of 4 per sliding 10 s.  A 429 at 8 s says one more fits
+    in 2 s, when the oldest counted request leaves: the other job's, at 0.  Counting its
+    own alone (two, the oldest at 3), a job took 3 s for the window, or 2 (the
+    Retry-After) before it had two; both jobs paced at "2 per 2 s" and drew a 429 a
+    window.  The members' files carry what the upstream counts of each, written as each
+    request is answered."""
+    loop = asyncio.get_running_loop()
+    clock = lambda: loop.time() + 1_000_000.0  # noqa: E731  (the heartbeat clock, moving)
+    first, second = _limiter(), _limiter()
+    for limiter in (first, second):
+        limiter.ceiling.stated(4)  # the upstream's header: its limit, not its window
+    members = [_member(tmp_path, job, clock) for job in (first, second)]  # type: ignore[arg-type]
+
+    async def answered_at(limiter: Limiter, at: float) -> None:
+        await asyncio.sleep(at - loop.time())
+        assert _now() == at
+        await _admitted_at(limiter)
+
+    async with asyncio.TaskGroup() as group:
+        beating = [group.create_task(Shares([member]).run()) for member in members]
+        for limiter, at in ((first, 0), (second, 3), (first, 5), (second, 6)):
+            await answered_at(limiter, at)
+        await asyncio.sleep(2)
+        ticket = await _held(second)
+        assert _now() == 8
+        second.throttled(ticket, 2.0)
+        for task in beating:
+            task.cancel()
+    assert second.ceiling.window == 10
+    assert second.ceiling.rate == 0.4  # the key's 4 over it
 
 
 async def test_a_job_that_learned_nothing_takes_its_peers_rate(tmp_path: Path) -> None:

@@ -81,6 +81,8 @@ class Peers(Protocol):
 
     def arrived(self) -> None: ...
 
+    def answered(self) -> None: ...
+
     def throttling(self) -> None: ...
 
 
@@ -173,7 +175,8 @@ class Limiter:
         self._admitted = 0
         self._queued_seconds = 0.0
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """The limiter's clock: the loop's, unless one was given."""
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
     def _cap(self, kind: Kind, amount: int) -> int:
@@ -181,7 +184,7 @@ class Limiter:
 
     async def admit(self, *, input_tokens: int, output_tokens: int) -> Ticket:
         """Wait for this request's turn and room in every window, then take it."""
-        called = self._now()
+        called = self.now()
         fit = self._cap
         reserved = Entry(called, fit(Kind.INPUT, input_tokens), fit(Kind.OUTPUT, output_tokens))
         waiter = _Waiter(asyncio.get_running_loop().create_future(), reserved)
@@ -223,7 +226,7 @@ class Limiter:
         behind it in the log is let go no sooner than it), so this errs on the safe
         side."""
         entry = ticket._entry
-        now = self._now()
+        now = self.now()
         if now > entry.at:
             entry.at = now
 
@@ -249,7 +252,9 @@ class Limiter:
         """The upstream answered the request (anything but a throttle): it got through."""
         if ticket._entry is self._probe:
             self._probe = None
-        self.ceiling.finish(ticket.admission, self._now(), throttled=False)
+        self.ceiling.finish(ticket.admission, self.now(), throttled=False)
+        if self.peers is not None:
+            self.peers.answered()
         self._grant()
 
     def throttled(self, ticket: Ticket, retry_after: float | None) -> Pause | None:
@@ -261,7 +266,7 @@ class Limiter:
         if ticket._entry is self._probe:
             self._probe = None
         pause = self.ceiling.finish(
-            ticket.admission, self._now(), throttled=True, retry_after=retry_after
+            ticket.admission, self.now(), throttled=True, retry_after=retry_after
         )
         self._grant()
         return pause
@@ -286,10 +291,20 @@ class Limiter:
     def adopt(self, learned: Learned) -> bool:
         """A job sharing the key learned ``learned`` from a throttle: paced at it when
         it is below what this one paces at (``Ceiling.adopt``).  True if taken."""
-        taken = self.ceiling.adopt(learned, self._now())
+        taken = self.ceiling.adopt(learned, self.now())
         if taken:
             self._grant()
         return taken
+
+    def counted(self) -> list[float]:
+        """This job's starts the upstream counts now (``Ceiling.counted``), on the
+        limiter's clock (``now``)."""
+        return self.ceiling.counted(self.now())
+
+    def heard(self, starts: list[float]) -> None:
+        """The starts of the other jobs sharing the key that the upstream counts, on
+        the limiter's clock: the ceiling's window estimates count them too."""
+        self.ceiling.others = tuple(starts)
 
     def demand(self) -> int:
         """Requests waiting or in flight."""
@@ -297,13 +312,13 @@ class Limiter:
 
     def pause(self, seconds: float) -> None:
         """Admit nothing for ``seconds`` (a longer pause already running stays)."""
-        self._paused_until = max(self._paused_until, self._now() + seconds)
+        self._paused_until = max(self._paused_until, self.now() + seconds)
         self._grant()
 
     def observe(self, remaining: Remaining, *, of: Ticket | None = None) -> None:
         """Hold, ration or spread admissions by what the upstream says it has left, in
         the answer to ``of`` (requests admitted after it are not in its count)."""
-        now = self._now()
+        now = self.now()
         r = remaining
         self._probe = None  # what it waited for
         for kind, left, reset in (
@@ -402,7 +417,7 @@ class Limiter:
             if head.future.done():  # cancelled; its admit() is about to see it
                 self._queue.popleft()
                 continue
-            now = self._now()
+            now = self.now()
             due = self._due(head.entry, now + _DUST)
             if due is None:
                 return

@@ -21,6 +21,12 @@ its ceiling.  Each time it reads the other members:
   and every declared window are scaled by it (``Limiter.shared``), and the ceiling
   counts what got through of this job's starts as its part's worth, so each job learns
   the key's whole rate, not its own.
+- **Counted together.**  Each file also holds the member's requests the upstream
+  counts now (``Limiter.counted``, on the heartbeat clock, at most ``COUNTED_MAX``),
+  rewritten as each is answered while others share the group: a throttle's window
+  estimate (``Ceiling._window_from``) is when one more fits less the stated limit's
+  newest request of all of them, not of this job's alone (which put the window's
+  start too early and its length too long, or a late Retry-After's 2 s for it).
 - **Pooled learning.**  A member's throttle teaches the others: the lowest learned rate
   of the members throttled since the last beat (and within two of its windows) is
   adopted when it is below this job's (``Limiter.adopt``), so the job that did not meet
@@ -57,6 +63,7 @@ from .limiter import Limiter
 
 BEAT_S = 1.0
 STALE_S = 5.0
+COUNTED_MAX = 256  # a member's newest counted requests in its file
 
 
 def group_name(upstream: str, key: str) -> str:
@@ -77,6 +84,7 @@ class Member:
     learned: Learned | None
     throttled_at: float | None  # the heartbeat clock's time of its newest throttle
     heartbeat: float
+    counted: tuple[float, ...] = ()  # its requests the upstream counts (heartbeat clock)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +95,7 @@ class Member:
             "learned": None if self.learned is None else self.learned.as_dict(),
             "throttledAt": self.throttled_at,
             "heartbeat": self.heartbeat,
+            "counted": list(self.counted),
         }
 
     @classmethod
@@ -102,6 +111,7 @@ class Member:
                 learned=None if learned is None else Learned.from_dict(learned),
                 throttled_at=None if throttled_at is None else float(throttled_at),
                 heartbeat=float(data["heartbeat"]),
+                counted=tuple(float(t) for t in data.get("counted", ())[-COUNTED_MAX:]),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -164,8 +174,15 @@ class Membership:
         if self._written_demand == 0:
             self.beat()
 
+    def answered(self) -> None:
+        """A request got through: while others share the group, they count it at once
+        (a beat later their window estimates would miss it)."""
+        if self.peers:
+            self.beat()
+
     def throttling(self) -> None:
-        """A throttle is about to teach the ceiling: its part of the limit, current."""
+        """A throttle is about to teach the ceiling: its part of the limit, and the
+        others' counted requests, current."""
         self.beat()
 
     def beat(self) -> None:
@@ -192,6 +209,8 @@ class Membership:
             self._throttles, self._throttled_at = known.throttles, now
         _private_dir(self._directory)
         _private_dir(self.group)
+        # The limiter's clock (a loop's) to the heartbeat clock (the machine's), and back.
+        offset = now - self._limiter.now()
         own = Member(
             pid=self._pid,
             host=self._host,
@@ -200,6 +219,7 @@ class Membership:
             learned=known,
             throttled_at=self._throttled_at,
             heartbeat=now,
+            counted=tuple(t + offset for t in self._limiter.counted()[-COUNTED_MAX:]),
         )
         try:
             _write(self.path, own.as_dict())
@@ -210,6 +230,7 @@ class Membership:
         self.peers = list(self._read(now))
         demanding = sum(1 for p in self.peers if p.demand or now - p.busy_at < STALE_S)
         self._limiter.shared(1 / (demanding + 1))
+        self._limiter.heard(sorted(t - offset for p in self.peers for t in p.counted))
         self._learn(now)
 
     def _read(self, now: float) -> Iterable[Member]:

@@ -577,6 +577,17 @@ class Ceiling:
 
     # -- what it knows -------------------------------------------------------------
 
+    def counted(self, now: float) -> list[float]:
+        """The starts of the last window (or GUESS_MAX) that got through or still
+        run, oldest first: what the upstream counts of this job's, for others that
+        share the limit (``others``)."""
+        since = now - (self.window or GUESS_MAX)
+        return [
+            e.admission.at
+            for e in self._recent
+            if e.state in ("through", "running") and e.admission.at >= since
+        ]
+
     def known(self) -> Learned | None:
         """What it has learned (None: never throttled, nothing kept)."""
         if self.rate is None or self.window is None:
