@@ -364,6 +364,13 @@ class Row:
         self.checks.append((text, ok))
 
 
+def keep_requests(directory: Path, requests: Sequence[Request]) -> None:
+    """The upstream's record of a case, beside its jobs (``requests.tsv``: seconds since
+    the mock started, status, the prompt's tail), to read where the time went."""
+    lines = [f"{r.since:.3f}\t{r.status}\t{r.prompt[-40:]}" for r in requests]
+    (directory / "requests.tsv").write_text("\n".join(lines) + "\n")
+
+
 def measure(
     row: Row, mock: Mock, requests: Sequence[Request], runs: Sequence[Run], needed: int
 ) -> tuple[float, float] | None:
@@ -697,6 +704,7 @@ async def case_e(bench: Bench) -> Row:
             *(fanout_run(job, env, bench.timeout(least), job.parent / "run.log") for job in jobs)
         )
         requests = await mock.requests(min(run.started for run in runs))
+    keep_requests(directory, requests)
     measure(row, mock, requests, runs, 4 * units)
     row.check(">= 0.85 of the limit used together (busy)", (row.used_busy or 0) >= 0.85)
     row.check("429s <= 10% of requests", per(row.throttles, row.requests) <= 0.10)

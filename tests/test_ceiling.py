@@ -32,8 +32,9 @@ def test_case_a_paces_to_what_got_through_after_one_burst() -> None:
     # Slow start's second generation (one, then two) meets the limit: one refusal,
     # and none after it.
     assert upstream.refusals == [0.05]
-    # Told at 0.1 that one more fits 10 s later, when the start at 0.0 leaves.
-    assert ceiling.known() == Learned(rate=2 / 10.1, window=10.1, throttles=1, concurrency=4)
+    # Told at 0.1 that one more fits 10 s later (whole seconds), when the start at 0.0
+    # leaves: the window is within the second below 10.1, and windows are whole seconds.
+    assert ceiling.known() == Learned(rate=0.2, window=10.0, throttles=1, concurrency=4)
     # After the pause it paces, not with every slot at once.
     assert most_in_any_window(record.starts[3:], 10) == 2
 
@@ -48,15 +49,15 @@ def test_a_window_said_by_retry_after_is_filled_together_not_spread_evenly() -> 
     after = record.starts[3:]  # the generations of one and two, one of them refused
     assert len(after) == 10
     assert ceiling.burst == 2
-    assert after[-1] - after[0] <= 4 * 10.1 * MARGIN + 0.5  # evenly: 9 * 5.3 = 47.7
+    assert after[-1] - after[0] <= 4 * 10 * MARGIN + 0.5  # evenly: 9 * 5.25 = 47.25
     assert most_in_any_window(after, 10) == 2
     assert len(upstream.refusals) == 1
 
 
-def test_a_window_guessed_kept_or_shared_is_spread_evenly() -> None:
+def test_a_window_guessed_or_kept_is_spread_evenly_and_a_shared_one_by_share() -> None:
     """Without a Retry-After the window is a guess that may be short of the upstream's,
-    what an earlier run kept is paced evenly until this run hears one, and jobs that
-    share a key pace apart: one at a time."""
+    and what an earlier run kept is paced evenly until this run hears one: one at a
+    time.  Jobs that share a key take their share's worth of a window together."""
     guessed = _ceiling(slots=4)
     run(guessed, Upstream(fixed(2), 10, honest=False), units=12, slots=4)
     kept = _ceiling(slots=4, learned=Learned(rate=0.2, window=10.0, throttles=2))
@@ -64,7 +65,7 @@ def test_a_window_guessed_kept_or_shared_is_spread_evenly() -> None:
     run(shared, Upstream(fixed(4), 10), units=12, slots=4)
     assert shared.burst == 4
     shared.share = 0.5
-    assert (guessed.burst, kept.burst, shared.burst) == (1, 1, 1)
+    assert (guessed.burst, kept.burst, shared.burst) == (1, 1, 2)
 
 
 def test_a_slot_freed_by_a_quick_answer_waits_for_the_generation() -> None:

@@ -430,24 +430,24 @@ async def test_the_other_units_start_as_soon_as_the_pause_ends(tmp_path: Path) -
     await runner.execute(Options())
     # Slow start sends u0 alone; it is throttled at 0.5 s: nothing starts for 1 s
     # (Retry-After; the backoff of 1 s), then u1 at the pause's end, u2 and u3 one
-    # learned interval apart (1 start per the 1 s Retry-After window, widened by 5%: not
+    # learned interval apart (1 start per the 1 s Retry-After window, widened by 1%: not
     # all at once), then u0.  u1 got through after the pause, so u0's next throttle
     # pauses for the floor of 1 s again; after that the first start after each pause is
     # throttled again: 2 s, 4 s, then the 5 s cap.
     assert starts == [
         ("u0", 0.0),
         ("u1", 1.5),
-        ("u2", 2.55),
-        ("u3", 3.6),
-        ("u0", 4.65),
-        ("u0", 6.15),
-        ("u0", 8.65),
-        ("u0", 13.15),
-        ("u0", 18.65),
-        ("u0", 24.15),
-        ("u0", 29.65),
-        ("u0", 35.15),
-        ("u0", 40.65),
+        ("u2", 2.51),
+        ("u3", 3.52),
+        ("u0", 4.53),
+        ("u0", 6.03),
+        ("u0", 8.53),
+        ("u0", 13.03),
+        ("u0", 18.53),
+        ("u0", 24.03),
+        ("u0", 29.53),
+        ("u0", 35.03),
+        ("u0", 40.53),
     ]
 
 

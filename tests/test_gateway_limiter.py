@@ -13,7 +13,7 @@ import pytest
 
 from fanout.gateway.limiter import Limiter, Remaining, Ticket
 from fanout.gateway.windows import SKEW
-from fanout.pacing.ceiling import MARGIN, Learned, Pause
+from fanout.pacing.ceiling import ESTIMATED_MARGIN, Learned, Pause
 from fanout.spec import Window
 
 pytestmark = pytest.mark.looptime
@@ -485,9 +485,11 @@ async def test_one_burst_of_throttled_requests_makes_one_pause_then_the_learned_
         limiter.settle(ticket, input_tokens=0, output_tokens=0)
 
     await _within(asyncio.gather(*(retry() for _ in range(4))))
-    # After the pause, paced at the learned rate: the window's three (widened by
-    # MARGIN, counted from the burst's starts), then the fourth a window after them.
-    assert retried == [10, 10, round(10 * MARGIN, 6), round(10 + 10 * MARGIN, 6)]
+    # After the pause, paced at the learned rate: the first at its end, two more a
+    # window (widened by ESTIMATED_MARGIN) after the burst's starts, then the fourth a
+    # window after the first.
+    m = ESTIMATED_MARGIN
+    assert retried == [10, round(10 * m, 6), round(10 * m, 6), round(10 + 10 * m, 6)]
 
 
 async def test_a_stated_limit_that_changes_scales_the_pace_at_once() -> None:

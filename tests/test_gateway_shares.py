@@ -5,6 +5,7 @@ directory of the test's: together they stay under the upstream's limit, and spli
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -85,4 +86,9 @@ async def test_two_jobs_sharing_a_key_stay_under_its_limit_and_split_it(tmp_path
         assert refused <= 1, statuses
         assert used >= 0.85
         assert min(answered) / sum(answered) * used >= 0.35, answered  # each its part
-        assert list((tmp_path / "shares").iterdir()) == []  # both left the ledger
+        # Both left the ledger, each file saying so with what the upstream still counts.
+        files = [json.loads(p.read_bytes()) for p in (tmp_path / "shares").glob("*/*.json")]
+        assert [(f["left"], f["demand"], len(f["counted"]) > 0) for f in files] == [
+            (True, 0, True),
+            (True, 0, True),
+        ]

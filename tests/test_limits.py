@@ -204,18 +204,18 @@ async def test_starts_pass_a_pause_in_arrival_order() -> None:
     await asyncio.gather(throttled_every_time(), waiting())
     # The queued start came due at 1 s, inside the pause (0.5 to 1.5 s); it starts when
     # the pause ends (1.5 s), ahead of the hot unit, which waits out the pace learned from
-    # the throttle (one start per the 1 s Retry-After, widened by 5%: 2.55 s).  The queued
+    # the throttle (one start per the 1 s Retry-After, widened by 1%: 2.51 s).  The queued
     # start got through after the pause, so the hot unit's next throttle starts the
-    # backoff again from 1 s (until 4.05 s); the first starts after that pause are
+    # backoff again from 1 s (until 4.01 s); the first starts after that pause are
     # throttled again, so it doubles: 2 s, 4 s.  (With aiolimiter the queued start spent
     # the 1 s slot inside the pause and took the next one, at 2 s.)
     assert [(who, round(t, 2)) for who, t in passed] == [
         ("hot", 0.0),
         ("queued", 1.5),
-        ("hot", 2.55),
-        ("hot", 4.05),
-        ("hot", 6.55),
-        ("hot", 11.05),
+        ("hot", 2.51),
+        ("hot", 4.01),
+        ("hot", 6.51),
+        ("hot", 11.01),
     ]
 
 

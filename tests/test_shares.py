@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fanout.gateway.limiter import Limiter, Ticket
-from fanout.gateway.shares import STALE_S, Membership, Shares, group_name
+from fanout.gateway.shares import GONE_S, STALE_S, Membership, Shares, group_name
 from fanout.pacing.ceiling import Learned
 
 pytestmark = pytest.mark.looptime
@@ -114,19 +114,20 @@ async def test_a_throttle_of_one_job_teaches_the_other(tmp_path: Path) -> None:
     one.beat()
     # first's newest meets a 429 at 2.625 (its three went 1.3125 s apart, alone then):
     # one more fits in 7.375 s, when its start at 0 leaves a 10 s window.  2 of its
-    # starts got through in that window (the one throttled not counted), at half the
-    # key's rate: 4 a window for the key.
+    # own got through in that window (the one throttled not counted); second's, which
+    # its file says, went at the same moment as the refused one, so it may have been
+    # refused too, and is not counted: 2 a window for the key.
     assert _now() == 2.625
     assert first.throttled(held[2], 7.375) is not None
     assert first.ceiling.known() == Learned(
-        rate=0.4, window=10, throttles=1, concurrency=first.ceiling.concurrency
+        rate=0.2, window=10, throttles=1, concurrency=first.ceiling.concurrency
     )
     clock.now += 1
     one.beat()  # says it was throttled
     two.beat()  # ... and second, which was not, slows down to what first learned
     known = second.ceiling.known()
     assert known is not None
-    assert (known.rate, known.window) == (0.4, 10)
+    assert (known.rate, known.window) == (0.2, 10)
     two.beat()
     assert second.ceiling.known() == known  # adopted once, not again on every beat
 
@@ -162,6 +163,39 @@ async def test_a_throttle_counts_the_other_jobs_requests_in_its_window(tmp_path:
             task.cancel()
     assert second.ceiling.window == 10
     assert second.ceiling.rate == 0.4  # the key's 4 over it
+
+
+async def test_a_job_that_left_still_counts_until_its_requests_leave_the_window(
+    tmp_path: Path,
+) -> None:
+    """Case E's end: one job finished and its gateway closed, taking its file; the other
+    took the whole key at once and sent into a window that still held what the first
+    had just sent: two 429s.  The file stays, saying it left, with what the upstream
+    counts of it, until GONE_S has passed."""
+    loop = asyncio.get_running_loop()
+    clock = lambda: loop.time() + 1_000_000.0  # noqa: E731
+    first, second = _limiter(), _limiter()
+    for limiter in (first, second):  # a window the upstream said: 4 per 10 s for the key
+        assert limiter.adopt(Learned(rate=0.4, window=10, throttles=1, said=True))
+    one, two = (_member(tmp_path, job, clock) for job in (first, second))  # type: ignore[arg-type]
+    one.beat(), two.beat(), one.beat()
+    assert (first.ceiling.share, second.ceiling.share) == (0.5, 0.5)
+    assert [await _admitted_at(first) for _ in range(2)] == [0, 0]  # its share's worth
+    await _admitted_at(second)
+    one.leave()
+    two.beat()
+    assert second.ceiling.share == 1  # all of the key is second's now, but its window
+    # still holds first's two: one more fits at once, the rest when those leave.
+    assert [await _admitted_at(second) for _ in range(3)] == [0, 10.1, 10.1]
+    (left,) = [json.loads(p.read_bytes()) for p in _files(tmp_path) if p != two.path]
+    assert (left["left"], left["demand"], left["counted"]) == (True, 0, [1e6, 1e6])
+    await asyncio.sleep(GONE_S)
+    two.beat()  # the upstream's window has passed: the file goes
+    assert _files(tmp_path) == [two.path]
+
+
+def _files(directory: Path) -> list[Path]:
+    return list(directory.glob("*/*.json"))
 
 
 async def test_a_job_that_learned_nothing_takes_its_peers_rate(tmp_path: Path) -> None:

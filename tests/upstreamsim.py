@@ -44,6 +44,35 @@ class Upstream:
         return None
 
 
+@dataclass
+class Bucket:
+    """A token bucket, as Anthropic limits (its docs): ``capacity`` requests at once,
+    refilled at ``capacity / window`` a second; a refusal's honest Retry-After is the
+    whole seconds, rounded up, until one token is back."""
+
+    capacity: int
+    window: float
+    states: bool = False
+    tokens: float = -1.0  # -1: full at the first request
+    at: float = 0.0
+    answers: list[float] = field(default_factory=list)
+    refusals: list[float] = field(default_factory=list)
+
+    def ask(self, t: float) -> float | None:
+        rate = self.capacity / self.window
+        if self.tokens < 0:
+            self.tokens = self.capacity
+        else:
+            self.tokens = min(self.capacity, self.tokens + (t - self.at) * rate)
+        self.at = t
+        if self.tokens < 1:
+            self.refusals.append(t)
+            return float(max(1, math.ceil((1 - self.tokens) / rate)))
+        self.tokens -= 1
+        self.answers.append(t)
+        return None
+
+
 def fixed(limit: int) -> Callable[[float], int]:
     return lambda t: limit
 
@@ -66,7 +95,7 @@ class _Unit:
 
 def run(
     ceiling: Ceiling,
-    upstream: Upstream,
+    upstream: Upstream | Bucket,
     *,
     units: int,
     slots: int,

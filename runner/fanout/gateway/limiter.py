@@ -81,7 +81,7 @@ class Peers(Protocol):
 
     def arrived(self) -> None: ...
 
-    def answered(self) -> None: ...
+    def settled(self) -> None: ...
 
     def throttling(self) -> None: ...
 
@@ -254,7 +254,7 @@ class Limiter:
             self._probe = None
         self.ceiling.finish(ticket.admission, self.now(), throttled=False)
         if self.peers is not None:
-            self.peers.answered()
+            self.peers.settled()
         self._grant()
 
     def throttled(self, ticket: Ticket, retry_after: float | None) -> Pause | None:
@@ -266,8 +266,10 @@ class Limiter:
         if ticket._entry is self._probe:
             self._probe = None
         pause = self.ceiling.finish(
-            ticket.admission, self.now(), throttled=True, retry_after=retry_after
+            ticket.admission, self.now(), throttled=True, retry_after=retry_after, counted=False
         )
+        if self.peers is not None:
+            self.peers.settled()  # the refused request is no longer counted
         self._grant()
         return pause
 
@@ -332,6 +334,13 @@ class Limiter:
             self._spreads.pop(kind, None)
             if kind is Kind.REQUESTS:
                 self._ration = None
+                if self.ceiling.window_known and self.ceiling.others:
+                    # Shared: the ceiling paces a window it knows, every job's requests
+                    # counted (bench case E: spreading each job's share of what remained
+                    # as well used 0.80 of the limit).  Alone, the upstream's count
+                    # stays the guide: an API that limits by token bucket (Anthropic)
+                    # says no window in its Retry-After.
+                    continue
                 if reset <= 0 or (left > 0 and not self._small(kind, left)):
                     continue
                 if self.ceiling.share < 1:

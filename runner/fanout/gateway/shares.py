@@ -23,7 +23,7 @@ its ceiling.  Each time it reads the other members:
   the key's whole rate, not its own.
 - **Counted together.**  Each file also holds the member's requests the upstream
   counts now (``Limiter.counted``, on the heartbeat clock, at most ``COUNTED_MAX``),
-  rewritten as each is answered while others share the group: a throttle's window
+  rewritten as each is answered or refused while others share the group: a throttle's window
   estimate (``Ceiling._window_from``) is when one more fits less the stated limit's
   newest request of all of them, not of this job's alone (which put the window's
   start too early and its length too long, or a late Retry-After's 2 s for it).
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -64,6 +65,7 @@ from .limiter import Limiter
 BEAT_S = 1.0
 STALE_S = 5.0
 COUNTED_MAX = 256  # a member's newest counted requests in its file
+GONE_S = 120.0  # how long a member that left is still counted: two windows of a minute
 
 
 def group_name(upstream: str, key: str) -> str:
@@ -85,6 +87,7 @@ class Member:
     throttled_at: float | None  # the heartbeat clock's time of its newest throttle
     heartbeat: float
     counted: tuple[float, ...] = ()  # its requests the upstream counts (heartbeat clock)
+    left: bool = False  # its gateway closed; its counted requests still count
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,9 +96,11 @@ class Member:
             "demand": self.demand,
             "busyAt": self.busy_at,
             "learned": None if self.learned is None else self.learned.as_dict(),
+            "said": self.learned is not None and self.learned.said,
             "throttledAt": self.throttled_at,
             "heartbeat": self.heartbeat,
             "counted": list(self.counted),
+            "left": self.left,
         }
 
     @classmethod
@@ -103,19 +108,25 @@ class Member:
         try:
             learned = data["learned"]
             throttled_at = data["throttledAt"]
+            said = data.get("said") is True
             member = cls(
                 pid=int(data["pid"]),
                 host=str(data["host"]),
                 demand=max(0, int(data["demand"])),
                 busy_at=float(data["busyAt"]),
-                learned=None if learned is None else Learned.from_dict(learned),
+                learned=None if learned is None else _said(Learned.from_dict(learned), said),
                 throttled_at=None if throttled_at is None else float(throttled_at),
                 heartbeat=float(data["heartbeat"]),
                 counted=tuple(float(t) for t in data.get("counted", ())[-COUNTED_MAX:]),
+                left=data.get("left") is True,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return member if math.isfinite(member.heartbeat) else None
+
+
+def _said(learned: Learned | None, said: bool) -> Learned | None:
+    return None if learned is None else dataclasses.replace(learned, said=said)
 
 
 def _alive(pid: int) -> bool:
@@ -164,8 +175,13 @@ class Membership:
         self._heard = -math.inf  # the newest peer throttle already considered
         self._written_demand = 0
         self._busy_at = clock()  # joined: its units are starting
+        self._left = False
         self._warn = warn
         self.peers: list[Member] = []
+        # The counted requests of members that left, by (host, pid), on the heartbeat
+        # clock: the upstream counts them until its window passes (``GONE_S``).
+        self._counted: dict[tuple[str, int], tuple[float, ...]] = {}
+        self._gone: list[float] = []
         limiter.peers = self
 
     def arrived(self) -> None:
@@ -174,9 +190,10 @@ class Membership:
         if self._written_demand == 0:
             self.beat()
 
-    def answered(self) -> None:
-        """A request got through: while others share the group, they count it at once
-        (a beat later their window estimates would miss it)."""
+    def settled(self) -> None:
+        """A request got through, or was refused: while others share the group, they
+        count it at once, or no longer (a beat later their window estimates would be
+        wrong)."""
         if self.peers:
             self.beat()
 
@@ -209,18 +226,7 @@ class Membership:
             self._throttles, self._throttled_at = known.throttles, now
         _private_dir(self._directory)
         _private_dir(self.group)
-        # The limiter's clock (a loop's) to the heartbeat clock (the machine's), and back.
-        offset = now - self._limiter.now()
-        own = Member(
-            pid=self._pid,
-            host=self._host,
-            demand=self._limiter.demand(),
-            busy_at=self._busy_at,
-            learned=known,
-            throttled_at=self._throttled_at,
-            heartbeat=now,
-            counted=tuple(t + offset for t in self._limiter.counted()[-COUNTED_MAX:]),
-        )
+        own = self._own(now, known)
         try:
             _write(self.path, own.as_dict())
         except FileNotFoundError:  # the last other member left, taking the folder
@@ -228,10 +234,39 @@ class Membership:
             _write(self.path, own.as_dict())
         self._written_demand = own.demand
         self.peers = list(self._read(now))
-        demanding = sum(1 for p in self.peers if p.demand or now - p.busy_at < STALE_S)
+        demanding = sum(
+            1 for p in self.peers if not p.left and (p.demand or now - p.busy_at < STALE_S)
+        )
+        # What the others have sent first: a larger part admits at once (``shared``).
+        offset = now - self._limiter.now()
+        self._limiter.heard(sorted(t - offset for t in self._heard_counted(now)))
         self._limiter.shared(1 / (demanding + 1))
-        self._limiter.heard(sorted(t - offset for p in self.peers for t in p.counted))
         self._learn(now)
+
+    def _own(self, now: float, known: Learned | None) -> Member:
+        # The limiter's clock (a loop's) to the heartbeat clock (the machine's).
+        offset = now - self._limiter.now()
+        return Member(
+            pid=self._pid,
+            host=self._host,
+            demand=0 if self._left else self._limiter.demand(),
+            busy_at=self._busy_at,
+            learned=known,
+            throttled_at=self._throttled_at,
+            heartbeat=now,
+            counted=tuple(t + offset for t in self._limiter.counted()[-COUNTED_MAX:]),
+            left=self._left,
+        )
+
+    def _heard_counted(self, now: float) -> list[float]:
+        """The peers' counted requests, and those of the peers that left in the last
+        ``GONE_S``."""
+        counted = {(p.host, p.pid): p.counted for p in self.peers}
+        for key in self._counted.keys() - counted.keys():
+            self._gone.extend(self._counted[key])
+        self._counted = counted
+        self._gone = [t for t in self._gone if t > now - GONE_S]
+        return [t for times in counted.values() for t in times] + self._gone
 
     def _read(self, now: float) -> Iterable[Member]:
         for path in self.group.glob("*.json"):
@@ -247,6 +282,13 @@ class Membership:
                 with contextlib.suppress(OSError):
                     if path.stat().st_mtime < time.time() - STALE_S:
                         path.unlink()  # never written by a member (or by one long gone)
+                continue
+            if member.left:  # counted until the upstream's window has passed
+                if now - member.heartbeat > GONE_S:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    continue
+                yield member
                 continue
             dead = member.host == self._host and member.pid != self._pid
             if now - member.heartbeat > STALE_S or (dead and not self._alive(member.pid)):
@@ -277,8 +319,16 @@ class Membership:
         self._limiter.adopt(lowest)
 
     def leave(self) -> None:
-        """Remove this member's file (the gateway is closing)."""
+        """The gateway is closing: its file says it left, with the requests the
+        upstream still counts of it (a job that takes its share back waits for them;
+        readers remove it ``GONE_S`` later), or goes when there are none."""
         self._limiter.peers = None
+        self._left = True
+        own = self._own(self._clock(), self._limiter.ceiling.known())
+        if own.counted:
+            with contextlib.suppress(OSError):
+                _write(self.path, own.as_dict())
+                return
         with contextlib.suppress(OSError):
             self.path.unlink()
         with contextlib.suppress(OSError):

@@ -20,9 +20,11 @@ The controller (docs/guides/rate-limits.md, "Why this controller", says why this
     request is the N-th newest that got through (N its stated limit, else what got
     through in the window believed so far), at s: the window is t + R - s, never less
     than the upstream's (R is rounded up, and a start reaches it after it starts), so
-    the least of the newest ``ESTIMATES`` is kept.  R alone is the window only when the
-    throttle comes early in it (a throttle late in a sliding window says 1-2 s of a
-    10 s window, and pacing at "2 per 2 s" drew a 429 a window);
+    the least of the newest ``ESTIMATES`` is kept.  A whole-second R puts the window
+    within the second below t + R - s, and windows are whole seconds: that one.  R
+    alone is the window only when the throttle comes early in it (a throttle late in a
+    sliding window says 1-2 s of a 10 s window, and pacing at "2 per 2 s" drew a 429 a
+    window);
   - a throttle message that states the limit ("of 50 requests per minute", read by
     the agent presets) says the window outright.
 
@@ -52,6 +54,7 @@ The controller (docs/guides/rate-limits.md, "Why this controller", says why this
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections import deque
@@ -65,6 +68,11 @@ from .backoff import Backoff, Jitter
 # The interval's widening: a start's request reaches the upstream later than it starts,
 # by a delay that varies.
 MARGIN = 1.05
+# The same for a window estimated from a Retry-After (``_window_from``): the estimate
+# already holds a start's delay (when one more fits, less when the start that leaves
+# began, not when it arrived), and the Retry-After's rounding up; this only covers
+# the delays' difference from one start to the next.
+ESTIMATED_MARGIN = 1.01
 BETA = 0.85  # multiplicative decrease where nothing better is known
 # Slow start's first flight.  One, as TCP began (RFC 2001; RFC 6928 raised it to 10
 # segments for latency): every start beyond what the upstream allows is a 429, and an
@@ -86,12 +94,16 @@ ESTIMATES = 4
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Learned:
     """What a ceiling learned: ``rate`` starts a second over a ``window`` of seconds,
-    from ``throttles`` throttles (over runs), and the cap on starts in flight."""
+    from ``throttles`` throttles (over runs), and the cap on starts in flight.  ``said``:
+    the window is the upstream's own (``Ceiling.window_known``); a peer sharing the
+    limit takes it so (``adopt``), the next run does not (``as_dict`` leaves it out: a
+    window kept from yesterday paces evenly until this run hears the upstream)."""
 
     rate: float
     window: float
     throttles: int
     concurrency: int | None = None
+    said: bool = field(default=False, compare=False)
 
     @property
     def per_window(self) -> float:
@@ -188,6 +200,7 @@ class Ceiling:
         self.window: float | None = None
         self.concurrency: int | None = None
         self._window_said = False  # the window came from the upstream (see _window_from)
+        self._window_estimated = False  # ... estimated from a Retry-After
         self._estimates: deque[float] = deque(maxlen=ESTIMATES)
         # The through starts of other jobs that share this limit (``gateway.shares``),
         # on this ceiling's clock: the upstream counts them too.
@@ -216,7 +229,7 @@ class Ceiling:
         self._recent: deque[_Start] = deque()
         self._running: dict[int, _Start] = {}
         self._number = 0
-        # The newest starts, as many as go together (``burst``), oldest first.
+        # The starts of the last two windows, oldest first (``burst`` looks back).
         self._start_times: deque[float] = deque()
         self._after_pause = False
         self.paused_until = -math.inf
@@ -239,12 +252,17 @@ class Ceiling:
     # -- pacing ---------------------------------------------------------------------
 
     @property
+    def margin(self) -> float:
+        """How much wider than the window the pace spreads a window's worth."""
+        return ESTIMATED_MARGIN if self._window_estimated else MARGIN
+
+    @property
     def interval(self) -> float | None:
         """Seconds between two starts (None: not paced).  Until it learns, a
         declared limit's own spacing."""
         if self.rate is None:
             return None if self.declared is None else self._declared_interval()
-        return MARGIN / (self.rate * self.share)
+        return self.margin / (self.rate * self.share)
 
     @property
     def burst(self) -> int:
@@ -256,10 +274,10 @@ class Ceiling:
         (bench/adaptive.py case C used 0.86 of the limit).  Only a window the upstream
         said (a Retry-After): one guessed from pauses may be shorter than the upstream's,
         and a window's worth at once then overruns it (case B), and what an earlier run
-        learned is paced evenly until this run hears a Retry-After of its own.  Alone on
-        its key, too: jobs sharing one pace apart, and their windows' worths at once
-        can land together (case E drew 7 429s where it drew 3 spread)."""
-        if self.rate is None or self.window is None or not self._window_said or self.share < 1:
+        learned is paced evenly until this run hears a Retry-After of its own.  Jobs
+        sharing a key each take their share's worth: n of them with floor(N / n) each
+        never exceed N together."""
+        if not self.window_known:
             return 1
         return max(1, math.floor(self.rate * self.share * self.window + 1e-9))
 
@@ -291,7 +309,29 @@ class Ceiling:
             if paced > due:
                 self._wanted = True
             due = max(due, paced)
-        return due
+        return max(due, self._key_due())
+
+    def _key_due(self) -> float:
+        """With others sharing the limit: when the key's whole window has room, every
+        job's counted starts in it.  Each job keeps to its share (``due``), so this
+        binds only while shares change: a job that left still has its last starts in
+        the upstream's window, and the one that takes its share back waits for them."""
+        if not self.others or not self.window_known or self._after_pause:
+            return -math.inf
+        assert self.rate is not None
+        assert self.window is not None
+        whole = max(1, math.floor(self.rate * self.window + 1e-9))
+        span = self.window * self.margin
+        newest = max([*self.others, *(e.admission.at for e in self._recent)], default=0.0)
+        counted = sorted(
+            [t for t in self.others if t > newest - span]
+            + [
+                e.admission.at
+                for e in self._recent
+                if e.state in ("through", "running") and e.admission.at > newest - span
+            ]
+        )
+        return counted[-whole] + span if len(counted) >= whole else -math.inf
 
     def start(self, now: float) -> Admission:
         self._number += 1
@@ -305,7 +345,10 @@ class Ceiling:
             self._generation_started += 1
             self._generation_open.add(admission.number)
         self._start_times.append(now)
-        while len(self._start_times) > self.burst:
+        # Kept by age, not by count: a burst that grows (a share given back) must still
+        # see the starts of its window.
+        horizon = max((self.window or 0.0) * 2 * self.margin, GUESS_MAX)
+        while len(self._start_times) > 1 and self._start_times[0] < now - horizon:
             self._start_times.popleft()
         self._after_pause = False
         if self._calm_since is None:
@@ -334,10 +377,13 @@ class Ceiling:
         retry_after: float | None = None,
         window: float | None = None,
         running: bool = True,
+        counted: bool = True,
     ) -> Pause | None:
         """The start ended: through, or throttled (a pause to take, or None when an
         earlier pause already covers it), with the ``window`` the upstream's message
-        stated, if it did."""
+        stated, if it did.  ``counted``: a throttled start may still count upstream (a
+        unit may have sent requests before the one refused); a refused request does
+        not, and gives its place in the pace back."""
         entry = self._running.pop(admission.number, None)
         if entry is None:
             return None
@@ -352,6 +398,9 @@ class Ceiling:
         # it was a start that ran, not a signal from outside any start).
         beside = len(self._running) if running else None
         entry.state = "throttled"
+        if not counted:
+            with contextlib.suppress(ValueError):
+                self._start_times.remove(admission.at)
         return self._throttled(admission, now, retry_after, window, beside)
 
     def _gained(self, now: float) -> None:
@@ -386,11 +435,11 @@ class Ceiling:
             self.window or 0.0
         )
         if stated_window is not None and stated_window > 0:
-            self._window_said = True
+            self._window_said, self._window_estimated = True, False
             self.window = stated_window
         elif retry_after is not None and retry_after > 0:
-            self._window_said = True
-            self.window = self._window_from(now, retry_after)
+            self._window_said, self._window_estimated = True, True
+            self.window = self._window_from(now, retry_after, admission)
         if self.window is not None and self.declared:
             self.window = min(self.window, self.declared[1])
         pause = self._pause(now, retry_after, same_episode)
@@ -407,28 +456,26 @@ class Ceiling:
             # outage, not a window).
             window = max(window, min(self.backoff.step(pause.level + 1), GUESS_MAX))
         self.window = window
-        got = sum(
-            1
-            for e in self._recent
-            if e.admission.at > now - window and e.state in ("through", "running")
-        )
+        got = sum(1 for t in self._counted_before(admission) if t > now - window)
         # The rate is the limit's whole (``share`` of it is this job's): what got
-        # through of this job's starts is its share's worth.
-        observed = max(1, got) / window / self.share
-        tried = (got + 1) / window / self.share
-        if self._stated is not None and self._window_said:
-            # The upstream said both its limit and its window: nothing to estimate.
-            observed = tried = self._stated / window
+        # through of every job's starts, when the others said theirs; else this job's
+        # is its share's worth.
+        whole = 1.0 if self.others else self.share
+        observed = max(1, got) / window / whole
+        tried = (got + 1) / window / whole
         if same_episode:  # what got through in the same window, counted again
             paced = observed if self.rate is None else self.rate * (before or window) / window
             self.rate = self._bounded(min(paced, observed))
             self._refused = min(self._refused or tried, tried)
         else:
             # A window the upstream said makes the count exact; a guessed one does not.
-            estimate = (
-                observed if self._window_said else BETA * min(self.rate or observed, observed)
-            )
+            # A count at or above the pace that was refused explains nothing (a token
+            # bucket's Retry-After is one token's refill, not a window): then the pace
+            # itself was too high, and it decreases by BETA, each episode again.
             paced = self.rate
+            estimate = observed if self._window_said else BETA * min(paced or observed, observed)
+            if paced is not None and estimate >= paced:
+                estimate = BETA * paced
             self._refused = min(paced, tried) if paced is not None else tried
             self._refused_at = now
             self.rate = self._bounded(estimate)
@@ -445,16 +492,26 @@ class Ceiling:
         self.version += 1
         return pause if (pause.new_episode or pause.seconds > 0) else None
 
-    def _window_from(self, now: float, retry_after: float) -> float:
+    def _counted_before(self, admission: Admission) -> list[float]:
+        """The starts the upstream counted when it refused ``admission``'s, oldest
+        first: this job's that got through, or still run and were admitted before it
+        (a unit's request goes out as it starts, long before it ends; one admitted
+        after it, in the same burst, was likely refused too), and the others' that
+        share the limit, started before it."""
+        own = [
+            e.admission.at
+            for e in self._recent
+            if e.state == "through"
+            or (e.state == "running" and e.admission.number < admission.number)
+        ]
+        return sorted(own + [t for t in self.others if t < admission.at])
+
+    def _window_from(self, now: float, retry_after: float, admission: Admission) -> float:
         """The upstream's window from an honest Retry-After (see the module
         docstring): the least of the newest estimates, each ``now + retry_after`` less
-        the N-th newest start that got through or still runs (this job's and, sharing
-        the limit, the others'), at least ``retry_after``.  A running start counts: a
-        unit's request goes out as it starts, long before it ends."""
-        through = sorted(
-            [e.admission.at for e in self._recent if e.state in ("through", "running")]
-            + [t for t in self.others if t <= now]
-        )
+        the N-th newest start it counted (``_counted_before``), at least
+        ``retry_after``."""
+        through = self._counted_before(admission)
         if self._stated is not None:
             count = self._stated
         else:
@@ -463,6 +520,11 @@ class Ceiling:
         estimate = retry_after
         if 0 < count <= len(through):
             estimate = max(retry_after, now + retry_after - through[-count])
+            if float(retry_after).is_integer():
+                # Rounded up to whole seconds, the Retry-After puts the window within a
+                # second below the estimate, and upstreams count whole seconds (per
+                # second, per minute): the whole second there is the window.
+                estimate = max(retry_after, math.floor(estimate + 1e-9))
         self._estimates.append(estimate)
         return min(self._estimates)
 
@@ -559,6 +621,8 @@ class Ceiling:
         self.window = max(self.window or 0.0, learned.window)
         if self.declared:
             self.window = min(self.window, self.declared[1])
+        if learned.said and not self._window_said:
+            self._window_said = self._window_estimated = True  # the peer's estimate
         # The peer was refused one start a window above it, as a seed was: no probe
         # there until that is HOLD_MAX windows old.
         self._refused, self._refused_at = rate + 1 / self.window, now
@@ -597,7 +661,14 @@ class Ceiling:
             window=self.window,
             throttles=self.throttles,
             concurrency=self.concurrency,
+            said=self._window_said,
         )
+
+    @property
+    def window_known(self) -> bool:
+        """It paces at a rate over a window the upstream said: a window's worth
+        together, no guess (``burst``)."""
+        return self._window_said and self.rate is not None and self.window is not None
 
     @property
     def ramping(self) -> bool:
