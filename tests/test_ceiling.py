@@ -8,7 +8,7 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from upstreamsim import Upstream, fixed, most_in_any_window, run
+from upstreamsim import Bucket, Upstream, fixed, most_in_any_window, run
 
 from fanout.pacing.ceiling import MARGIN, Ceiling, Learned, describe
 from fanout.spec import Throttle
@@ -322,3 +322,19 @@ def test_a_throttle_late_in_a_sliding_window_learns_the_window_not_its_retry_aft
     ceiling.finish(ceiling.start(10.5), 10.5, throttled=False)
     ceiling.finish(ceiling.start(20.4), 20.9, throttled=True, retry_after=1)
     assert ceiling.window == 10.0
+
+
+def test_a_token_bucket_is_followed_at_its_refill_rate() -> None:
+    """Anthropic limits by token bucket: 4 at once, one more each 2.5 s.  Its
+    Retry-After is one token's refill, not a window, so what a throttle teaches is
+    rough: a count that does not explain the throttle decreases the pace by BETA, and
+    probing finds the bucket's edge again (about a 429 each 10 s).  The refill rate is
+    what the run gets, and no unit waits for ever."""
+    for seed in range(1, 6):
+        upstream = Bucket(4, 10)
+        record = run(_ceiling(seed, slots=4), upstream, units=40, slots=4)
+        answers = upstream.answers
+        assert len(answers) == 40
+        assert (len(answers) - 1) / (answers[-1] - answers[0]) >= 0.95 * 0.4
+        assert len(upstream.refusals) <= 40 / 3
+        assert record.wall <= 100

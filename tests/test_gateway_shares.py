@@ -81,6 +81,7 @@ async def test_two_jobs_sharing_a_key_stay_under_its_limit_and_split_it(tmp_path
         accepted = [seen.at for seen in posts if seen.status == 200]
         used = (len(accepted) - 1) / (accepted[-1] - accepted[0]) * WINDOW / LIMIT
         print(f"answered {answered}, 429s {refused}, {used:.2f} of the limit used")
+        print("TIMES", [(round(s.since, 2), s.status) for s in posts])
         # Measured with the ledger: 0 429s, 9 and 9 answers, 1.01 of the limit used (the
         # first window's burst); without it: 2 429s, 5 and 12 or 13, 0.59 to 0.64.
         assert refused <= 1, statuses
@@ -92,3 +93,64 @@ async def test_two_jobs_sharing_a_key_stay_under_its_limit_and_split_it(tmp_path
             (True, 0, True),
             (True, 0, True),
         ]
+
+
+async def test_two_new_jobs_on_one_key_learn_its_window_and_split_it(tmp_path: Path) -> None:
+    """bench/adaptive.py's case E, kept small: two jobs that know nothing of the key's
+    limit (4 per sliding 3 s here), whose upstream states its limit in headers but says
+    its window only in a 429's Retry-After.  Each gateway learns the window from the
+    requests of both jobs (their files in the ledger), then each sends its half of a
+    window together, and the two never more than the key's limit in a window.  Before,
+    a late 429's 1 s was taken for the window.  Until the first 429 the headers pace
+    them (what remains, spread), below the limit: that is measured by the bench."""
+    limit, window, seconds = 4, 3.0, 13.0
+    config = MockConfig(require_key=KEY, limit=limit, window=window)
+    async with MockApi(config) as mock:
+        gateways = [
+            Gateway(
+                [make_api(mock.url)],
+                {"anthropic": KEY},
+                events=Events(lambda event: None),
+                stop=print,
+                shares_dir=tmp_path / "shares",
+            )
+            for _ in range(2)
+        ]
+        answered = [0, 0]
+        try:
+            for gateway in gateways:
+                await gateway.start()
+            end = time.monotonic() + seconds
+            async with aiohttp.ClientSession() as client:
+
+                async def worker(job: int) -> None:
+                    gateway = gateways[job]
+                    token = gateway.grant(unit=f"u{job}", attempt=1, deadline=1e9)
+                    while time.monotonic() < end:
+                        async with client.post(
+                            gateway.url + "/anthropic/v1/messages",
+                            json=message(),
+                            headers={"x-api-key": token},
+                        ) as answer:
+                            await answer.read()
+                            assert answer.status == 200
+                            answered[job] += 1
+
+                await asyncio.wait_for(
+                    asyncio.gather(*(worker(job) for job in range(2) for _ in range(3))), 60
+                )
+        finally:
+            for gateway in gateways:
+                await gateway.close()
+        posts = mock.posts()
+        refused = [seen.status for seen in posts].count(429)
+        # From the first 429 on, both know the window: the fraction of the limit used,
+        # requests a second the upstream accepted from then to the last, over its rate.
+        learned = next(seen.at for seen in posts if seen.status == 429)
+        accepted = [seen.at for seen in posts if seen.status == 200 and seen.at > learned]
+        used = (len(accepted) - 1) / (accepted[-1] - accepted[0]) * window / limit
+        print(f"answered {answered}, 429s {refused}, {used:.2f} of the limit used after")
+        assert mock.max_in_window(window) <= limit + refused
+        assert refused <= 2
+        assert used >= 0.9
+        assert min(answered) / sum(answered) >= 0.4, answered

@@ -7,6 +7,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from fanout.run.job import Options
 from fanout.transports.local import LocalTransport
 
 from api429 import Api, serve
-from helpers import make_attempt, make_runner, write_job
+from helpers import cli, make_attempt, make_runner, run_report, write_job
 
 
 def test_retry_after_values() -> None:
@@ -170,3 +171,62 @@ async def test_a_real_429_pauses_the_fleet_and_every_unit_completes(tmp_path: Pa
     report = runner.journal.run(summary.run_id).limits["api"]
     assert report["throttles"] >= 1
     assert report["pausedSeconds"] >= float(pauses[0]["retryAfter"])  # type: ignore[arg-type]
+
+
+ONE_REQUEST = """\
+import json, os, sys, urllib.error, urllib.request
+url = os.environ["API"] + "/v1/messages"
+body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+try:
+    opener.open(urllib.request.Request(url, body.encode(), {"x-api-key": "k"}), timeout=60).read()
+except urllib.error.HTTPError as error:
+    if error.code == 429:
+        print("Retry-After:", error.headers["retry-after"], flush=True)
+        sys.exit(75)
+    raise
+"""
+
+
+@pytest.mark.slow
+def test_case_a_a_limit_nobody_declared_is_learned_from_one_throttle(
+    tmp_path: Path, mock_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/adaptive.py's case A, kept small: workers that make one request each, exit
+    75 with the server's Retry-After on a 429, and nothing declared.  Upstream: 2 per
+    sliding 4 s, no rate-limit headers; 6 units, 3 slots: the least possible is 8 s from
+    the first request to the last.  Slow start sends one, then two (one refused); the
+    pause ends when the window has room, and the rest go two a window, never refused.
+    Before the ceiling: a pause per 429, every slot at once after it, 429s by the dozen."""
+    mock_api.configure(limit=2, window=4.0, limit_headers=False)
+    (tmp_path / "call.py").write_text(ONE_REQUEST)
+    job = write_job(
+        tmp_path,
+        f"""
+        version = 1
+        name = "enrich"
+        [inputs]
+        items = ["a", "b", "c", "d", "e", "f"]
+        [units]
+        stage = ["call.py"]
+        [task]
+        command = ["{sys.executable}", "call.py"]
+        env = {{ API = "{mock_api.url}" }}
+        [runtime]
+        maxConcurrentTasks = 3
+        sandbox = "none"
+        """,
+    )
+    monkeypatch.chdir(tmp_path)
+    ran = cli("run", str(job))
+    assert ran.code == 0, ran.out + ran.err
+    posts = mock_api.posts()
+    statuses = [seen.status for seen in posts]
+    assert statuses.count(200) == 6
+    assert statuses.count(429) == 1
+    assert mock_api.max_in_window(4.0) <= 3  # the refused one among them
+    answered = [seen.since for seen in posts if seen.status == 200]
+    assert answered[-1] - answered[0] <= 1.3 * 8 + 1  # start-up and the last's tail
+    learned = run_report(tmp_path)["limits"]["*"]
+    assert (learned["learned"]["window"], learned["learned"]["rate"]) == (4.0, 0.5)
+    assert learned["learnedText"].startswith("2.0 per 4.0s learned from 1 throttle")
