@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fanout.events import Events
 from fanout.gateway import Gateway, books
+from fanout.gateway.admission import ATTEMPT_IN_FLIGHT
 from fanout.journal import Journal
 from fanout.spec import Api, Window
 from fanout.spec.apis import FACTS, Style
@@ -433,21 +434,22 @@ def _load_child(conn: Connection) -> None:
             order = await asyncio.to_thread(conn.recv)
             if order is None:
                 return
-            url, key, clients, seconds = order
-            conn.send(await _load(url, key, clients, seconds))
+            url, keys, clients, seconds = order
+            conn.send(await _load(url, keys, clients, seconds))
 
     asyncio.run(main())
 
 
-async def _load(url: str, key: str, clients: int, seconds: float) -> int:
-    """Requests answered in ``seconds`` by ``clients`` concurrent loops."""
+async def _load(url: str, keys: tuple[str, ...], clients: int, seconds: float) -> int:
+    """Requests answered in ``seconds`` by ``clients`` concurrent loops, client i with
+    ``keys[i % len(keys)]``."""
     connector = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=connector) as session:
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
         done = 0
 
-        async def client() -> None:
+        async def client(key: str) -> None:
             nonlocal done
             while loop.time() < end:
                 async with session.post(url, json=BODY, headers={"x-api-key": key}) as answer:
@@ -456,7 +458,7 @@ async def _load(url: str, key: str, clients: int, seconds: float) -> int:
                         raise SystemExit(f"{url}: {answer.status}")
                 done += 1
 
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(keys[i % len(keys)]) for i in range(clients)))
         return done
 
 
@@ -494,8 +496,8 @@ async def throughput(
     process.start()
     try:
 
-        async def load(url: str, key: str) -> int:
-            parent.send((url, key, args.load_clients, args.load_seconds))
+        async def load(url: str, keys: tuple[str, ...]) -> int:
+            parent.send((url, keys, args.load_clients, args.load_seconds))
             answered: int = await asyncio.to_thread(parent.recv)
             return answered
 
@@ -514,8 +516,16 @@ async def throughput(
         per_request: list[float] = []
         try:
             loop = asyncio.get_running_loop()
-            token = gateway.grant(unit="bench", attempt=1, deadline=loop.time() + 3600)
-            kept_token = kept.grant(unit="bench", attempt=1, deadline=loop.time() + 3600)
+            # An attempt may have 16 requests in flight (the gateway's bound on one unit):
+            # a token for each 16 clients, as that many units would hold.
+            tokens = range(math.ceil(args.load_clients / ATTEMPT_IN_FLIGHT))
+            token = tuple(
+                gateway.grant(unit=f"bench{n}", attempt=1, deadline=loop.time() + 3600)
+                for n in tokens
+            )
+            kept_token = tuple(
+                kept.grant(unit=f"bench{n}", attempt=1, deadline=loop.time() + 3600) for n in tokens
+            )
             via = f"{gateway.url}/anthropic/v1/messages"
             via_kept = f"{kept.url}/anthropic/v1/messages"
             await load(via, token)  # warm up: connections, code paths
@@ -524,7 +534,7 @@ async def throughput(
             # the gateway's two ways in turn first (the one right after the direct
             # load measured slower, whichever it was).
             for number in range(args.load_rounds):
-                direct.append(await load(f"{upstream}/v1/messages", KEY) / args.load_seconds)
+                direct.append(await load(f"{upstream}/v1/messages", (KEY,)) / args.load_seconds)
                 for books_kept in (False, True) if number % 2 else (True, False):
                     cpu, transactions = time.process_time(), booked.transactions
                     if books_kept:
@@ -536,8 +546,10 @@ async def throughput(
                         answered = await load(via, token)
                         cpu_ms.append((time.process_time() - cpu) * 1000 / answered)
                         through.append(answered / args.load_seconds)
-            gateway.revoke(token)
-            kept.revoke(kept_token)
+            for one in token:
+                gateway.revoke(one)
+            for one in kept_token:
+                kept.revoke(one)
         finally:
             await gateway.close()
             await kept.close()
