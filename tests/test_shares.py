@@ -178,7 +178,8 @@ async def test_a_job_that_left_still_counts_until_its_requests_leave_the_window(
     for limiter in (first, second):  # a window the upstream said: 4 per 10 s for the key
         assert limiter.adopt(Learned(rate=0.4, window=10, throttles=1, said=True))
     one, two = (_member(tmp_path, job, clock) for job in (first, second))  # type: ignore[arg-type]
-    one.beat(), two.beat(), one.beat()
+    for member in (one, two, one):
+        member.beat()
     assert (first.ceiling.share, second.ceiling.share) == (0.5, 0.5)
     assert [await _admitted_at(first) for _ in range(2)] == [0, 0]  # its share's worth
     await _admitted_at(second)

@@ -277,7 +277,7 @@ class Ceiling:
         learned is paced evenly until this run hears a Retry-After of its own.  Jobs
         sharing a key each take their share's worth: n of them with floor(N / n) each
         never exceed N together."""
-        if not self.window_known:
+        if self.rate is None or self.window is None or not self.window_known:
             return 1
         return max(1, math.floor(self.rate * self.share * self.window + 1e-9))
 
@@ -472,11 +472,11 @@ class Ceiling:
             # A count at or above the pace that was refused explains nothing (a token
             # bucket's Retry-After is one token's refill, not a window): then the pace
             # itself was too high, and it decreases by BETA, each episode again.
-            paced = self.rate
-            estimate = observed if self._window_said else BETA * min(paced or observed, observed)
-            if paced is not None and estimate >= paced:
-                estimate = BETA * paced
-            self._refused = min(paced, tried) if paced is not None else tried
+            refused = self.rate
+            estimate = observed if self._window_said else BETA * min(refused or observed, observed)
+            if refused is not None and estimate >= refused:
+                estimate = BETA * refused
+            self._refused = min(refused, tried) if refused is not None else tried
             self._refused_at = now
             self.rate = self._bounded(estimate)
             if beside is not None:
