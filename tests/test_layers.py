@@ -82,6 +82,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "spec.checks.paths",
             "spec.checks.apis",
             "spec.checks.agents",
+            "spec.checks.notify",
             "spec.checks",
         ),
     ),
