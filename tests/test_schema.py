@@ -293,8 +293,9 @@ def test_a_job_that_sets_nothing_builds_to_the_model_defaults(tmp_path: Path) ->
     assert job.rounds == spec.Rounds()
     assert job.collect == spec.Collect()
     assert job.aggregate == spec.Aggregate(command=job.aggregate.command)  # type: ignore[union-attr]
-    assert job.notify == spec.Notify(command=job.notify.command)  # type: ignore[union-attr]
-    assert job.notify.on == ("failed", "parked", "spend", "quarantined")  # type: ignore[union-attr]
+    assert job.notify is not None
+    assert job.notify == spec.Notify(command=job.notify.command)
+    assert job.notify.on == ("failed", "parked", "spend", "quarantined")
     assert job.triggers == (
         spec.Trigger(type="cron", name="@daily", schedule=job.triggers[0].schedule),
     )

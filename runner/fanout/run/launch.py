@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import Interrupted
 from ..events import Events, Sink
 from ..journal import Journal
+from ..outcome import Summary
 from ..pacing import limits
 from ..schedule.scheduler import Fire
 from ..spec import Spec
@@ -25,7 +26,7 @@ from ..spec.apikeys import api_keys, without_keys
 from ..spec.model import Overlap
 from ..transports import preflight as commands
 from . import kept
-from .job import Options, Runner, Summary
+from .job import Options, Runner
 from .lock import JobLock
 from .where import transport_for
 
