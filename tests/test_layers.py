@@ -82,6 +82,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "spec.checks.paths",
             "spec.checks.apis",
             "spec.checks.agents",
+            "spec.checks.notify",
             "spec.checks",
         ),
     ),
@@ -198,6 +199,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "report.aggregate",
         ),
     ),
+    # Telling someone how a run ended: launch hands the run a Notifier (``Runner.ended``),
+    # which reads the run's Summary (``outcome``) and failed units (``journal``).
+    ("notify", ("notify.message", "notify.webhook", "notify.command", "notify")),
     ("run", ("run.applying", "run.kept", "run.lock", "run.job")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.

@@ -92,6 +92,7 @@ AGREEMENT = [
     (("properties", "rounds"), spec.Rounds, set()),
     (("properties", "collect"), spec.Collect, set()),
     (("properties", "aggregate"), spec.Aggregate, set()),
+    (("properties", "notify"), spec.Notify, set()),
 ]
 
 
@@ -196,6 +197,11 @@ def test_the_overlap_choices_of_the_model_and_the_cli_are_the_schemas() -> None:
     assert [policy.value for policy in OverlapPolicy] == choices
 
 
+def test_the_notify_events_of_the_model_are_the_schemas() -> None:
+    items = schema.node_at("/properties/notify/properties/on/items")
+    assert [event.value for event in spec.NotifyEvent] == items["enum"]
+
+
 def test_every_schema_default_is_the_models_default() -> None:
     checked = []
     for cls, key, prop, item in _property_nodes():
@@ -214,7 +220,7 @@ def test_every_schema_default_is_the_models_default() -> None:
             assert model == _in_model_units(prop), (cls.__name__, key)
             assert type(model) is type(_in_model_units(prop)), (cls.__name__, key)
         checked.append(f"{cls.__name__}.{item.name}")
-    assert len(checked) == 39
+    assert len(checked) == 41
 
 
 def test_every_model_default_is_declared_in_the_schema() -> None:
@@ -243,7 +249,7 @@ def test_every_default_a_description_mentions_is_the_schema_default() -> None:
                 mentioned += 1
                 assert "default" in prop, key
                 assert said.group(1).split(", or ")[0] == written(prop["default"]), key
-    assert mentioned == 22
+    assert mentioned == 24
 
 
 def test_a_job_that_sets_nothing_builds_to_the_model_defaults(tmp_path: Path) -> None:
@@ -265,6 +271,8 @@ def test_a_job_that_sets_nothing_builds_to_the_model_defaults(tmp_path: Path) ->
         per = "1s"
         [aggregate]
         command = ["cat"]
+        [notify]
+        command = ["cat"]
         [[triggers]]
         type = "cron"
         schedule = "@daily"
@@ -285,6 +293,9 @@ def test_a_job_that_sets_nothing_builds_to_the_model_defaults(tmp_path: Path) ->
     assert job.rounds == spec.Rounds()
     assert job.collect == spec.Collect()
     assert job.aggregate == spec.Aggregate(command=job.aggregate.command)  # type: ignore[union-attr]
+    assert job.notify is not None
+    assert job.notify == spec.Notify(command=job.notify.command)
+    assert job.notify.on == ("failed", "parked", "spend", "quarantined")
     assert job.triggers == (
         spec.Trigger(type="cron", name="@daily", schedule=job.triggers[0].schedule),
     )

@@ -2,7 +2,8 @@
 
 A unit's fate is data, never an exception, so one failing unit cannot cancel its
 siblings; the same records feed the journal, the report, resume and the exit code.
-How a run ended is a ``StopReason``, which owns the run's state and its exit code.
+Why a run's rounds ended is a ``StopReason``, which owns the run's state and its exit
+code; how the run ended, counts and all, is its ``Summary``.
 
 Attempt statuses and what the retry ladder does with them:
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from .errors import ExitCode, FanoutError, Interrupted, NothingSelected
@@ -253,3 +255,40 @@ class StopReason(StrEnum):
             return FanoutError.exit_code
         unsettled = counts.get(UnitState.FAILED, 0) or counts.get(UnitState.INTERRUPTED, 0)
         return ExitCode.FAILED if unsettled else ExitCode.OK
+
+
+@dataclass(kw_only=True)
+class Summary:
+    """How a run ended: what ``fanout run`` prints and exits with, and what its
+    notification tells (``notify``)."""
+
+    run_id: str
+    reason: StopReason
+    counts: dict[str, int]
+    report_dir: Path
+    note: str = ""
+    # Nothing selected: the inputs.files patterns that matched no file (see units).
+    unmatched: tuple[str, ...] = ()
+    wall_seconds: float = 0.0
+    worker_seconds: float = 0.0
+    # Units this run quarantined (newly: failed the same way in too many runs in a row).
+    quarantined: int = 0
+    # The exit code of the error that stopped the run, which the run raises (reason
+    # STOPPED): parked, spend stopped, a host gone, a bug.  None: the reason decides.
+    stopped_by: ExitCode | None = None
+    # The trigger context of the fire that started the run (None: started by hand).
+    trigger: Mapping[str, Any] | None = None
+
+    @property
+    def state(self) -> RunState:
+        return self.reason.state
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items())) or "no units"
+        return f"run {self.run_id} {self.state}: {counts}"
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped_by is not None:
+            return int(self.stopped_by)
+        return self.reason.exit_code(self.counts)

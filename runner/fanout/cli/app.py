@@ -235,9 +235,10 @@ _PR_GET_DUMPABLE = 3
 def sealed_environ(jobs: Iterable[Spec]) -> dict[str, str]:
     """The coordinator's environment (``environ``) for runs of ``jobs``, after which the
     keys and secrets leave this process's own: the variables their [[apis]]
-    ``keySecret`` and ``task.secrets`` name are unset, and the returned mapping is the
-    only place they live (the gateway and the workers get them from it, each fire of
-    ``fanout schedule`` too), so no process fanout starts inherits them.
+    ``keySecret``, ``task.secrets`` and ``[notify]`` (the webhook's URL, the command's
+    secrets) name are unset, and the returned mapping is the only place they live (the
+    gateway, the workers and the notifier get them from it, each fire of ``fanout
+    schedule`` too), so no process fanout starts inherits them.
 
     unsetenv leaves the environment block the kernel shows in /proc/PID/environ as it
     was at exec, and the mapping is in memory (/proc/PID/mem): so the process is made

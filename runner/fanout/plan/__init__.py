@@ -84,6 +84,8 @@ class Plan:
     unmatched: tuple[str, ...] = ()
     # What the job's last runs learned of its limits, where the next run starts.
     learned: tuple[KeptCeiling, ...] = ()
+    # The variables [notify] names that the environment lacks (``fanout run`` refuses).
+    missing_notify: tuple[str, ...] = ()
 
     @property
     def problems(self) -> tuple[Problem, ...]:
@@ -141,6 +143,16 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
         warnings=tuple(selection.warnings),
         unmatched=tuple(selection.unmatched),
         learned=learned_before(spec),
+        missing_notify=tuple(
+            name
+            for name in (
+                ([spec.notify.webhook_secret] if spec.notify.webhook_secret else [])
+                + list(spec.notify.secrets)
+            )
+            if name not in environ
+        )
+        if spec.notify is not None
+        else (),
     )
 
 
@@ -264,6 +276,7 @@ def render_text(plan: Plan) -> str:
     lines += apis.pace_lines(spec, plan.units)
     lines += apis.learned_lines(plan.learned)
     lines += apis.api_lines(spec, plan.missing_keys)
+    lines += _notify_lines(spec, plan.missing_notify)
     ladder = " -> ".join(f"{r.name} x{r.attempts}" + _rung_overrides(r) for r in spec.retry.ladder)
     lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")
     if spec.task.budget_usd is not None:
@@ -297,6 +310,32 @@ def render_text(plan: Plan) -> str:
     resolved = tomli_w.dumps(to_document(spec), multiline_strings=True)
     lines += ["", "Resolved job (defaults filled in):", textwrap.indent(resolved.rstrip(), "  ")]
     return "\n".join(lines) + "\n"
+
+
+def _notify_lines(spec: Spec, missing: tuple[str, ...]) -> list[str]:
+    """Where the run's ending is told, and of which endings: the webhook by its
+    variable (or its host), never its URL."""
+    notify = spec.notify
+    if notify is None:
+        return []
+    from ..notify import webhook_name
+
+    def named(name: str) -> str:
+        return f"${name} NOT SET (`fanout run` refuses)" if name in missing else f"${name}"
+
+    to = []
+    if notify.webhook_secret is not None:
+        to.append(f"webhook {named(notify.webhook_secret)}")
+    elif notify.webhook is not None:
+        to.append(f"webhook {webhook_name(notify)}")
+    if notify.command:
+        command = shlex.join(part.source for part in notify.command)
+        given = f" with {', '.join(named(s) for s in notify.secrets)}" if notify.secrets else ""
+        to.append(f"command {command} (the message on stdin{given})")
+    on = ", ".join(str(event) for event in notify.on)
+    within = duration_text(notify.timeout)
+    head = f"Notify    on {on} (within {within} each; a failure is logged, the exit code stays)"
+    return [head, *(f"            {line}" for line in to)]
 
 
 def _rung_overrides(rung: Rung) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..pacing import limits
-from ..spec import Api, Inputs, Window, camel_case
+from ..spec import Api, Inputs, Notify, Window, camel_case
 from ..spec.templates import Expression, Template
 from ..values import cron
 from ..values.quantities import duration_text, size_text
@@ -32,6 +32,8 @@ def to_document(value: Any, name: str = "") -> Any:
         return str(value)
     if isinstance(value, Api):
         return _api_document(value)
+    if isinstance(value, Notify):
+        return _notify_document(value)
     if is_dataclass(value):
         document = {}
         skip = _HIDDEN | (_inapplicable_inputs(value) if isinstance(value, Inputs) else set())
@@ -98,4 +100,23 @@ def _api_document(api: Api) -> dict[str, Any]:
         }
     if api.budget_usd is not None:
         document["budget"] = {"usd": api.budget_usd}
+    return document
+
+
+def _notify_document(notify: Notify) -> dict[str, Any]:
+    """``[notify]`` as written, but for a webhook URL written in the file, shown cut to
+    its scheme and host: a webhook's path is often its key, and a plan goes to CI logs."""
+    from ..notify import webhook_name
+
+    document: dict[str, Any] = {}
+    if notify.webhook is not None:
+        document["webhook"] = webhook_name(notify)
+    if notify.webhook_secret is not None:
+        document["webhookSecret"] = notify.webhook_secret
+    if notify.command:
+        document["command"] = [part.source for part in notify.command]
+    if notify.secrets:
+        document["secrets"] = list(notify.secrets)
+    document["on"] = [str(event) for event in notify.on]
+    document["timeout"] = duration_text(notify.timeout)
     return document

@@ -175,6 +175,17 @@ class Display:
         if event.get("note"):
             self._line(event["note"])
 
+    def _on_notify_sent(self, event: dict[str, Any]) -> None:
+        self._line(f"notified {event['to']} of {', '.join(event['events'])}")
+
+    def _on_notify_failed(self, event: dict[str, Any]) -> None:
+        said = ", ".join(event["events"])
+        self._line(
+            f"could not notify {event['to']} of {said}: {event['reason']} (the run's result"
+            " stands)",
+            "yellow",
+        )
+
     # Attempts and units ----------------------------------------------------------
 
     def _on_attempt_started(self, event: dict[str, Any]) -> None:

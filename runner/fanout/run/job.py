@@ -18,17 +18,24 @@ import functools
 import json
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..attempt.seam import Transport
 from ..backlog.units import Unit
-from ..errors import EnvironmentProblem, FanoutError, NothingSelected, StateError, storage_problem
+from ..errors import (
+    EnvironmentProblem,
+    ExitCode,
+    FanoutError,
+    NothingSelected,
+    StateError,
+    storage_problem,
+)
 from ..events import EventLog, Events
 from ..journal import Journal, RunRow
-from ..outcome import RunState, StopReason, UnitState
+from ..outcome import RunState, StopReason, Summary, UnitState
 from ..pacing import limits
 from ..pacing.limits import Gate, OpenGate
 from ..report import aggregate
@@ -63,31 +70,6 @@ class Options:
 
 
 @dataclass(kw_only=True)
-class Summary:
-    run_id: str
-    reason: StopReason
-    counts: dict[str, int]
-    report_dir: Path
-    note: str = ""
-    # Nothing selected: the inputs.files patterns that matched no file (see units).
-    unmatched: tuple[str, ...] = ()
-    wall_seconds: float = 0.0
-    worker_seconds: float = 0.0
-
-    @property
-    def state(self) -> RunState:
-        return self.reason.state
-
-    def describe(self) -> str:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items())) or "no units"
-        return f"run {self.run_id} {self.state}: {counts}"
-
-    @property
-    def exit_code(self) -> int:
-        return self.reason.exit_code(self.counts)
-
-
-@dataclass(kw_only=True)
 class Runner:
     """Runs a job with injected parts (transport, journal, gate, clock, randomness)."""
 
@@ -105,6 +87,10 @@ class Runner:
     # Where local workers start their commands, checked before anything is dispatched
     # (None: the transport checks its hosts itself, or a test's fake runs nothing real).
     workers: commands.Workers | None = None
+    # Told how each run ended, once its report is written and before its error (if
+    # any) is raised: the run's notifications (``notify``).  It never raises; the run
+    # waits for it, and it bounds itself.
+    ended: Callable[[Summary], Awaitable[None]] | None = None
     # The event log of the run going on (the report reads its host states).
     _log: EventLog | None = field(default=None, init=False, repr=False)
     # The round dispatching now, and a stop asked for from outside the run (``stop``).
@@ -246,11 +232,8 @@ class Runner:
         await self._close_transport()
         if isinstance(error, FanoutError):
             error.hint = f"run {run_id} stopped; `fanout run {self.spec.file}` continues it"
-        if error is not None:
-            raise error
-        if closing is not None:
-            raise closing
-        if self.spec.aggregate is not None:
+        failure = error if error is not None else closing
+        if failure is None and self.spec.aggregate is not None:
             await aggregate.run(
                 self.spec,
                 run_id=run_id,
@@ -265,15 +248,52 @@ class Runner:
                 events=self.events,
                 keys=self.gateway.keys if self.gateway is not None else (),
             )
+        summary = self._summary(run_id, reason, note, unmatched, failure, options)
+        if self.ended is not None and not isinstance(failure, asyncio.CancelledError):
+            # Not for Ctrl-C or SIGTERM: someone stopped the run on purpose, and a second
+            # one must not wait on a webhook.
+            await self.ended(summary)
+        if failure is not None:
+            raise failure
+        return summary
+
+    def _summary(
+        self,
+        run_id: str,
+        reason: StopReason,
+        note: str,
+        unmatched: tuple[str, ...],
+        failure: BaseException | None,
+        options: Options,
+    ) -> Summary:
+        """How the run ended, as a value.  For a run that an error stopped (``failure``,
+        which is raised next) a journal that cannot be read leaves the counts empty:
+        that error is the one to show."""
+        stopped_by: ExitCode | None = None
+        if isinstance(failure, FanoutError):
+            stopped_by = failure.exit_code
+        elif failure is not None and not isinstance(failure, asyncio.CancelledError):
+            stopped_by = ExitCode.INTERNAL  # a bug: the CLI exits 70 with it
+        counts: dict[str, int] = {}
+        wall = worker = 0.0
+        try:
+            counts = self.journal.unit_counts(run_id)
+            wall = self.journal.run(run_id).wall
+            worker = self.journal.worker_seconds(run_id)
+        except Exception:
+            if failure is None:
+                raise
         return Summary(
             run_id=run_id,
             reason=reason,
-            counts=self.journal.unit_counts(run_id),
+            counts=counts,
             report_dir=self.run_dir(run_id),
             note=note,
             unmatched=unmatched,
-            wall_seconds=self.journal.run(run_id).wall,
-            worker_seconds=self.journal.worker_seconds(run_id),
+            wall_seconds=wall,
+            worker_seconds=worker,
+            stopped_by=stopped_by,
+            trigger=options.trigger,
         )
 
     async def _loop(

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import Interrupted
 from ..events import Events, Sink
 from ..journal import Journal
+from ..outcome import Summary
 from ..pacing import limits
 from ..schedule.scheduler import Fire
 from ..spec import Spec
@@ -25,7 +26,7 @@ from ..spec.apikeys import api_keys, without_keys
 from ..spec.model import Overlap
 from ..transports import preflight as commands
 from . import kept
-from .job import Options, Runner, Summary
+from .job import Options, Runner
 from .lock import JobLock
 from .where import transport_for
 
@@ -51,6 +52,13 @@ def runner_for(
     def notice(message: str) -> None:
         events.emit("notice", message=message)
 
+    # What [notify] reads, a missing variable refused before anything is started (the
+    # gateway binds a socket) or recorded, as the run's secrets are.
+    told = None
+    if job.notify is not None:
+        from ..notify import secrets_of
+
+        told = secrets_of(job, environ)
     # Each limit starts from what the job's last runs learned of it (``kept``).
     seeds, api_seeds = kept.seeds(journal, job)
     gateway = None
@@ -79,9 +87,23 @@ def runner_for(
             # local sandbox hides): jobs calling an API with the same key share its limit.
             shares_dir=hidden.registry(environ).parent / "shares",
         )
-    # From here on the keys are the gateway's alone: the input command, the aggregate
-    # command and the workers' PATH come from an environment without them.
+    # From here on the keys are the gateway's alone, and the webhook's URL the
+    # notifier's: the input command, the aggregate command and the workers' PATH come
+    # from an environment without them.
     environ = without_keys(job, environ)
+    ended = None
+    if told is not None:
+        from ..notify import Notifier
+
+        present = [environ[name] for name in job.task.secrets if name in environ]
+        ended = Notifier(
+            job,
+            secrets=told,
+            environ=environ,
+            redacted=[*present, *(gateway.keys if gateway is not None else ())],
+            journal=journal,
+            events=events,
+        )
     runner = Runner(
         spec=job,
         transport=transport_for(
@@ -98,6 +120,7 @@ def runner_for(
         gate=limits.gate_for(job, events, learned=seeds),
         gateway=gateway,
         workers=commands.local_workers(job, environ),
+        ended=ended,
     )
     return runner
 

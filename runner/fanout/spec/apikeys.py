@@ -28,19 +28,27 @@ def api_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def without_keys(spec: Spec, environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` less the variables that hold ``spec``'s [[apis]] keys: what a command
-    fanout starts with its own environment gets (the input command).  Decision: the key
-    is the gateway's alone; a command that needs one of its own reads another variable
+    """``environ`` less the variables that hold ``spec``'s [[apis]] keys and its
+    notify webhook's URL: what a command fanout starts with its own environment gets
+    (the input command).  Decision: the key is the gateway's alone, and the URL the
+    notifier's; a command that needs one of its own reads another variable
     (``task.secrets`` may not name a keySecret either)."""
     named = {api.key_secret for api in spec.apis}
+    if spec.notify is not None and spec.notify.webhook_secret is not None:
+        named.add(spec.notify.webhook_secret)
     return {name: value for name, value in environ.items() if name not in named}
 
 
 def secret_names(spec: Spec) -> tuple[str, ...]:
     """Every variable of the coordinator's environment that holds one of ``spec``'s
-    secrets: its [[apis]] keys and its ``task.secrets``, each once."""
+    secrets: its [[apis]] keys, its ``task.secrets``, and what ``[notify]`` names (the
+    webhook's URL, the command's secrets), each once."""
     keys = (api.key_secret for api in spec.apis if api.key_secret is not None)
-    return tuple(dict.fromkeys([*keys, *spec.task.secrets]))
+    notify: list[str] = []
+    if spec.notify is not None:
+        notify += [spec.notify.webhook_secret] if spec.notify.webhook_secret else []
+        notify += spec.notify.secrets
+    return tuple(dict.fromkeys([*keys, *spec.task.secrets, *notify]))
 
 
 def handed(spec: Spec) -> Handed:

@@ -27,6 +27,8 @@ from .model import (
     Host,
     Inputs,
     Limit,
+    Notify,
+    NotifyEvent,
     Price,
     Ray,
     Retry,
@@ -74,6 +76,7 @@ def build(
         rounds=Rounds(max=doc["rounds"]["max"]),
         collect=Collect(apply=doc["collect"]["apply"]),
         aggregate=_aggregate(doc.get("aggregate"), located),
+        notify=_notify(doc.get("notify"), located),
         triggers=tuple(_trigger(raw) for raw in doc.get("triggers", ())),
         file=path,
         templates=templates,
@@ -278,6 +281,19 @@ def _aggregate(raw: Mapping[str, Any] | None, located: _LocatedTemplates) -> Agg
         return None
     return Aggregate(
         command=located.argv(raw["command"], ("aggregate", "command")),
+        timeout=parse_duration(raw["timeout"]),
+    )
+
+
+def _notify(raw: Mapping[str, Any] | None, located: _LocatedTemplates) -> Notify | None:
+    if raw is None:
+        return None
+    return Notify(
+        webhook=raw.get("webhook"),
+        webhook_secret=raw.get("webhookSecret"),
+        command=located.argv(raw.get("command"), ("notify", "command")),
+        secrets=tuple(raw.get("secrets", ())),
+        on=tuple(NotifyEvent(event) for event in raw["on"]),
         timeout=parse_duration(raw["timeout"]),
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
@@ -49,6 +50,7 @@ _BACKOFF = "/definitions/backoff"
 _THROTTLE = "/definitions/retry/properties/throttle"
 _RUNG = "/definitions/rung"
 _TRIGGER = "/definitions/trigger"
+_NOTIFY = "/properties/notify"
 
 JobValue = str | int | float | bool
 SourceKind = Literal["files", "jsonl", "csv", "json", "items", "command"]
@@ -284,6 +286,32 @@ class Trigger:
     vars: Mapping[str, JobValue] = field(default_factory=lambda: MappingProxyType({}))
 
 
+class NotifyEvent(StrEnum):
+    """An ending of a run that ``[notify]`` can be told of (``on``); the schema's enum,
+    which tests/test_schema.py holds it to, says what each one means."""
+
+    FINISHED = "finished"
+    FAILED = "failed"
+    PARKED = "parked"
+    SPEND = "spend"
+    QUARANTINED = "quarantined"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Notify:
+    """``[notify]``: where a run's ending is told (a webhook, a command, or both)."""
+
+    # A URL written in the job file (no secret), or the coordinator's variable that
+    # holds one: at most one of the two (``checks``).
+    webhook: str | None = None
+    webhook_secret: str | None = None
+    command: tuple[Template, ...] = ()
+    # The coordinator's variables the command gets (never task.secrets by default).
+    secrets: tuple[str, ...] = ()
+    on: tuple[NotifyEvent, ...] = tuple(NotifyEvent(e) for e in _default(_NOTIFY, "on"))
+    timeout: float = _default(_NOTIFY, "timeout")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Spec:
     version: int
@@ -299,6 +327,7 @@ class Spec:
     rounds: Rounds = Rounds()
     collect: Collect = Collect()
     aggregate: Aggregate | None = None
+    notify: Notify | None = None
     triggers: tuple[Trigger, ...] = ()
     # Not in the job file: where it was read from, its compiled templates' home, and
     # where each key and value is in the text that was loaded (messages located at run

@@ -20,6 +20,15 @@ _SECRET_FORMATS = (
     (re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}"), "a Slack token"),
     (re.compile(r"AIza[0-9A-Za-z_-]{35}"), "a Google API key"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
+    # A webhook whose URL is its credential: whoever has it posts to the channel.
+    (
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{8,}"),
+        "a Slack webhook URL",
+    ),
+    (
+        re.compile(r"discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]{20,}"),
+        "a Discord webhook URL",
+    ),
 )
 # A name whose words (between underscores) say it holds a secret: CRM_API_TOKEN, not
 # CLAUDE_CODE_MAX_OUTPUT_TOKENS, a number that agents read (a word inside a word is
@@ -38,14 +47,16 @@ def check_secrets(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 flagged.add(path)
                 # A secret pasted where its variable's name goes (the gateway's key
                 # must not be in task.secrets: see checks.apis).
-                names_one = path[:2] == ("task", "secrets") or (
-                    path[:1] == ("apis",) and path[-1:] == ("keySecret",)
+                names_one = path[:2] in (("task", "secrets"), ("notify", "secrets")) or (
+                    path[-1:] in (("keySecret",), ("webhookSecret",))
+                    and path[:1] in (("apis",), ("notify",))
                 )
-                where = (
-                    "put its variable's name here"
-                    if names_one
-                    else ("list its name in task.secrets")
-                )
+                if names_one:
+                    where = "put its variable's name here"
+                elif path == ("notify", "webhook"):
+                    where = "name its variable in notify.webhookSecret"
+                else:
+                    where = "list its name in task.secrets"
                 message = (
                     f"looks like {what}; never write a secret in a job file: export it on "
                     f"the coordinator and {where}"
