@@ -220,7 +220,7 @@ def test_every_schema_default_is_the_models_default() -> None:
             assert model == _in_model_units(prop), (cls.__name__, key)
             assert type(model) is type(_in_model_units(prop)), (cls.__name__, key)
         checked.append(f"{cls.__name__}.{item.name}")
-    assert len(checked) == 41
+    assert len(checked) == 44
 
 
 def test_every_model_default_is_declared_in_the_schema() -> None:
@@ -319,7 +319,7 @@ def test_defaults_fill_a_copy_and_only_keys_that_have_one() -> None:
         "outputTail": "4KiB",
     }
     assert filled["retry"]["ladder"] == [{"name": "default", "attempts": 1}]
-    assert filled["units"] == {}
+    assert filled["units"] == {"version": "", "reuse": "succeeded", "quarantineAfter": 3}
     assert set(filled) - set(document) == {
         "description",
         "units",

@@ -50,6 +50,7 @@ class ExitCode(IntEnum):
     LOCKED = 6
     SPEND_STOPPED = 7
     PARKED = 8
+    QUARANTINED = 9
     INTERNAL = 70
     INTERRUPTED = 130
     CONSOLE_CLOSED = 141
@@ -128,6 +129,14 @@ EXIT_CODES: tuple[ExitMeaning, ...] = (
         meaning="an agent's usage window or daily quota resets later than"
         " `retry.throttle.max`: the run stopped, resumable, and says when it can go on;"
         " no unit was charged for it",
+    ),
+    ExitMeaning(
+        code=ExitCode.QUARANTINED,
+        brief="if no unit failed but units are quarantined (they need a person)",
+        meaning="no unit failed, but units are quarantined: each failed the same way in"
+        " `units.quarantineAfter` runs in a row, unchanged, and is not started until it"
+        " changes or `fanout release` lets it; the report and `fanout status` list them"
+        " under Needs a person",
     ),
     ExitMeaning(
         code=ExitCode.INTERNAL,

@@ -162,6 +162,16 @@ class UnitState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # Not run: an earlier run's success of the same fingerprint counts (units.reuse).
+    REUSED = "reused"
+    # Not run: failed alike in units.quarantineAfter runs in a row (see ``journal``).
+    QUARANTINED = "quarantined"
+
+
+# The states a unit ends a round in: the journal never settles it again.
+SETTLED = frozenset(
+    {UnitState.SUCCEEDED, UnitState.FAILED, UnitState.REUSED, UnitState.QUARANTINED}
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -245,8 +255,9 @@ class StopReason(StrEnum):
     def exit_code(self, counts: Mapping[str, int]) -> int:
         """The exit code of a run that ended on this reason, given its units counted by
         state: 3 for nothing selected, 130 when interrupted, else 1 if a unit failed or
-        was left interrupted and 0 if every unit succeeded.  (A stopped run raises its
-        error, whose class owns the code; here it is FanoutError's.)"""
+        was left interrupted, 9 if none did but units are quarantined, and 0 if every
+        unit succeeded or was reused.  (A stopped run raises its error, whose class owns
+        the code; here it is FanoutError's.)"""
         if self is StopReason.NOTHING_SELECTED:
             return NothingSelected.exit_code
         if self is StopReason.INTERRUPTED:
@@ -254,7 +265,9 @@ class StopReason(StrEnum):
         if self is StopReason.STOPPED:
             return FanoutError.exit_code
         unsettled = counts.get(UnitState.FAILED, 0) or counts.get(UnitState.INTERRUPTED, 0)
-        return ExitCode.FAILED if unsettled else ExitCode.OK
+        if unsettled:
+            return ExitCode.FAILED
+        return ExitCode.QUARANTINED if counts.get(UnitState.QUARANTINED, 0) else ExitCode.OK
 
 
 @dataclass(kw_only=True)

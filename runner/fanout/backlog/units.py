@@ -47,6 +47,8 @@ class Unit:
     items: tuple[Any, ...]
     origin: str
     group: Any = None
+    # What decides its result, hashed (``run.fingerprints``); "" until the run computes it.
+    fingerprint: str = ""
 
     @property
     def record(self) -> Any:

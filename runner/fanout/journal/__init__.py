@@ -11,6 +11,7 @@ rounds; ``attempts`` the units and attempts as a run writes them; ``usage`` what
 the attempts used of the APIs through the gateway; ``compute`` their active
 seconds and memory-seconds; ``ceilings`` what the limits learned, kept for the job's
 next run; ``queries`` the read-only queries of resume, status and the report;
+``reuse`` fingerprints across runs: reused results, quarantine streaks;
 ``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
 connection.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 from .attempts import Attempts
 from .ceilings import Ceilings
 from .queries import Queries
+from .reuse import Earlier, Reuse, Settled, Streak, Success
 from .runs import Runs
 from .store import no_state
 from .tables import KeptCeiling, RunRow, UnitRow, new_run_id
@@ -27,14 +29,18 @@ from .usage import Usage
 from .worktime import Compute
 
 __all__ = [
+    "Earlier",
     "Journal",
     "KeptCeiling",
     "RunRow",
+    "Settled",
+    "Streak",
+    "Success",
     "UnitRow",
     "new_run_id",
     "no_state",
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings):
+class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse):
     """One SQLite file per state directory, shared by every job that uses it."""

@@ -19,7 +19,7 @@ from typing import Any
 from ..backlog.units import Unit
 from ..outcome import AttemptResult, Outcome, UnitState
 from .store import Store
-from .tables import unit_data
+from .tables import SETTLED_SQL, unit_data
 
 
 class Attempts(Store):
@@ -27,13 +27,21 @@ class Attempts(Store):
 
     def add_units(self, run_id: str, round_number: int, units: Iterable[Unit]) -> None:
         rows = [
-            (run_id, round_number, u.id, u.index, unit_data(u), str(UnitState.PENDING))
+            (
+                run_id,
+                round_number,
+                u.id,
+                u.index,
+                unit_data(u),
+                str(UnitState.PENDING),
+                u.fingerprint,
+            )
             for u in units
         ]
         self._atomic(
             lambda: self.db.executemany(
-                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, fingerprint)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         )
@@ -56,8 +64,8 @@ class Attempts(Store):
                 (run_id, round_number, unit_id, n, rung, host, self.clock(), memory),
             )
             self._run(
-                "UPDATE units SET state = 'running', attempts = ?"
-                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                "UPDATE units SET state = 'running', attempts = ?"  # noqa: S608 - constant SQL (SETTLED_SQL)
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN " + SETTLED_SQL,
                 (n, run_id, round_number, unit_id),
             )
 
@@ -106,10 +114,10 @@ class Attempts(Store):
             if not settled:
                 return False
             self._run(
-                "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"
+                "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"  # noqa: S608 - constant SQL (SETTLED_SQL)
                 " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
                 " staged = COALESCE(?, staged) WHERE run = ? AND round = ? AND id = ?"
-                " AND state NOT IN ('succeeded', 'failed')",
+                " AND state NOT IN " + SETTLED_SQL,
                 (
                     rung,
                     rung_attempts,
@@ -135,8 +143,8 @@ class Attempts(Store):
     def _settle(self, run_id: str, outcome: Outcome) -> bool:
         return (
             self._run(
-                "UPDATE units SET state = ?, reason = ?, tail = ?, collected = ?"
-                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN ('succeeded', 'failed')",
+                "UPDATE units SET state = ?, reason = ?, tail = ?, collected = ?"  # noqa: S608 - constant SQL (SETTLED_SQL)
+                " WHERE run = ? AND round = ? AND id = ? AND state NOT IN " + SETTLED_SQL,
                 (
                     str(outcome.state),
                     outcome.reason,
@@ -153,8 +161,8 @@ class Attempts(Store):
     def unit_interrupted(self, run_id: str, round_number: int, unit_id: str) -> None:
         def work() -> None:
             self._run(
-                "UPDATE units SET state = 'interrupted' WHERE run = ? AND round = ? AND id = ?"
-                " AND state NOT IN ('succeeded', 'failed')",
+                "UPDATE units SET state = 'interrupted' WHERE run = ? AND round = ? AND id = ?"  # noqa: S608 - constant SQL (SETTLED_SQL)
+                " AND state NOT IN " + SETTLED_SQL,
                 (run_id, round_number, unit_id),
             )
             # Its worker ran (and was paid for) from dispatch until now: the duration

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 
 from .store import Store, unit_pages
-from .tables import UnitRow, unit_row
+from .tables import SETTLED_SQL, UnitRow, unit_row
 
 
 class Queries(Store):
@@ -21,8 +21,8 @@ class Queries(Store):
         after = -1
         while True:
             rows = self.db.execute(
-                "SELECT * FROM units WHERE run = ? AND round = ? AND state NOT IN"
-                " ('succeeded', 'failed') AND idx > ? ORDER BY idx LIMIT ?",
+                f"SELECT * FROM units WHERE run = ? AND round = ? AND state NOT IN {SETTLED_SQL}"  # noqa: S608 - constant SQL
+                " AND idx > ? ORDER BY idx LIMIT ?",
                 (run_id, round_number, after, batch),
             ).fetchall()
             if not rows:

@@ -43,6 +43,8 @@ CREATE TABLE IF NOT EXISTS rounds (
     selected INTEGER NOT NULL DEFAULT 0,
     selection_done INTEGER NOT NULL DEFAULT 0,
     complete INTEGER NOT NULL DEFAULT 0,
+    -- Selected again, but not run: unchanged since they failed in an earlier round.
+    unchanged INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run, round)
 );
 CREATE TABLE IF NOT EXISTS units (
@@ -62,6 +64,10 @@ CREATE TABLE IF NOT EXISTS units (
     last TEXT NOT NULL DEFAULT '{}',
     collected TEXT NOT NULL DEFAULT '[]',
     staged TEXT NOT NULL DEFAULT '{}',
+    -- What decides the unit's result, hashed (run/fingerprints.py); '' before there was one.
+    fingerprint TEXT NOT NULL DEFAULT '',
+    -- A reused unit's result: the run it was made in (its files are in that run's folder).
+    reused_from TEXT,
     PRIMARY KEY (run, round, id)
 );
 CREATE INDEX IF NOT EXISTS units_by_state ON units (run, round, state, idx);
@@ -127,6 +133,26 @@ CREATE TABLE IF NOT EXISTS changes (
 -- fire starts at yesterday's pace): ``name`` is a [[limits]] entry's, '*' for all
 -- dispatch or 'api:<name>' for an API of the gateway; ``learned`` is
 -- ``ceiling.Learned.as_dict`` as JSON, ``text`` what fanout said of it, ``at`` when.
+-- A unit of a job that failed the same way (``failure``: the class, and for an agent its
+-- kind) in ``runs`` runs in a row with one ``fingerprint``, for quarantine; a success
+-- deletes the row, ``fanout release`` marks it released.  ``cost_usd``: what those runs
+-- spent on it, ``prior_usd`` of it before ``last_run``.
+CREATE TABLE IF NOT EXISTS streaks (
+    job TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    failure TEXT NOT NULL,
+    runs INTEGER NOT NULL,
+    first_run TEXT NOT NULL,
+    first_at REAL NOT NULL,
+    last_run TEXT NOT NULL,
+    last_at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    prior_usd REAL NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    released INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job, unit)
+);
 CREATE TABLE IF NOT EXISTS ceilings (
     job TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -145,7 +171,15 @@ MIGRATIONS = (
     ("runs", "unit_budget", "ALTER TABLE runs ADD COLUMN unit_budget REAL"),
     ("attempts", "memory", "ALTER TABLE attempts ADD COLUMN memory INTEGER"),
     ("usage", "reserved_usd", "ALTER TABLE usage ADD COLUMN reserved_usd REAL NOT NULL DEFAULT 0"),
+    ("units", "fingerprint", "ALTER TABLE units ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''"),
+    ("units", "reused_from", "ALTER TABLE units ADD COLUMN reused_from TEXT"),
+    ("rounds", "unchanged", "ALTER TABLE rounds ADD COLUMN unchanged INTEGER NOT NULL DEFAULT 0"),
 )
+# Indexes on columns a migration adds, made after the migrations.  Reuse finds a success
+# of the same fingerprint in an earlier run by one index seek.
+INDEXES = ("CREATE INDEX IF NOT EXISTS units_by_fingerprint ON units (fingerprint, state)",)
+# The states of a settled unit, for SQL (``outcome.SETTLED``).
+SETTLED_SQL = "('succeeded', 'failed', 'reused', 'quarantined')"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,6 +214,8 @@ class UnitRow:
     last: dict[str, Any]
     collected: tuple[CollectedFile, ...]
     staged: dict[str, str]
+    # The run a reused unit's result was made in (its files are in that run's folder).
+    reused_from: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -238,6 +274,7 @@ def unit_row(row: sqlite3.Row) -> UnitRow:
         items=tuple(data["items"]),
         origin=data["origin"],
         group=data["group"],
+        fingerprint=row["fingerprint"],
     )
     return UnitRow(
         unit=unit,
@@ -253,6 +290,7 @@ def unit_row(row: sqlite3.Row) -> UnitRow:
         last=json.loads(row["last"]),
         collected=tuple(CollectedFile(**c) for c in json.loads(row["collected"])),
         staged=json.loads(row["staged"]),
+        reused_from=row["reused_from"],
     )
 
 

@@ -137,6 +137,9 @@ def _units(raw: Mapping[str, Any], located: _LocatedTemplates) -> Units:
         limit=raw.get("limit"),
         stage=located.argv(raw.get("stage"), ("units", "stage")),
         collect=located.argv(raw.get("collect"), ("units", "collect")),
+        version=raw["version"],
+        reuse=raw["reuse"],
+        quarantine_after=raw["quarantineAfter"],
     )
 
 

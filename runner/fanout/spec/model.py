@@ -41,6 +41,7 @@ def _default(table: str, key: str) -> Any:
 
 
 _INPUTS = "/definitions/inputs"
+_UNITS = "/definitions/units"
 _TASK = "/definitions/task"
 _HOST = "/definitions/host"
 _RAY = "/definitions/ray"
@@ -54,6 +55,8 @@ _NOTIFY = "/properties/notify"
 
 JobValue = str | int | float | bool
 SourceKind = Literal["files", "jsonl", "csv", "json", "items", "command"]
+# What a unit with an unchanged fingerprint takes from an earlier run (``units.reuse``).
+Reuse: TypeAlias = Literal["succeeded", "none"]
 SOURCES: tuple[SourceKind, ...] = ("files", "jsonl", "csv", "json", "items", "command")
 
 
@@ -89,6 +92,11 @@ class Units:
     limit: int | None = None
     stage: tuple[Template, ...] = ()
     collect: tuple[Template, ...] = ()
+    # Part of every unit's fingerprint (``run.fingerprints``).
+    version: str = _default(_UNITS, "version")
+    reuse: Reuse = _default(_UNITS, "reuse")  # noqa: RUF009 (a str: ruff sees no Literal)
+    # Consecutive runs failing alike that quarantine a unit; 0: never.
+    quarantine_after: int = _default(_UNITS, "quarantineAfter")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

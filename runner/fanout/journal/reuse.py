@@ -1,0 +1,323 @@
+"""What a recurring job knows of its units across runs: the results an unchanged unit
+reuses, the failures it is not run again for, and the streaks that quarantine it.
+
+- A unit's row keeps its ``fingerprint`` (``run.fingerprints``).  A success (or a
+  reuse of one) in an earlier run of the job with the same fingerprint is what
+  ``units.reuse = "succeeded"`` takes instead of running it; ``reused_from`` names the
+  run whose folder holds its files.
+- Within a run, a unit's row of an earlier round says whether a later round runs it
+  again: not when it failed (or succeeded) with the same fingerprint.
+- ``streaks``: a unit that failed the same way in consecutive runs, one row per job and
+  unit.  A failure in the run that last failed it only updates the row (a run is one
+  step of a streak, whatever its rounds); a different failure or fingerprint starts it
+  again; a success ends it.  ``units.quarantineAfter`` runs of it quarantine the unit
+  until its fingerprint changes or it is released.
+
+Reads go by pages of unit ids or fingerprints, one index seek each, so a run of 100,000
+units never holds them all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..backlog.units import Unit
+from ..outcome import CollectedFile, UnitState
+from .store import Store
+from .tables import unit_data
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Success:
+    """An earlier run's success of a fingerprint: the run whose folder holds its
+    collected files, and what it staged (fan-in compares the workspace with it)."""
+
+    unit_id: str
+    run: str
+    collected: tuple[CollectedFile, ...]
+    staged: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Earlier:
+    """A unit's row in an earlier round of the same run."""
+
+    round: int
+    state: UnitState
+    fingerprint: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Streak:
+    """A unit's failures alike in consecutive runs (see the module docstring)."""
+
+    unit: str
+    fingerprint: str
+    failure: str
+    runs: int
+    first_run: str
+    first_at: float
+    last_run: str
+    last_at: float
+    reason: str
+    cost_usd: float
+    released: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "failure": self.failure,
+            "runs": self.runs,
+            "firstRun": self.first_run,
+            "firstSeen": self.first_at,
+            "lastRun": self.last_run,
+            "lastSeen": self.last_at,
+            "reason": self.reason,
+            "costUsd": round(self.cost_usd, 6),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settled:
+    """A unit a round settles without running it: reused or quarantined."""
+
+    unit: Unit
+    state: UnitState
+    reason: str
+    reused_from: str | None = None
+    collected: tuple[CollectedFile, ...] = ()
+    staged: dict[str, str] | None = None
+
+
+# Values per query at most: under SQLite's limit on a statement's parameters.
+_PAGE = 500
+
+
+def _pages(values: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(values), _PAGE):
+        yield values[start : start + _PAGE]
+
+
+def _streak(row: Any) -> Streak:
+    return Streak(
+        unit=row["unit"],
+        fingerprint=row["fingerprint"],
+        failure=row["failure"],
+        runs=row["runs"],
+        first_run=row["first_run"],
+        first_at=row["first_at"],
+        last_run=row["last_run"],
+        last_at=row["last_at"],
+        reason=row["reason"],
+        cost_usd=row["cost_usd"],
+        released=bool(row["released"]),
+    )
+
+
+class Reuse(Store):
+    """Reads and writes of fingerprints, reused and quarantined units, and streaks."""
+
+    def successes(self, job: str, run_id: str, fingerprints: Iterable[str]) -> dict[str, Success]:
+        """For each of ``fingerprints``, the newest success of it in an earlier run of
+        ``job`` (a reused row counts, by the run its files are in)."""
+        found: dict[str, Success] = {}
+        for page in _pages(sorted(set(fingerprints) - {""})):
+            marks = ",".join("?" * len(page))
+            rows = self.db.execute(
+                "SELECT units.id, units.run, units.fingerprint, units.collected,"  # noqa: S608 - constant SQL
+                " units.staged, units.reused_from, runs.started FROM units"
+                " JOIN runs ON runs.id = units.run"
+                f" WHERE units.fingerprint IN ({marks})"
+                " AND units.state IN ('succeeded', 'reused')"
+                " AND runs.job = ? AND units.run != ? ORDER BY runs.started",
+                (*page, job, run_id),
+            )
+            for row in rows:  # the newest last, replacing an older one
+                found[row["fingerprint"]] = Success(
+                    unit_id=row["id"],
+                    run=row["reused_from"] or row["run"],
+                    collected=tuple(CollectedFile(**c) for c in json.loads(row["collected"])),
+                    staged=json.loads(row["staged"]),
+                )
+        return found
+
+    def earlier_rounds(
+        self, run_id: str, round_number: int, ids: Iterable[str]
+    ) -> dict[str, Earlier]:
+        """Each unit's latest row in a round of ``run_id`` before ``round_number``."""
+        found: dict[str, Earlier] = {}
+        for page in _pages(sorted(set(ids))):
+            marks = ",".join("?" * len(page))
+            rows = self.db.execute(
+                "SELECT id, round, state, fingerprint FROM units"  # noqa: S608 - constant SQL
+                f" WHERE run = ? AND round < ? AND id IN ({marks}) ORDER BY round",
+                (run_id, round_number, *page),
+            )
+            for row in rows:
+                found[row["id"]] = Earlier(
+                    round=row["round"],
+                    state=UnitState(row["state"]),
+                    fingerprint=row["fingerprint"],
+                )
+        return found
+
+    def streaks(self, job: str, ids: Iterable[str]) -> dict[str, Streak]:
+        """The failure streaks of ``ids`` in ``job``."""
+        found: dict[str, Streak] = {}
+        for page in _pages(sorted(set(ids))):
+            marks = ",".join("?" * len(page))
+            rows = self.db.execute(
+                f"SELECT * FROM streaks WHERE job = ? AND unit IN ({marks})",  # noqa: S608 - constant SQL
+                (job, *page),
+            )
+            found.update((row["unit"], _streak(row)) for row in rows)
+        return found
+
+    def quarantined(self, job: str, after: int) -> list[Streak]:
+        """The units of ``job`` a run quarantines now (``after`` runs failing alike, not
+        released), the longest failing first.  None when ``after`` is 0."""
+        if after <= 0:
+            return []
+        rows = self.db.execute(
+            "SELECT * FROM streaks WHERE job = ? AND runs >= ? AND released = 0"
+            " ORDER BY first_at, unit",
+            (job, after),
+        )
+        return [_streak(row) for row in rows]
+
+    def add_settled(self, run_id: str, round_number: int, rows: Sequence[Settled]) -> None:
+        """Add units a round settles without running them (reused, quarantined)."""
+        values = [
+            (
+                run_id,
+                round_number,
+                s.unit.id,
+                s.unit.index,
+                unit_data(s.unit),
+                str(s.state),
+                s.reason,
+                json.dumps([c.as_dict() for c in s.collected]),
+                json.dumps(s.staged or {}),
+                s.unit.fingerprint,
+                s.reused_from,
+            )
+            for s in rows
+        ]
+        self._atomic(
+            lambda: self.db.executemany(
+                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, reason,"
+                " collected, staged, fingerprint, reused_from)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+        )
+
+    def count_unchanged(self, run_id: str, round_number: int, count: int) -> None:
+        """``count`` more units of the round were selected but not run: unchanged since
+        an earlier round settled them."""
+        if count:
+            self._atomic(
+                lambda: self._run(
+                    "UPDATE rounds SET unchanged = unchanged + ? WHERE run = ? AND round = ?",
+                    (count, run_id, round_number),
+                )
+            )
+
+    def record_failure(
+        self,
+        job: str,
+        run_id: str,
+        unit: Unit,
+        *,
+        failure: str,
+        reason: str,
+        spent_usd: float,
+    ) -> Streak:
+        """``unit`` failed in ``run_id`` (``failure``: its class); its streak after it."""
+
+        def work() -> Streak:
+            now = self.clock()
+            row = self.db.execute(
+                "SELECT * FROM streaks WHERE job = ? AND unit = ?", (job, unit.id)
+            ).fetchone()
+            same = (
+                row is not None
+                and row["fingerprint"] == unit.fingerprint
+                and row["failure"] == failure
+            )
+            if same and row["last_run"] == run_id:  # a later round of the same run
+                runs, first_run, first_at, prior = (
+                    row["runs"],
+                    row["first_run"],
+                    row["first_at"],
+                    row["prior_usd"],
+                )
+            elif same:
+                runs, first_run, first_at = row["runs"] + 1, row["first_run"], row["first_at"]
+                prior = row["cost_usd"]
+            else:
+                runs, first_run, first_at, prior = 1, run_id, now, 0.0
+            released = bool(row["released"]) if same and row["last_run"] == run_id else False
+            values = (
+                job,
+                unit.id,
+                unit.fingerprint,
+                failure,
+                runs,
+                first_run,
+                first_at,
+                run_id,
+                now,
+                reason,
+                prior,
+                prior + spent_usd,
+                int(released),
+            )
+            self._run(
+                "INSERT OR REPLACE INTO streaks (job, unit, fingerprint, failure, runs,"
+                " first_run, first_at, last_run, last_at, reason, prior_usd, cost_usd,"
+                " released) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+            return Streak(
+                unit=unit.id,
+                fingerprint=unit.fingerprint,
+                failure=failure,
+                runs=runs,
+                first_run=first_run,
+                first_at=first_at,
+                last_run=run_id,
+                last_at=now,
+                reason=reason,
+                cost_usd=prior + spent_usd,
+                released=released,
+            )
+
+        return self._atomic(work)
+
+    def record_success(self, job: str, unit_id: str) -> None:
+        """``unit_id`` succeeded: no streak of failures any more."""
+        self._atomic(
+            lambda: self._run("DELETE FROM streaks WHERE job = ? AND unit = ?", (job, unit_id))
+        )
+
+    def release(self, job: str, unit_id: str) -> Streak | None:
+        """Let a quarantined unit run again: the next run starts it, and a failure there
+        starts its streak from one.  The streak released, or None if it had none."""
+
+        def work() -> Streak | None:
+            row = self.db.execute(
+                "SELECT * FROM streaks WHERE job = ? AND unit = ?", (job, unit_id)
+            ).fetchone()
+            if row is None:
+                return None
+            self._run(
+                "UPDATE streaks SET released = 1, runs = 0 WHERE job = ? AND unit = ?",
+                (job, unit_id),
+            )
+            return _streak(row)
+
+        return self._atomic(work)
