@@ -329,7 +329,8 @@ async def test_fresh_starts_anew_and_supersedes_the_unfinished_run(tmp_path: Pat
     cut = await _cut_short(job)
     fresh = await _runner(job, FakeTransport()).execute(Options(resume=False))
     assert fresh.run_id != cut
-    assert fresh.counts == {"succeeded": 2}
+    # The unit that succeeded before the cut is reused (units.reuse), not run again.
+    assert fresh.counts == {"reused": 1, "succeeded": 1}
     with pytest.raises(StateError, match="no unfinished run of job 'mode' to resume"):
         await _runner(job, FakeTransport()).execute(Options(resume=True))
 

@@ -298,7 +298,9 @@ async def test_what_the_last_run_learned_paces_from_the_first_request() -> None:
         token = r.token()
         await asyncio.gather(*(r.post(token, message()) for _ in range(4)))
         times = sorted(s.at for s in r.mock.posts())
-        assert min(b - a for a, b in itertools.pairwise(times)) >= 0.25  # 1.05 / 4 s apart
+        # 1.05 / 4 s apart when admitted; a loaded machine delays one arrival more than
+        # the next by a few hundredths (all at once, alone, would be 0 apart).
+        assert min(b - a for a, b in itertools.pairwise(times)) >= 0.2
         assert r.gateway.learned() == {
             "anthropic": (seed, "4.0 per 1.0s learned from 3 throttles (declared 20 per 1.0s)")
         }

@@ -94,7 +94,8 @@ maxAttempts = 50
 async def _run(
     job: spec.Spec, journal: Journal, upstream: Upstream, events: list[dict[str, Any]]
 ) -> None:
-    """One run as ``launch.runner_for`` wires it: the gate starts from what was kept."""
+    """One run as ``launch.runner_for`` wires it: the gate starts from what was kept.
+    Every unit runs (no reuse): the runs are here for their pace."""
     sink = Events(events.append)
     seeds, _ = kept.seeds(journal, job)
     runner = make_runner(
@@ -105,7 +106,7 @@ async def _run(
         gate=gate_for(job, sink, random.Random(3), learned=seeds),
         rng=random.Random(7),
     )
-    summary = await runner.execute(Options())
+    summary = await runner.execute(Options(reuse=False))
     assert summary.counts == {"succeeded": 12}
 
 

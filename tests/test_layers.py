@@ -187,7 +187,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("round", ("run.round",)),
-    ("selection of a round", ("run.fingerprints", "run.selection")),
+    ("selection of a round", ("run.fingerprints", "run.reusing", "run.selection")),
     ("dispatch", ("run.preparing", "run.spending", "run.dispatch")),
     (
         "report",

@@ -516,7 +516,7 @@ def test_ruff_over_the_workspace_skips_the_copies_a_run_collected(chdir_tmp: Pat
     (chdir_tmp / ".fanout" / ".ignore").unlink()  # git's own file alone, in a repository
     in_git = subprocess.run([*ruff, "--output-format=concise", "."], capture_output=True, text=True)
     assert in_git.stdout == listed.stdout
-    again = cli("run", "job.toml")
+    again = cli("run", "job.toml", "--no-reuse")
     assert again.code == 0, again.err
     assert "round 1: 3 unit(s) from 6 record(s)\n" in again.err
     assert "dropped" not in again.err
@@ -535,7 +535,7 @@ def test_a_unit_inside_a_state_directory_is_dropped_with_one_warning(chdir_tmp: 
         "Units     3 unit(s) from 12 record(s), dropped 3 unit(s) inside '.fanout', "
         "a fanout state directory, grouped by path\n"
     ) in plan.out
-    again = cli("run", "job.toml")
+    again = cli("run", "job.toml", "--no-reuse")
     assert again.code == 0, again.err
     warning = (
         "job.toml:5:1: inputs.command: dropped 3 unit(s) inside '.fanout', a fanout state "

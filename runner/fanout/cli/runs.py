@@ -60,12 +60,26 @@ def run(
             help="If a run of this job is going: skip (exit 6), queue (wait), or replace it.",
         ),
     ] = OverlapPolicy.SKIP,
+    reuse: Annotated[
+        bool,
+        typer.Option(
+            "--reuse/--no-reuse",
+            help="--no-reuse: run every selected unit, even one whose fingerprint matches"
+            " an earlier run's success (units.reuse).",
+        ),
+    ] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
 ) -> None:
     """Run a job: every unit in its own sandbox, up the retry ladder, in rounds.
 
     Selects the units, runs each in a fresh sandbox, retries up the ladder, applies
     collected files between rounds, and writes report.md and report.json.
+
+    A unit whose fingerprint (its records, staged files, rendered prompt and command,
+    ladder, agent version, units.version) matches a unit that succeeded in an earlier
+    run is reused, not run (units.reuse); one that failed the same way in
+    units.quarantineAfter runs in a row is quarantined until it changes or
+    `fanout release` lets it.
 
     Ctrl-C drains: running units are stopped and their sandboxes removed.  A closed
     console (| head) stops the run: nothing new starts, running attempts finish.  A run
@@ -76,7 +90,7 @@ def run(
     """
     from ..run import job as running
 
-    options = running.Options(apply=apply, resume=resume, concurrency=jobs)
+    options = running.Options(apply=apply, resume=resume, concurrency=jobs, reuse=reuse)
     raise typer.Exit(
         _execute(file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value)
     )

@@ -169,6 +169,14 @@ class Display:
                 f", {self.counts.before} settled before ({succeeded} succeeded, {failed} failed),"
                 f" {event['units'] - self.counts.before} remain"
             )
+        for key, said in (("reused", "reused"), ("quarantined", "quarantined")):
+            if event.get(key):
+                text += f", {event[key]} {said}"
+        if event.get("unchanged"):
+            text += (
+                f"; {event['unchanged']} not retried: unchanged since they failed in an"
+                " earlier round"
+            )
         self._line(text)
 
     def _on_run_finished(self, event: dict[str, Any]) -> None:
@@ -222,6 +230,11 @@ class Display:
         self.counts.last_settled = self.clock()
         if event["state"] == "succeeded":
             self.counts.succeeded += 1
+        elif event["state"] == "reused":
+            self.counts.reused += 1
+        elif event["state"] == "quarantined":
+            self.counts.quarantined += 1
+            self._line(f"QUARANTINED {event['unit']}: {event['reason']}", "yellow")
         else:
             self.counts.failed += 1
             self._line(
@@ -229,6 +242,14 @@ class Display:
                 f" rung {event['rung']}: {event['reason']}",
                 "bold red",
             )
+
+    def _on_unit_quarantined(self, event: dict[str, Any]) -> None:
+        self._line(
+            f"{event['unit']} failed the same way ({event['failure']}) in {event['runs']}"
+            " runs in a row: quarantined, the next runs do not start it until it changes"
+            " or `fanout release` lets it",
+            "yellow",
+        )
 
     def _on_unit_interrupted(self, event: dict[str, Any]) -> None:
         self.counts.free(event["unit"])

@@ -62,6 +62,9 @@ class Counts:
         self.before = 0  # units an earlier stretch of a resumed run settled
         self.succeeded = 0
         self.failed = 0
+        # Settled without running: an earlier run's success reused, or quarantined.
+        self.reused = 0
+        self.quarantined = 0
         self.interrupted = 0
         self.last_settled = self.clock()
         # Unit id -> the host its running attempt was placed on ("" until placed).
@@ -79,7 +82,10 @@ class Counts:
         return host
 
     def done(self) -> int:
-        return self.before + self.succeeded + self.failed
+        return self.before + self.settled()
+
+    def settled(self) -> int:
+        return self.succeeded + self.failed + self.reused + self.quarantined
 
     def running_now(self) -> int:
         # With hosts, an attempt runs once placed on one; until then it waits for a host
@@ -96,7 +102,7 @@ class Counts:
         return {
             "selected": self.selected,
             "running": self.running_now(),
-            "settled": self.succeeded + self.failed,
+            "settled": self.settled(),
             "last_settled": self.last_settled,
             "remain": self.queued() + self.running_now(),
         }

@@ -10,13 +10,16 @@ from .round import Round
 
 def fan_in(ctx: Round, *, apply: bool) -> int:
     """Compare (and, with ``apply``, write) the collected files of the round's
-    succeeded units to the workspace; how many files were written."""
+    succeeded and reused units to the workspace; how many files were written.  A reused
+    unit's files are in the folder of the run that made them; those the workspace holds
+    already are unchanged, not written again."""
     workspace = ctx.spec.runtime.workspace
     written = 0
     for row in ctx.journal.units(ctx.run_id, ctx.number):
-        if row.state is not UnitState.SUCCEEDED or not row.collected:
+        if row.state not in (UnitState.SUCCEEDED, UnitState.REUSED) or not row.collected:
             continue
-        unit_dir = ctx.run_dir / "units" / staging.unit_folder_name(row.unit.id)
+        made_in = ctx.run_dir if row.reused_from is None else ctx.run_dir.parent / row.reused_from
+        unit_dir = made_in / "units" / staging.unit_folder_name(row.unit.id)
         changes = staging.apply(
             workspace, row.unit.id, unit_dir, row.collected, row.staged, write=apply
         )

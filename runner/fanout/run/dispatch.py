@@ -37,7 +37,7 @@ from ..errors import FanoutError, Parked, SpendStopped, storage_error, storage_p
 from ..isolation import removal
 from ..outcome import AttemptResult, Outcome, Status, UnitState
 from ..pacing.slots import Lane, Slots
-from . import ladder, preparing, spending
+from . import ladder, preparing, reusing, spending
 from .ladder import Progress
 from .round import Round
 
@@ -173,6 +173,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         if failed is not None:  # resumed with nothing left (killed before it settled)
             if ctx.journal.unit_settled(ctx.run_id, failed):
                 _settled(ctx, failed)
+                reusing.record(ctx, unit, failed, None)
             return failed
         if ctx.stopped is not None:
             raise _Stopped
@@ -190,6 +191,7 @@ async def _climb(ctx: Round, unit: Unit, progress: Progress, slot: _Slot) -> Out
         if final is not None:
             if accepted:
                 _settled(ctx, final)
+                reusing.record(ctx, unit, final, result)
             return final
         if ctx.stopped is not None:
             raise _Stopped

@@ -67,6 +67,9 @@ class Options:
     resume: bool | None = False
     trigger: Mapping[str, Any] | None = None
     concurrency: int | None = None
+    # False: no unit reuses an earlier run's success (``--no-reuse``), whatever
+    # units.reuse says.
+    reuse: bool = True
 
 
 @dataclass(kw_only=True)
@@ -408,6 +411,7 @@ class Runner:
             secrets=secrets,
             trigger=options.trigger,
             rng=self.rng,
+            reuse=options.reuse,
         )
         self._current = ctx
         if self._stop is not None:  # asked for between rounds: this one starts nothing
@@ -430,7 +434,14 @@ class Runner:
             job=spec.name, job_file=str(spec.file.resolve()), apply=apply, parent=previous.id
         )
         units = [
-            Unit(id=u.id, index=i, items=u.items, origin=u.origin, group=u.group)
+            Unit(
+                id=u.id,
+                index=i,
+                items=u.items,
+                origin=u.origin,
+                group=u.group,
+                fingerprint=u.fingerprint,
+            )
             for i, u in enumerate(latest.values())
         ]
         self.journal.add_units(run_id, 1, units)

@@ -123,6 +123,8 @@ class Round:
     gateway: Gateway | None = None
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     trigger: Mapping[str, Any] | None = None
+    # Whether a unit may reuse an earlier run's success (``run.reusing``).
+    reuse: bool = True
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     counts: Counter[UnitState] = field(default_factory=Counter)

@@ -1,5 +1,6 @@
-"""A round's units: selected and written to the journal as the selection streams, or
-read back from the journal (a resumed round, or a later round selected in full)."""
+"""A round's units: selected, fingerprinted and sorted (``reusing``: run, reused,
+quarantined, unchanged) and written to the journal as the selection streams, or read
+back from the journal (a resumed round, or a later round selected in full)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, 
 from ..attempt import invocation
 from ..backlog import command as inputcommand
 from ..backlog.units import Unit, base_context, select
+from ..journal import Settled
 from ..outcome import UnitState
 from ..pacing import limits
+from .fingerprints import Fingerprints, agent_version
 from .ladder import Progress
+from .reusing import Reusing, Sorted
 from .round import Round
 
 # Units read from the selection per trip to a worker thread.
@@ -53,15 +57,25 @@ def _started(ctx: Round, *, resumed: bool, streaming: bool) -> None:
     )
 
 
-def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
+def _selected(
+    ctx: Round, records: int, units: int, *, resumed: bool, tally: Tally | None = None
+) -> None:
     """The round's selection is complete: its units, and for a resumed round those an
-    earlier stretch settled (read from the journal), so counts start where it stopped."""
+    earlier stretch settled (read from the journal), so counts start where it stopped;
+    and those it settled without running them (reused, quarantined) or left as they were
+    (unchanged since they failed in an earlier round)."""
     succeeded = failed = 0
+    reused = quarantined = unchanged = 0
     if resumed:
         counts = ctx.journal.round_counts(ctx.run_id, ctx.number)
         units = sum(counts.values())
         succeeded = counts.get(UnitState.SUCCEEDED, 0)
         failed = counts.get(UnitState.FAILED, 0)
+        reused = counts.get(UnitState.REUSED, 0)
+        quarantined = counts.get(UnitState.QUARANTINED, 0)
+    elif tally is not None:
+        reused, quarantined, unchanged = tally.reused, tally.quarantined, tally.unchanged
+        units -= unchanged
     ctx.events.emit(
         "round.selected",
         round=ctx.number,
@@ -69,7 +83,10 @@ def _selected(ctx: Round, records: int, units: int, *, resumed: bool) -> None:
         records=records,
         succeeded=succeeded,
         failed=failed,
-        remaining=units - succeeded - failed,
+        reused=reused,
+        quarantined=quarantined,
+        unchanged=unchanged,
+        remaining=units - succeeded - failed - reused - quarantined,
     )
 
 
@@ -88,7 +105,9 @@ async def _select_into_journal(
     ctx: Round, tally: Tally, environ: Mapping[str, str], *, resumed: bool, streaming: bool
 ) -> AsyncGenerator[Unit, None]:
     _started(ctx, resumed=resumed, streaming=streaming)
-    batches = _Batches()
+    version = await asyncio.to_thread(agent_version, ctx.spec, environ)
+    batches = _Batches(Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version))
+    reusing = Reusing(ctx, reuse=ctx.reuse)
     try:
         async with _input_command(ctx, environ) as command:
             selection = select(
@@ -108,8 +127,13 @@ async def _select_into_journal(
                     ctx.events.emit("notice", message=warning)
                 warned = len(selection.warnings)
                 ended = len(batch) < _BATCH  # _take stops short only at the stream's end
+                sorted_ = reusing.sort(batch)
+                if sorted_.run:
+                    ctx.journal.add_units(ctx.run_id, ctx.number, sorted_.run)
+                if sorted_.settled:
+                    ctx.journal.add_settled(ctx.run_id, ctx.number, sorted_.settled)
+                ctx.journal.count_unchanged(ctx.run_id, ctx.number, sorted_.unchanged)
                 if batch:
-                    ctx.journal.add_units(ctx.run_id, ctx.number, batch)
                     # Units selected so far (in the journal, so queued for real): the
                     # display's count while the total is not known yet.
                     ctx.events.emit(
@@ -128,9 +152,21 @@ async def _select_into_journal(
                     ctx.journal.selection_done(ctx.run_id, ctx.number)
                     tally.done = True
                     tally.unmatched = tuple(selection.unmatched)
-                    _selected(ctx, selection.records, tally.count + len(batch), resumed=resumed)
+                    tally.sorted(sorted_)
+                    _selected(
+                        ctx,
+                        selection.records,
+                        tally.count + len(batch),
+                        resumed=resumed,
+                        tally=tally,
+                    )
+                else:
+                    tally.sorted(sorted_)
+                for item in sorted_.settled:
+                    _settled_unrun(ctx, item)
                 for unit in batch:
                     tally.add(unit)
+                for unit in sorted_.run:
                     yield unit
                 if ended:
                     break
@@ -150,18 +186,35 @@ def _input_command(
     return inputcommand.running(ctx.spec, environ, context)
 
 
-class _Batches:
-    """The selection, read a batch at a time in a worker thread.  A cancel while a
-    batch is read does not leave the thread behind: ``close`` waits for it (the input
-    command's end has woken it by then), then closes the selection's generators."""
+def _settled_unrun(ctx: Round, item: Settled) -> None:
+    """A unit the round settled without running it: counted and said, as one that ran."""
+    ctx.counts[item.state] += 1
+    ctx.events.emit(
+        "unit.settled",
+        round=ctx.number,
+        unit=item.unit.id,
+        state=str(item.state),
+        rung="",
+        attempts=0,
+        reason=item.reason,
+        reusedFrom=item.reused_from,
+    )
 
-    def __init__(self) -> None:
+
+class _Batches:
+    """The selection, read and fingerprinted a batch at a time in a worker thread.  A
+    cancel while a batch is read does not leave the thread behind: ``close`` waits for
+    it (the input command's end has woken it by then), then closes the selection's
+    generators."""
+
+    def __init__(self, prints: Fingerprints) -> None:
         self.stream: Iterator[Unit] = iter(())
+        self._prints = prints
         self._pending: asyncio.Future[list[Unit]] | None = None
 
     async def take(self, count: int) -> list[Unit]:
         loop = asyncio.get_running_loop()
-        self._pending = loop.run_in_executor(None, _take, self.stream, count)
+        self._pending = loop.run_in_executor(None, _take, self.stream, count, self._prints)
         # Shielded: a cancel leaves the thread's future to ``close``, which awaits it.
         batch = await asyncio.shield(self._pending)
         self._pending = None
@@ -191,10 +244,10 @@ async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
         )
 
 
-def _take(stream: Iterator[Unit], count: int) -> list[Unit]:
+def _take(stream: Iterator[Unit], count: int, prints: Fingerprints) -> list[Unit]:
     batch = []
     for unit in stream:
-        batch.append(unit)
+        batch.append(prints.of(unit))
         if len(batch) >= count:
             break
     return batch
@@ -205,10 +258,26 @@ class Tally:
 
     def __init__(self) -> None:
         self.count = 0
+        # Of them, settled without running (reused, quarantined), and not added to the
+        # round at all: unchanged since they failed in an earlier round.
+        self.reused = self.quarantined = self.unchanged = 0
         self.done = False
         # The selection's inputs.files patterns that matched no file (once done).
         self.unmatched: tuple[str, ...] = ()
         self._digest = hashlib.sha256()
+
+    def sorted(self, batch: Sorted) -> None:
+        for item in batch.settled:
+            if item.state is UnitState.REUSED:
+                self.reused += 1
+            else:
+                self.quarantined += 1
+        self.unchanged += batch.unchanged
+
+    @property
+    def to_run(self) -> int:
+        """The units the round dispatches."""
+        return self.count - self.reused - self.quarantined - self.unchanged
 
     def add(self, unit: Unit) -> None:
         self.count += 1

@@ -1,0 +1,158 @@
+"""What a round does with a selected unit once its fingerprint is known: run it, reuse an
+earlier run's success, leave it quarantined, or leave it be, unchanged since it failed
+in an earlier round of the run; and the streak a unit's failure adds to.
+
+- **Unchanged since it failed.**  A unit that exhausted its ladder in an earlier round of
+  this run and is selected again with the same fingerprint is not run again: the same
+  inputs would fail the same way (each round paid for it again before).  It is not
+  added to the round: its failed row stays its result, and the round counts it.
+- **Quarantined.**  A unit whose streak (``journal.reuse``) reached
+  ``units.quarantineAfter`` runs, not released, with this fingerprint, is added
+  settled as quarantined, with its streak as the reason.
+- **Reused.**  With ``units.reuse = "succeeded"`` (and no ``--no-reuse``), a unit with
+  the fingerprint of a success in an earlier run of the job is added settled as
+  reused: that run's result counts, its collected files are fan-in's from that run's
+  folder (applied only if the workspace does not hold them yet).  A success whose files
+  are gone from its folder is not reused.
+- Everything else runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ..attempt import staging
+from ..backlog.units import Unit
+from ..errors import FanoutError
+from ..journal import Settled, Streak, Success
+from ..outcome import AttemptResult, Outcome, UnitState
+from .round import Round
+
+
+@dataclass
+class Sorted:
+    """One batch of a round's selected units, sorted."""
+
+    run: list[Unit] = field(default_factory=list)
+    settled: list[Settled] = field(default_factory=list)
+    unchanged: int = 0
+
+
+class Reusing:
+    """Sorts a round's units (see the module docstring); ``reuse``: whether earlier
+    runs' successes count."""
+
+    def __init__(self, ctx: Round, *, reuse: bool) -> None:
+        self._ctx = ctx
+        self._reuse = reuse and ctx.spec.units.reuse == "succeeded"
+        job = ctx.spec.name
+        self._quarantine = {
+            streak.unit: streak
+            for streak in ctx.journal.quarantined(job, ctx.spec.units.quarantine_after)
+        }
+
+    def sort(self, units: Sequence[Unit]) -> Sorted:
+        ctx = self._ctx
+        journal = ctx.journal
+        ids = [unit.id for unit in units]
+        earlier = journal.earlier_rounds(ctx.run_id, ctx.number, ids) if ctx.number > 1 else {}
+        successes = (
+            journal.successes(ctx.spec.name, ctx.run_id, (u.fingerprint for u in units))
+            if self._reuse
+            else {}
+        )
+        batch = Sorted()
+        for unit in units:
+            before = earlier.get(unit.id)
+            if (
+                before is not None
+                and before.state is UnitState.FAILED
+                and before.fingerprint == unit.fingerprint
+            ):
+                batch.unchanged += 1
+                continue
+            streak = self._quarantine.get(unit.id)
+            if streak is not None and streak.fingerprint == unit.fingerprint:
+                batch.settled.append(
+                    Settled(unit=unit, state=UnitState.QUARANTINED, reason=quarantined(streak))
+                )
+                continue
+            success = successes.get(unit.fingerprint)
+            if success is not None and self._files_kept(success):
+                batch.settled.append(
+                    Settled(
+                        unit=unit,
+                        state=UnitState.REUSED,
+                        reason=f"reused from run {success.run}: unchanged since it succeeded",
+                        reused_from=success.run,
+                        collected=success.collected,
+                        staged=success.staged,
+                    )
+                )
+                continue
+            batch.run.append(unit)
+        return batch
+
+    def _files_kept(self, success: Success) -> bool:
+        folder = (
+            self._ctx.spec.runtime.state_dir
+            / "runs"
+            / success.run
+            / "units"
+            / staging.unit_folder_name(success.unit_id)
+        )
+        return all((folder / item.path).is_file() for item in success.collected)
+
+
+def quarantined(streak: Streak) -> str:
+    """Why a quarantined unit does not run, in one line."""
+    since = datetime.fromtimestamp(streak.first_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"quarantined: failed the same way ({streak.failure}) in {streak.runs} runs in a row"
+        f" since {since}, unchanged; last: {streak.reason}"
+    )
+
+
+def failure_class(result: AttemptResult | None) -> str:
+    """How a unit failed, for a streak: its last attempt's status, and its agent's kind
+    when it has one ("failed:turn-limit"); "unprepared" without an attempt result (a
+    template, a budget, a ladder given up before another attempt)."""
+    if result is None:
+        return "unprepared"
+    return f"{result.status}:{result.kind}" if result.kind else str(result.status)
+
+
+def record(ctx: Round, unit: Unit, outcome: Outcome, result: AttemptResult | None) -> None:
+    """Add the unit's end in this run to its streak: a failure extends it (or starts
+    one), a success ends it.  Said when the failure quarantines the unit from the next
+    run on.  A journal error stops the round, as every journal error does."""
+    job = ctx.spec.name
+    try:
+        if outcome.state is UnitState.SUCCEEDED:
+            ctx.journal.record_success(job, unit.id)
+            return
+        if outcome.state is not UnitState.FAILED or not unit.fingerprint:
+            return
+        streak = ctx.journal.record_failure(
+            job,
+            ctx.run_id,
+            unit,
+            failure=failure_class(result),
+            reason=outcome.reason,
+            spent_usd=ctx.journal.unit_spent(ctx.run_id, unit.id, ctx.number),
+        )
+    except FanoutError as exc:
+        ctx.stop(exc)
+        return
+    after = ctx.spec.units.quarantine_after
+    if after and streak.runs == after and not streak.released:
+        ctx.events.emit(
+            "unit.quarantined",
+            round=ctx.number,
+            unit=unit.id,
+            runs=streak.runs,
+            failure=streak.failure,
+            reason=outcome.reason,
+        )
