@@ -309,7 +309,20 @@ class Ceiling:
             if paced > due:
                 self._wanted = True
             due = max(due, paced)
-        return max(due, self._key_due())
+        return max(due, self._key_due(), self._declared_due())
+
+    def _declared_due(self) -> float:
+        """A declared limit, N per W, as a sliding window of this ceiling's starts: the
+        bound of every pace.  A learned window shorter than W lets a window's worth go
+        together more often than W allows (5 per 30 s at twice is 10, and a start before
+        them an 11th in 60 s)."""
+        if self.declared is None:
+            return -math.inf
+        count, per = self.declared
+        starts = self._start_times
+        if len(starts) < count:
+            return -math.inf
+        return starts[-count] + per * (1 + 1e-6) + 2e-6
 
     def _key_due(self) -> float:
         """With others sharing the limit: when the key's whole window has room, every
@@ -347,7 +360,11 @@ class Ceiling:
         self._start_times.append(now)
         # Kept by age, not by count: a burst that grows (a share given back) must still
         # see the starts of its window.
-        horizon = max((self.window or 0.0) * 2 * self.margin, GUESS_MAX)
+        horizon = max(
+            (self.window or 0.0) * 2 * self.margin,
+            GUESS_MAX,
+            2 * self.declared[1] if self.declared else 0.0,
+        )
         while len(self._start_times) > 1 and self._start_times[0] < now - horizon:
             self._start_times.popleft()
         self._after_pause = False
