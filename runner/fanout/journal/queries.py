@@ -61,8 +61,8 @@ class Queries(Store):
 
     def unit_summaries(self, run_id: str, *, batch: int = 500) -> Iterator[sqlite3.Row]:
         """What a report lists of each unit, in the order of ``units``: id, round, idx,
-        state, rung, attempts, worker_seconds, reason, origin, collected (JSON text) and
-        tail.  SQLite extracts the rung and origin, so a unit's records, last context and
+        state, rung, attempts, worker_seconds, reason, origin, collected (JSON text),
+        tail and reused_from.  SQLite extracts the rung and origin, so a unit's records, last context and
         staged hashes are never parsed: ``unit_row`` was most of a 100k-unit report."""
         numbers = [
             r["round"]
@@ -76,7 +76,7 @@ class Queries(Store):
                 rows = self.db.execute(
                     "SELECT id, round, idx, state, COALESCE(json_extract(last, '$.rung'), '')"
                     " AS rung, attempts, worker_seconds, reason,"
-                    " json_extract(data, '$.origin') AS origin, collected, tail"
+                    " json_extract(data, '$.origin') AS origin, collected, tail, reused_from"
                     " FROM units WHERE run = ? AND round = ?"
                     " AND idx > COALESCE(?, -1) ORDER BY idx LIMIT ?",
                     (run_id, number, after, batch),

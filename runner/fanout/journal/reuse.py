@@ -188,6 +188,18 @@ class Reuse(Store):
         )
         return [_streak(row) for row in rows]
 
+    def newly_quarantined(self, job: str, run_id: str, after: int) -> int:
+        """Units of ``job`` whose failure in ``run_id`` made their streak reach ``after``
+        runs: the next run leaves them quarantined."""
+        if after <= 0:
+            return 0
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM streaks WHERE job = ? AND last_run = ? AND runs >= ?"
+            " AND released = 0",
+            (job, run_id, after),
+        ).fetchone()
+        return int(row[0])
+
     def add_settled(self, run_id: str, round_number: int, rows: Sequence[Settled]) -> None:
         """Add units a round settles without running them (reused, quarantined)."""
         values = [
@@ -221,8 +233,10 @@ class Reuse(Store):
         if count:
             self._atomic(
                 lambda: self._run(
-                    "UPDATE rounds SET unchanged = unchanged + ? WHERE run = ? AND round = ?",
-                    (count, run_id, round_number),
+                    "INSERT INTO rounds (run, round, unchanged) VALUES (?, ?, ?)"
+                    " ON CONFLICT (run, round) DO UPDATE SET"
+                    " unchanged = unchanged + excluded.unchanged",
+                    (run_id, round_number, count),
                 )
             )
 

@@ -38,6 +38,7 @@ def unit_record(row: UnitRow) -> dict[str, Any]:
         "reason": row.reason,
         "origin": row.unit.origin,
         "collected": [c.path for c in row.collected],
+        **({"reusedFrom": row.reused_from} if row.reused_from else {}),
     }
 
 
@@ -59,7 +60,13 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         "workerSeconds": round(worker, 3),
         "speedup": round(worker / run.wall, 2) if run.wall > 0 else None,
         "rounds": [
-            {"round": r["round"], "records": r["records"], "units": r["selected"]}
+            {
+                "round": r["round"],
+                "records": r["records"],
+                "units": r["selected"],
+                # Selected again but not run: unchanged since they failed earlier.
+                "unchanged": r["unchanged"],
+            }
             for r in journal.rounds(run_id)
         ],
         "limits": run.limits,
@@ -92,6 +99,7 @@ def _summary_record(row: sqlite3.Row) -> dict[str, Any]:
         "reason": row["reason"],
         "origin": row["origin"],
         "collected": [] if collected == "[]" else [c["path"] for c in json.loads(collected)],
+        **({"reusedFrom": row["reused_from"]} if row["reused_from"] else {}),
         "tail": row["tail"],
     }
 

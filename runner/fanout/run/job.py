@@ -279,10 +279,14 @@ class Runner:
             stopped_by = ExitCode.INTERNAL  # a bug: the CLI exits 70 with it
         counts: dict[str, int] = {}
         wall = worker = 0.0
+        quarantined = 0
         try:
             counts = self.journal.unit_counts(run_id)
             wall = self.journal.run(run_id).wall
             worker = self.journal.worker_seconds(run_id)
+            quarantined = self.journal.newly_quarantined(
+                self.spec.name, run_id, self.spec.units.quarantine_after
+            )
         except Exception:
             if failure is None:
                 raise
@@ -295,6 +299,7 @@ class Runner:
             unmatched=unmatched,
             wall_seconds=wall,
             worker_seconds=worker,
+            quarantined=quarantined,
             stopped_by=stopped_by,
             trigger=options.trigger,
         )
