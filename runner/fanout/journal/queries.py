@@ -62,8 +62,9 @@ class Queries(Store):
     def unit_summaries(self, run_id: str, *, batch: int = 500) -> Iterator[sqlite3.Row]:
         """What a report lists of each unit, in the order of ``units``: id, round, idx,
         state, rung, attempts, worker_seconds, reason, origin, collected (JSON text),
-        tail and reused_from.  SQLite extracts the rung and origin, so a unit's records, last context and
-        staged hashes are never parsed: ``unit_row`` was most of a 100k-unit report."""
+        tail and reused_from.  SQLite extracts the rung and origin, so a unit's records,
+        last context and staged hashes are never parsed: ``unit_row`` was most of a
+        100k-unit report."""
         numbers = [
             r["round"]
             for r in self.db.execute(
