@@ -27,7 +27,7 @@ from .round import Round
 # Units read from the selection per trip to a worker thread.
 _BATCH = 200
 # Settled units (reused, quarantined) written to the journal at once.
-_SETTLED = 50_000
+_SETTLED = 20_000
 T = TypeVar("T")
 
 
