@@ -392,7 +392,7 @@ def test_a_second_run_of_a_job_is_skipped_or_queued(tmp_path: Path) -> None:
         f"job 'gated' is already running (pid {first.pid}, started by fanout run" in second.stderr
     )
     assert "this run was skipped (overlap = skip)" in second.stderr
-    queued = _start(job, "--overlap", "queue", tmpdir=tmp_path)
+    queued = _start(job, "--overlap", "queue", "--no-reuse", tmpdir=tmp_path)
     time.sleep(0.5)
     assert queued.poll() is None  # waiting for the lock
     for n in range(2):

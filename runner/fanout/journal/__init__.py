@@ -21,7 +21,7 @@ from __future__ import annotations
 from .attempts import Attempts
 from .ceilings import Ceilings
 from .queries import Queries
-from .reuse import Earlier, Reuse, Settled, Streak, Success
+from .reuse import Earlier, Reuse, Settled, SettledWriter, Streak, Success
 from .runs import Runs
 from .store import no_state
 from .tables import KeptCeiling, RunRow, UnitRow, new_run_id
@@ -34,6 +34,7 @@ __all__ = [
     "KeptCeiling",
     "RunRow",
     "Settled",
+    "SettledWriter",
     "Streak",
     "Success",
     "UnitRow",

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..backlog.units import Unit
@@ -370,3 +372,36 @@ class Reuse(Store):
             return _streak(row)
 
         return self._atomic(work)
+
+
+class SettledWriter:
+    """Writes settled rows (``Reuse.add_settled``) through a connection of its own, on a
+    thread of its own, so the selection goes on while they are written: a run that
+    reuses 100,000 units reaches a new one at their end without waiting for 100,000
+    inserts.  The journal's main connection waits for one of its transactions at most
+    (SQLite's one writer at a time, ``timeout``).  ``close`` waits for every write and
+    closes the connection; a write's error is raised by its future."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fanout-journal")
+        self._store: Reuse | None = None
+
+    def submit(self, run_id: str, round_number: int, rows: Sequence[Settled]) -> Future[None]:
+        return self._executor.submit(self._write, run_id, round_number, rows)
+
+    def _write(self, run_id: str, round_number: int, rows: Sequence[Settled]) -> None:
+        if self._store is None:  # opened on its thread: a connection is one thread's
+            self._store = Reuse(self._path)
+        self._store.add_settled(run_id, round_number, rows)
+
+    def close(self) -> Future[None]:
+        """Close once the writes submitted are done (the future of that)."""
+        future = self._executor.submit(self._close)
+        self._executor.shutdown(wait=False)
+        return future
+
+    def _close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None

@@ -5,6 +5,7 @@ back from the journal (a resumed round, or a later round selected in full)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 from ..attempt import invocation
 from ..backlog import command as inputcommand
 from ..backlog.units import Unit, base_context, select
-from ..journal import Journal, Settled, Success
+from ..journal import Journal, Settled, SettledWriter, Success
 from ..outcome import UnitState
 from ..pacing import limits
 from .fingerprints import Fingerprints, agent_version
@@ -26,8 +27,10 @@ from .round import Round
 
 # Units read from the selection per trip to a worker thread.
 _BATCH = 200
-# Settled units (reused, quarantined) written to the journal at once.
-_SETTLED = 20_000
+# Settled units (reused, quarantined) written to the journal at once, and the writes
+# that may be pending.
+_SETTLED = 5_000
+_WRITES = 4
 T = TypeVar("T")
 
 
@@ -138,7 +141,7 @@ async def _select_into_journal(
                 sorted_ = reusing.sort(batch, known)
                 if sorted_.run:
                     ctx.journal.add_units(ctx.run_id, ctx.number, sorted_.run)
-                settling.add(sorted_)
+                await settling.add(sorted_)
                 tally.sorted(sorted_)
                 for unit in batch:
                     tally.add(unit)
@@ -159,7 +162,7 @@ async def _select_into_journal(
                     # batch's dispatch, selects again).  Written after the last batch
                     # went to dispatch: a new unit last among 100,000 reused starts
                     # without waiting for their rows.
-                    settling.flush()
+                    await settling.flush()
                     ctx.journal.set_round(
                         ctx.run_id,
                         ctx.number,
@@ -171,6 +174,7 @@ async def _select_into_journal(
     finally:
         # After the input command's end (above), which wakes a thread still reading it.
         await batches.close()
+        await settling.close()
 
 
 def _input_command(
@@ -187,27 +191,52 @@ def _input_command(
 class _Settling:
     """The units the selection settles without running them (reused, quarantined) and
     the count it leaves unchanged, written to the journal ``_SETTLED`` rows at a time
-    and when the selection ends: a run that reuses 100,000 units reaches its first new
-    one without writing each batch's first (a selection stopped before its end is
-    selected again when the run resumes: what it had not written is decided again)."""
+    by a writer of its own (``SettledWriter``), as the selection goes on: a run that
+    reuses 100,000 units reaches its first new one without waiting for their rows.  At
+    most ``_WRITES`` writes are pending (the units in hand stay bounded).  A selection
+    stopped before its end is selected again when the run resumes: what was not
+    written is decided again."""
 
     def __init__(self, ctx: Round) -> None:
         self._ctx = ctx
         self._rows: list[Settled] = []
         self._unchanged = 0
+        self._writer: SettledWriter | None = None
+        self._pending: list[concurrent.futures.Future[None]] = []
 
-    def add(self, batch: Sorted) -> None:
+    async def add(self, batch: Sorted) -> None:
         self._rows += batch.settled
         self._unchanged += batch.unchanged
         if len(self._rows) >= _SETTLED:
-            self.flush()
+            await self._submit()
 
-    def flush(self) -> None:
+    async def _submit(self) -> None:
         ctx = self._ctx
+        if self._writer is None:
+            self._writer = SettledWriter(ctx.journal.path)
+        self._pending.append(self._writer.submit(ctx.run_id, ctx.number, self._rows))
+        self._rows = []
+        while len(self._pending) > _WRITES:
+            await asyncio.wrap_future(self._pending.pop(0))
+
+    async def flush(self) -> None:
+        """Write the rest, and wait for every write: the round's rows are all in."""
         if self._rows:
-            ctx.journal.add_settled(ctx.run_id, ctx.number, self._rows)
+            await self._submit()
+        while self._pending:
+            await asyncio.wrap_future(self._pending.pop(0))
+        ctx = self._ctx
         ctx.journal.count_unchanged(ctx.run_id, ctx.number, self._unchanged)
-        self._rows, self._unchanged = [], 0
+        self._unchanged = 0
+
+    async def close(self) -> None:
+        """Wait for the writes in flight (their errors are the round's to raise from
+        ``flush``; here, a stop's, they are dropped) and close the writer."""
+        if self._writer is None:
+            return
+        pending = [asyncio.wrap_future(f) for f in [*self._pending, self._writer.close()]]
+        self._pending, self._writer = [], None
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _settled_unrun(ctx: Round, settled: list[Settled]) -> None:
