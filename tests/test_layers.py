@@ -182,6 +182,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.worktime",
             "journal.ceilings",
             "journal.reuse",
+            "journal.history",
             "journal",
             "transports.preflight",
         ),
