@@ -30,7 +30,7 @@ def history(
             "--format",
             metavar="<text|json>",
             help="text: a table to read; json: an array of one record per run, for"
-            " dashboards (its keys are in the runs guide).",
+            " dashboards (the recurring jobs guide lists its keys).",
         ),
     ] = HistoryFormat.text,
     last: Annotated[
