@@ -460,6 +460,8 @@ def test_report_md_of_a_recurring_run_reads_as_its_golden_file(tmp_path: Path) -
         (HOSTILE_ID, False, 3),
     ]
     assert [u.get("reusedFrom") for u in data["units"]][:4] == [BEFORE, BEFORE, BEFORE, None]
+    # A reused unit is a success: like a succeeded one, it has no output tail.
+    assert ["outputTail" in u for u in data["units"]] == [False] * 3 + [True] * 3
 
 
 def test_long_lists_are_cut_and_say_how_many_more(tmp_path: Path, utc: None) -> None:

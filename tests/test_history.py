@@ -14,6 +14,7 @@ import pytest
 
 from fanout.backlog.units import Unit
 from fanout.journal import Journal
+from fanout.journal.tables import SCHEMA
 from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
 
 from helpers import cli, write_job
@@ -301,3 +302,41 @@ def test_history_of_a_job_file_that_is_invalid_says_why(chdir_tmp: Path) -> None
         "job.toml:1:1: missing required key 'inputs'\n"
         "job.toml:1:1: missing required key 'task'\n",
     )
+
+
+def test_a_journal_from_before_recurring_jobs_is_read_as_it_is(chdir_tmp: Path, utc: None) -> None:
+    """No rounds.unchanged, no runs.quarantine_after, no streaks: history and status read
+    it read-only, as it is (the next run adds them)."""
+    write_job(chdir_tmp, NIGHTLY)
+    path = chdir_tmp / ".fanout" / "journal.sqlite"
+    path.parent.mkdir()
+    old = (
+        SCHEMA.replace("    unchanged INTEGER NOT NULL DEFAULT 0,\n", "")
+        .replace(",\n    quarantine_after INTEGER\n", "\n")
+        .split("CREATE TABLE IF NOT EXISTS streaks")[0]
+    )
+    db = sqlite3.connect(path)
+    db.executescript(old)
+    db.execute(
+        "INSERT INTO runs (id, job, job_file, started, state, wall) VALUES"
+        " ('20261130T030000-0001', 'nightly', 'job.toml', ?, 'finished', 60)",
+        (NIGHT,),
+    )
+    db.execute(
+        "INSERT INTO rounds (run, round, records, selected) VALUES (?, 1, 1, 1)",
+        ("20261130T030000-0001",),
+    )
+    db.execute(
+        "INSERT INTO units (run, round, id, idx, data, state, attempts) VALUES"
+        " ('20261130T030000-0001', 1, 'a', 0, '{}', 'succeeded', 1)"
+    )
+    db.commit()
+    db.close()
+    result = cli("history", "job.toml")
+    assert (result.code, result.err) == (0, "")
+    assert result.out.splitlines()[1] == (
+        "2026-11-30 03:00  manual       1    0          1       0    1m         0          0"
+    )
+    assert cli("status").code == 0
+    columns = {row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(rounds)")}
+    assert "unchanged" not in columns  # nothing was migrated

@@ -142,7 +142,7 @@ def _records(
                 record["usage"] = [u.as_dict() for u in usage.get(key, [])]
             if budget is not None:  # task.budget: the most the unit could spend
                 record["budget"] = {"usd": budget}
-            if record["state"] != UnitState.SUCCEEDED:
+            if record["state"] not in (UnitState.SUCCEEDED, UnitState.REUSED):
                 record["outputTail"] = tail
             yield record
 
