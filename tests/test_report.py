@@ -103,12 +103,7 @@ def test_a_journal_from_before_the_indexes_gets_them_on_open(tmp_path: Path) -> 
 
     assert indexes() == ["units_by_state"]
     Journal(path).close()
-    assert indexes() == [
-        "units_by_fingerprint",
-        "units_by_id",
-        "units_by_state",
-        "units_in_order",
-    ]
+    assert indexes() == ["units_by_id", "units_by_state", "units_in_order"]
 
 
 def test_counts_and_failures_are_of_each_unit_s_latest_round(tmp_path: Path) -> None:

@@ -134,6 +134,8 @@ def stage_paths(
     """What the first attempt of ``unit`` stages (``units.stage`` rendered, and nothing
     else of the task), for the selection to drop a unit inside a state directory.  A
     template that fails gives nothing: the attempt fails with its reason."""
+    if not spec.units.stage:
+        return ()
     context = _context(spec, unit, 0, 1, round_number, NO_LAST_ATTEMPT, trigger)
     try:
         return tuple(part.render(context) for part in spec.units.stage)

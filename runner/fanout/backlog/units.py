@@ -47,8 +47,10 @@ class Unit:
     items: tuple[Any, ...]
     origin: str
     group: Any = None
-    # What decides its result, hashed (``run.fingerprints``); "" until the run computes it.
+    # What decides its result, hashed (``run.fingerprints``), and the digest of what that
+    # is made of before rendering; "" until the run computes them.
     fingerprint: str = ""
+    inputs: str = ""
 
     @property
     def record(self) -> Any:

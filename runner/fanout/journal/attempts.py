@@ -35,13 +35,14 @@ class Attempts(Store):
                 unit_data(u),
                 str(UnitState.PENDING),
                 u.fingerprint,
+                u.inputs,
             )
             for u in units
         ]
         self._atomic(
             lambda: self.db.executemany(
-                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, fingerprint)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, fingerprint,"
+                " inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         )

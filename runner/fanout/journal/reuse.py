@@ -1,10 +1,12 @@
 """What a recurring job knows of its units across runs: the results an unchanged unit
 reuses, the failures it is not run again for, and the streaks that quarantine it.
 
-- A unit's row keeps its ``fingerprint`` (``run.fingerprints``).  A success (or a
-  reuse of one) in an earlier run of the job with the same fingerprint is what
-  ``units.reuse = "succeeded"`` takes instead of running it; ``reused_from`` names the
-  run whose folder holds its files.
+- A unit's row keeps its ``fingerprint`` (``run.fingerprints``) and ``inputs`` (the
+  digest of what the fingerprint is made of, before rendering).  ``successes`` keeps
+  the newest success of each fingerprint of a job: what ``units.reuse = "succeeded"``
+  takes instead of running a unit, found by its inputs (an unchanged unit, without
+  rendering it) or its fingerprint; a reused row's ``reused_from`` names the run whose
+  folder holds its files.
 - Within a run, a unit's row of an earlier round says whether a later round runs it
   again: not when it failed (or succeeded) with the same fingerprint.
 - ``streaks``: a unit that failed the same way in consecutive runs, one row per job and
@@ -33,12 +35,21 @@ from .tables import unit_data
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Success:
     """An earlier run's success of a fingerprint: the run whose folder holds its
-    collected files, and what it staged (fan-in compares the workspace with it)."""
+    collected files, and what it staged (fan-in compares the workspace with it), both
+    as the journal keeps them (JSON), parsed only when asked: a run reusing 100,000
+    units copies them through."""
 
     unit_id: str
     run: str
-    collected: tuple[CollectedFile, ...]
-    staged: dict[str, str]
+    fingerprint: str
+    collected_json: str
+    staged_json: str
+
+    @property
+    def collected(self) -> tuple[CollectedFile, ...]:
+        if self.collected_json == "[]":
+            return ()
+        return tuple(CollectedFile(**c) for c in json.loads(self.collected_json))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,8 +109,9 @@ class Settled:
     state: UnitState
     reason: str
     reused_from: str | None = None
-    collected: tuple[CollectedFile, ...] = ()
-    staged: dict[str, str] | None = None
+    # As the journal keeps them (JSON): a reused unit's are its success's.
+    collected_json: str = "[]"
+    staged_json: str = "{}"
 
 
 # Values per query at most: under SQLite's limit on a statement's parameters.
@@ -130,27 +142,26 @@ def _streak(row: Any) -> Streak:
 class Reuse(Store):
     """Reads and writes of fingerprints, reused and quarantined units, and streaks."""
 
-    def successes(self, job: str, run_id: str, fingerprints: Iterable[str]) -> dict[str, Success]:
-        """For each of ``fingerprints``, the newest success of it in an earlier run of
-        ``job`` (a reused row counts, by the run its files are in)."""
+    def successes(self, job: str, keys: Iterable[str], *, by: str) -> dict[str, Success]:
+        """The newest success in ``job`` of each of ``keys``: fingerprints
+        (``by="fingerprint"``) or the digests of what fingerprints are made of
+        (``by="inputs"``).  One index seek each, a page of keys per query."""
+        column = {"fingerprint": "fingerprint", "inputs": "inputs"}[by]  # never a value
         found: dict[str, Success] = {}
-        for page in _pages(sorted(set(fingerprints) - {""})):
+        for page in _pages(sorted(set(keys) - {""})):
             marks = ",".join("?" * len(page))
             rows = self.db.execute(
-                "SELECT units.id, units.run, units.fingerprint, units.collected,"  # noqa: S608 - constant SQL
-                " units.staged, units.reused_from, runs.started FROM units"
-                " JOIN runs ON runs.id = units.run"
-                f" WHERE units.fingerprint IN ({marks})"
-                " AND units.state IN ('succeeded', 'reused')"
-                " AND runs.job = ? AND units.run != ? ORDER BY runs.started",
-                (*page, job, run_id),
+                "SELECT fingerprint, inputs, unit, run, collected, staged FROM successes"  # noqa: S608 - constant SQL
+                f" WHERE job = ? AND {column} IN ({marks})",
+                (job, *page),
             )
-            for row in rows:  # the newest last, replacing an older one
-                found[row["fingerprint"]] = Success(
-                    unit_id=row["id"],
-                    run=row["reused_from"] or row["run"],
-                    collected=tuple(CollectedFile(**c) for c in json.loads(row["collected"])),
-                    staged=json.loads(row["staged"]),
+            for row in rows:
+                found[row[column]] = Success(
+                    unit_id=row["unit"],
+                    run=row["run"],
+                    fingerprint=row["fingerprint"],
+                    collected_json=row["collected"],
+                    staged_json=row["staged"],
                 )
         return found
 
@@ -172,6 +183,18 @@ class Reuse(Store):
                     state=UnitState(row["state"]),
                     fingerprint=row["fingerprint"],
                 )
+        return found
+
+    def in_round(self, run_id: str, round_number: int, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` the round has already (a resumed round selecting again)."""
+        found: set[str] = set()
+        for page in _pages(sorted(set(ids))):
+            marks = ",".join("?" * len(page))
+            rows = self.db.execute(
+                f"SELECT id FROM units WHERE run = ? AND round = ? AND id IN ({marks})",  # noqa: S608 - constant SQL
+                (run_id, round_number, *page),
+            )
+            found.update(row[0] for row in rows)
         return found
 
     def streaks(self, job: str, ids: Iterable[str]) -> dict[str, Streak]:
@@ -250,9 +273,10 @@ class Reuse(Store):
                 unit_data(s.unit),
                 str(s.state),
                 s.reason,
-                json.dumps([c.as_dict() for c in s.collected]),
-                json.dumps(s.staged or {}),
+                s.collected_json,
+                s.staged_json,
                 s.unit.fingerprint,
+                s.unit.inputs,
                 s.reused_from,
             )
             for s in rows
@@ -260,8 +284,8 @@ class Reuse(Store):
         self._atomic(
             lambda: self.db.executemany(
                 "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, reason,"
-                " collected, staged, fingerprint, reused_from)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " collected, staged, fingerprint, inputs, reused_from)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
         )
@@ -351,11 +375,22 @@ class Reuse(Store):
 
         return self._atomic(work)
 
-    def record_success(self, job: str, unit_id: str) -> None:
-        """``unit_id`` succeeded: no streak of failures any more."""
-        self._atomic(
-            lambda: self._run("DELETE FROM streaks WHERE job = ? AND unit = ?", (job, unit_id))
-        )
+    def record_success(self, job: str, run_id: str, round_number: int, unit_id: str) -> None:
+        """The unit succeeded in ``run_id``: no streak of failures any more, and its
+        fingerprint's newest success is this one (what it collected and staged copied
+        from its row)."""
+
+        def work() -> None:
+            self._run("DELETE FROM streaks WHERE job = ? AND unit = ?", (job, unit_id))
+            self._run(
+                "INSERT OR REPLACE INTO successes"
+                " (job, fingerprint, inputs, unit, run, collected, staged)"
+                " SELECT ?, fingerprint, inputs, id, run, collected, staged FROM units"
+                " WHERE run = ? AND round = ? AND id = ? AND fingerprint != ''",
+                (job, run_id, round_number, unit_id),
+            )
+
+        self._atomic(work)
 
     def release(self, job: str, unit_id: str) -> Streak | None:
         """Let a quarantined unit run again: the next run starts it, and a failure there

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StateError, storage_error
-from .tables import INDEXES, MIGRATIONS, SCHEMA
+from .tables import MIGRATIONS, SCHEMA
 
 T = TypeVar("T")
 
@@ -55,8 +55,6 @@ class Store:
                 columns = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
                 if column not in columns:
                     self.db.execute(sql)
-            for sql in INDEXES:
-                self.db.execute(sql)
         except (sqlite3.Error, OSError) as exc:
             raise StateError(f"cannot open the journal {path}: {exc}") from None
         self.db.row_factory = sqlite3.Row

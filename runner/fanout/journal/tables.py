@@ -67,8 +67,10 @@ CREATE TABLE IF NOT EXISTS units (
     last TEXT NOT NULL DEFAULT '{}',
     collected TEXT NOT NULL DEFAULT '[]',
     staged TEXT NOT NULL DEFAULT '{}',
-    -- What decides the unit's result, hashed (run/fingerprints.py); '' before there was one.
+    -- What decides the unit's result, hashed (run/fingerprints.py), and the digest of
+    -- what that is made of before rendering; '' before there were any.
     fingerprint TEXT NOT NULL DEFAULT '',
+    inputs TEXT NOT NULL DEFAULT '',
     -- A reused unit's result: the run it was made in (its files are in that run's folder).
     reused_from TEXT,
     PRIMARY KEY (run, round, id)
@@ -156,6 +158,21 @@ CREATE TABLE IF NOT EXISTS streaks (
     released INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job, unit)
 );
+-- The newest success of each fingerprint of a job, what reuse looks up (``reuse``): by
+-- the fingerprint, or by ``inputs``, the digest of all the fingerprint is made of
+-- before rendering (an unchanged unit is found without rendering it), with the run
+-- whose folder holds its files and what it collected and staged.
+CREATE TABLE IF NOT EXISTS successes (
+    job TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    run TEXT NOT NULL,
+    collected TEXT NOT NULL,
+    staged TEXT NOT NULL,
+    PRIMARY KEY (job, fingerprint)
+);
+CREATE INDEX IF NOT EXISTS successes_by_inputs ON successes (job, inputs);
 CREATE TABLE IF NOT EXISTS ceilings (
     job TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -176,12 +193,10 @@ MIGRATIONS = (
     ("usage", "reserved_usd", "ALTER TABLE usage ADD COLUMN reserved_usd REAL NOT NULL DEFAULT 0"),
     ("units", "fingerprint", "ALTER TABLE units ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''"),
     ("units", "reused_from", "ALTER TABLE units ADD COLUMN reused_from TEXT"),
+    ("units", "inputs", "ALTER TABLE units ADD COLUMN inputs TEXT NOT NULL DEFAULT ''"),
     ("rounds", "unchanged", "ALTER TABLE rounds ADD COLUMN unchanged INTEGER NOT NULL DEFAULT 0"),
     ("runs", "quarantine_after", "ALTER TABLE runs ADD COLUMN quarantine_after INTEGER"),
 )
-# Indexes on columns a migration adds, made after the migrations.  Reuse finds a success
-# of the same fingerprint in an earlier run by one index seek.
-INDEXES = ("CREATE INDEX IF NOT EXISTS units_by_fingerprint ON units (fingerprint, state)",)
 # The states of a settled unit, for SQL (``outcome.SETTLED``).
 SETTLED_SQL = "('succeeded', 'failed', 'reused', 'quarantined')"
 
@@ -279,6 +294,7 @@ def unit_row(row: sqlite3.Row) -> UnitRow:
         origin=data["origin"],
         group=data["group"],
         fingerprint=row["fingerprint"],
+        inputs=row["inputs"],
     )
     return UnitRow(
         unit=unit,

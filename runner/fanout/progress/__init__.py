@@ -230,8 +230,6 @@ class Display:
         self.counts.last_settled = self.clock()
         if event["state"] == "succeeded":
             self.counts.succeeded += 1
-        elif event["state"] == "reused":
-            self.counts.reused += 1
         elif event["state"] == "quarantined":
             self.counts.quarantined += 1
             self._line(f"QUARANTINED {event['unit']}: {event['reason']}", "yellow")
@@ -242,6 +240,10 @@ class Display:
                 f" rung {event['rung']}: {event['reason']}",
                 "bold red",
             )
+
+    def _on_units_reused(self, event: dict[str, Any]) -> None:
+        self.counts.reused += event["count"]
+        self.counts.last_settled = self.clock()
 
     def _on_unit_quarantined(self, event: dict[str, Any]) -> None:
         self._line(

@@ -19,7 +19,7 @@ in an earlier round of the run; and the streak a unit's failure adds to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -38,14 +38,18 @@ class Sorted:
     run: list[Unit] = field(default_factory=list)
     settled: list[Settled] = field(default_factory=list)
     unchanged: int = 0
+    # In the journal already: a resumed round's units that an earlier stretch added.
+    known: int = 0
 
 
 class Reusing:
     """Sorts a round's units (see the module docstring); ``reuse``: whether earlier
     runs' successes count."""
 
-    def __init__(self, ctx: Round, *, reuse: bool) -> None:
+    def __init__(self, ctx: Round, *, reuse: bool, resumed: bool = False) -> None:
         self._ctx = ctx
+        # A resumed round selects again: the units it has already are the journal's.
+        self._resumed = resumed
         self._reuse = reuse and ctx.spec.units.reuse == "succeeded"
         job = ctx.spec.name
         self._quarantine = {
@@ -53,18 +57,24 @@ class Reusing:
             for streak in ctx.journal.quarantined(job, ctx.spec.units.quarantine_after)
         }
 
-    def sort(self, units: Sequence[Unit]) -> Sorted:
+    def sort(self, units: Sequence[Unit], known: Mapping[str, Success]) -> Sorted:
+        """Sort a batch of fingerprinted units; ``known``: successes found already, by
+        fingerprint (the others are looked up)."""
         ctx = self._ctx
         journal = ctx.journal
         ids = [unit.id for unit in units]
         earlier = journal.earlier_rounds(ctx.run_id, ctx.number, ids) if ctx.number > 1 else {}
-        successes = (
-            journal.successes(ctx.spec.name, ctx.run_id, (u.fingerprint for u in units))
-            if self._reuse
-            else {}
-        )
+        had = journal.in_round(ctx.run_id, ctx.number, ids) if self._resumed else set()
+        successes: dict[str, Success] = {}
+        if self._reuse:
+            successes = dict(known)
+            missing = (u.fingerprint for u in units if u.fingerprint not in successes)
+            successes.update(journal.successes(ctx.spec.name, missing, by="fingerprint"))
         batch = Sorted()
         for unit in units:
+            if unit.id in had:
+                batch.known += 1
+                continue
             before = earlier.get(unit.id)
             if (
                 before is not None
@@ -87,8 +97,8 @@ class Reusing:
                         state=UnitState.REUSED,
                         reason=f"reused from run {success.run}: unchanged since it succeeded",
                         reused_from=success.run,
-                        collected=success.collected,
-                        staged=success.staged,
+                        collected_json=success.collected_json,
+                        staged_json=success.staged_json,
                     )
                 )
                 continue
@@ -96,6 +106,8 @@ class Reusing:
         return batch
 
     def _files_kept(self, success: Success) -> bool:
+        if success.collected_json == "[]":
+            return True
         folder = (
             self._ctx.spec.runtime.state_dir
             / "runs"
@@ -131,7 +143,7 @@ def record(ctx: Round, unit: Unit, outcome: Outcome, result: AttemptResult | Non
     job = ctx.spec.name
     try:
         if outcome.state is UnitState.SUCCEEDED:
-            ctx.journal.record_success(job, unit.id)
+            ctx.journal.record_success(job, ctx.run_id, ctx.number, unit.id)
             return
         if outcome.state is not UnitState.FAILED or not unit.fingerprint:
             return

@@ -9,12 +9,14 @@ import contextlib
 import functools
 import hashlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from ..attempt import invocation
 from ..backlog import command as inputcommand
 from ..backlog.units import Unit, base_context, select
-from ..journal import Settled
+from ..journal import Journal, Settled, Success
 from ..outcome import UnitState
 from ..pacing import limits
 from .fingerprints import Fingerprints, agent_version
@@ -24,6 +26,9 @@ from .round import Round
 
 # Units read from the selection per trip to a worker thread.
 _BATCH = 200
+# Settled units (reused, quarantined) written to the journal at once.
+_SETTLED = 20_000
+T = TypeVar("T")
 
 
 async def units_of(
@@ -106,8 +111,11 @@ async def _select_into_journal(
 ) -> AsyncGenerator[Unit, None]:
     _started(ctx, resumed=resumed, streaming=streaming)
     version = await asyncio.to_thread(agent_version, ctx.spec, environ)
-    batches = _Batches(Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version))
-    reusing = Reusing(ctx, reuse=ctx.reuse)
+    batches = _Batches(
+        Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version), ctx.journal
+    )
+    reusing = Reusing(ctx, reuse=ctx.reuse, resumed=resumed)
+    settling = _Settling(ctx)
     try:
         async with _input_command(ctx, environ) as command:
             selection = select(
@@ -122,27 +130,36 @@ async def _select_into_journal(
             batches.stream = iter(selection)
             warned = 0
             while True:
-                batch = await batches.take(_BATCH)
+                batch, known = await batches.take(_BATCH, ctx.spec.name)
                 for warning in selection.warnings[warned:]:
                     ctx.events.emit("notice", message=warning)
                 warned = len(selection.warnings)
                 ended = len(batch) < _BATCH  # _take stops short only at the stream's end
-                sorted_ = reusing.sort(batch)
+                sorted_ = reusing.sort(batch, known)
                 if sorted_.run:
                     ctx.journal.add_units(ctx.run_id, ctx.number, sorted_.run)
-                if sorted_.settled:
-                    ctx.journal.add_settled(ctx.run_id, ctx.number, sorted_.settled)
-                ctx.journal.count_unchanged(ctx.run_id, ctx.number, sorted_.unchanged)
+                settling.add(sorted_)
+                tally.sorted(sorted_)
+                for unit in batch:
+                    tally.add(unit)
                 if batch:
-                    # Units selected so far (in the journal, so queued for real): the
-                    # display's count while the total is not known yet.
-                    ctx.events.emit(
-                        "round.selecting", round=ctx.number, units=tally.count + len(batch)
-                    )
+                    # Units selected so far (in the journal, or about to be, so queued for
+                    # real): the display's count while the total is not known yet.
+                    ctx.events.emit("round.selecting", round=ctx.number, units=tally.count)
+                _settled_unrun(ctx, sorted_.settled)
+                if ended:  # the total is known: said before the last batch is dispatched
+                    tally.done = True
+                    tally.unmatched = tuple(selection.unmatched)
+                    _selected(ctx, selection.records, tally.count, resumed=resumed, tally=tally)
+                for unit in sorted_.run:
+                    yield unit
                 if ended:
-                    # Every unit is in the journal: the total is known now, before the
-                    # last batch is dispatched (a stop from here on resumes from the
-                    # journal).
+                    # Every unit is in the journal once the settled ones are written (a
+                    # stop from here on resumes from the journal; one before, in the last
+                    # batch's dispatch, selects again).  Written after the last batch
+                    # went to dispatch: a new unit last among 100,000 reused starts
+                    # without waiting for their rows.
+                    settling.flush()
                     ctx.journal.set_round(
                         ctx.run_id,
                         ctx.number,
@@ -150,25 +167,6 @@ async def _select_into_journal(
                         selected=selection.selected,
                     )
                     ctx.journal.selection_done(ctx.run_id, ctx.number)
-                    tally.done = True
-                    tally.unmatched = tuple(selection.unmatched)
-                    tally.sorted(sorted_)
-                    _selected(
-                        ctx,
-                        selection.records,
-                        tally.count + len(batch),
-                        resumed=resumed,
-                        tally=tally,
-                    )
-                else:
-                    tally.sorted(sorted_)
-                for item in sorted_.settled:
-                    _settled_unrun(ctx, item)
-                for unit in batch:
-                    tally.add(unit)
-                for unit in sorted_.run:
-                    yield unit
-                if ended:
                     break
     finally:
         # After the input command's end (above), which wakes a thread still reading it.
@@ -186,39 +184,83 @@ def _input_command(
     return inputcommand.running(ctx.spec, environ, context)
 
 
-def _settled_unrun(ctx: Round, item: Settled) -> None:
-    """A unit the round settled without running it: counted and said, as one that ran."""
-    ctx.counts[item.state] += 1
-    ctx.events.emit(
-        "unit.settled",
-        round=ctx.number,
-        unit=item.unit.id,
-        state=str(item.state),
-        rung="",
-        attempts=0,
-        reason=item.reason,
-        reusedFrom=item.reused_from,
-    )
+class _Settling:
+    """The units the selection settles without running them (reused, quarantined) and
+    the count it leaves unchanged, written to the journal ``_SETTLED`` rows at a time
+    and when the selection ends: a run that reuses 100,000 units reaches its first new
+    one without writing each batch's first (a selection stopped before its end is
+    selected again when the run resumes: what it had not written is decided again)."""
+
+    def __init__(self, ctx: Round) -> None:
+        self._ctx = ctx
+        self._rows: list[Settled] = []
+        self._unchanged = 0
+
+    def add(self, batch: Sorted) -> None:
+        self._rows += batch.settled
+        self._unchanged += batch.unchanged
+        if len(self._rows) >= _SETTLED:
+            self.flush()
+
+    def flush(self) -> None:
+        ctx = self._ctx
+        if self._rows:
+            ctx.journal.add_settled(ctx.run_id, ctx.number, self._rows)
+        ctx.journal.count_unchanged(ctx.run_id, ctx.number, self._unchanged)
+        self._rows, self._unchanged = [], 0
+
+
+def _settled_unrun(ctx: Round, settled: list[Settled]) -> None:
+    """Units the round settled without running them: counted and said, a quarantined
+    one as one that ran, the reused ones of a batch in one ``units.reused`` event (a
+    run may reuse 100,000: an event each was most of its time to its first new unit)."""
+    reused = 0
+    for item in settled:
+        ctx.counts[item.state] += 1
+        if item.state is UnitState.REUSED:
+            reused += 1
+            continue
+        ctx.events.emit(
+            "unit.settled",
+            round=ctx.number,
+            unit=item.unit.id,
+            state=str(item.state),
+            rung="",
+            attempts=0,
+            reason=item.reason,
+        )
+    if reused:
+        ctx.events.emit("units.reused", round=ctx.number, count=reused)
 
 
 class _Batches:
-    """The selection, read and fingerprinted a batch at a time in a worker thread.  A
+    """The selection, read and fingerprinted a batch at a time in a worker thread, the
+    successes of the same inputs looked up in the journal between (``fingerprints``).  A
     cancel while a batch is read does not leave the thread behind: ``close`` waits for
     it (the input command's end has woken it by then), then closes the selection's
     generators."""
 
-    def __init__(self, prints: Fingerprints) -> None:
+    def __init__(self, prints: Fingerprints, journal: Journal) -> None:
         self.stream: Iterator[Unit] = iter(())
         self._prints = prints
-        self._pending: asyncio.Future[list[Unit]] | None = None
+        self._journal = journal
+        self._pending: asyncio.Future[Any] | None = None
 
-    async def take(self, count: int) -> list[Unit]:
+    async def take(self, count: int, job: str) -> tuple[list[Unit], dict[str, Success]]:
+        """Up to ``count`` units, fingerprinted; and the successes found by their inputs,
+        by fingerprint (for ``Reusing.sort``)."""
+        read: list[Unit] = await self._in_thread(_take, self.stream, count, self._prints)
+        known = self._journal.successes(job, (unit.inputs for unit in read), by="inputs")
+        batch: list[Unit] = await self._in_thread(_fingerprinted, read, known, self._prints)
+        return batch, {success.fingerprint: success for success in known.values()}
+
+    async def _in_thread(self, work: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        self._pending = loop.run_in_executor(None, _take, self.stream, count, self._prints)
+        self._pending = loop.run_in_executor(None, work, *args)
         # Shielded: a cancel leaves the thread's future to ``close``, which awaits it.
-        batch = await asyncio.shield(self._pending)
+        done: T = await asyncio.shield(self._pending)
         self._pending = None
-        return batch
+        return done
 
     async def close(self) -> None:
         pending, self._pending = self._pending, None
@@ -245,12 +287,26 @@ async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
 
 
 def _take(stream: Iterator[Unit], count: int, prints: Fingerprints) -> list[Unit]:
+    """Up to ``count`` units of the selection, each with its inputs."""
     batch = []
     for unit in stream:
-        batch.append(prints.of(unit))
+        batch.append(prints.inputs(unit))
         if len(batch) >= count:
             break
     return batch
+
+
+def _fingerprinted(
+    batch: list[Unit], known: Mapping[str, Success], prints: Fingerprints
+) -> list[Unit]:
+    """The units with their fingerprints: a success's whose inputs were theirs, else
+    rendered."""
+    return [
+        replace(unit, fingerprint=known[unit.inputs].fingerprint)
+        if unit.inputs in known
+        else prints.of(unit)
+        for unit in batch
+    ]
 
 
 class Tally:
@@ -281,8 +337,11 @@ class Tally:
 
     def add(self, unit: Unit) -> None:
         self.count += 1
+        # Its inputs hold its id and records (and what they render from): a digest of
+        # them, already made, not another of the records.
         self._digest.update(
-            json.dumps([unit.id, list(unit.items)], sort_keys=True, default=str).encode()
+            unit.inputs.encode()
+            or json.dumps([unit.id, list(unit.items)], sort_keys=True, default=str).encode()
         )
 
     def fingerprint(self) -> str:
