@@ -12,7 +12,7 @@ the attempts used of the APIs through the gateway; ``compute`` their active
 seconds and memory-seconds; ``ceilings`` what the limits learned, kept for the job's
 next run; ``queries`` the read-only queries of resume, status and the report;
 ``reuse`` fingerprints across runs: reused results, quarantine streaks;
-``history`` a job's runs over time, one row each;
+``history`` a job over time: its runs one row each, its quarantined units;
 ``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
 connection.
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from .attempts import Attempts
 from .ceilings import Ceilings
-from .history import History, RunHistory
+from .history import History, NeedsPerson, RunHistory
 from .queries import Queries
-from .reuse import Earlier, NeedsPerson, Reuse, Settled, Streak, Success
+from .reuse import Earlier, Reuse, Settled, Streak, Success
 from .runs import Runs
 from .store import no_state
 from .tables import KeptCeiling, RunRow, UnitRow, new_run_id

@@ -1,11 +1,16 @@
-"""A job's runs over time, one row each (``fanout history``): what each selected, ran,
-reused, settled and left quarantined or unchanged, its attempts, tokens and spend.
+"""A job over time as a person reads it: its runs, one row each (``fanout history``),
+and its units that need a person (quarantined: ``fanout status``, the report).
 
-A nightly job has years of runs of up to 100k units each, so nothing here is asked per
-run or per unit: the runs are one query, and each table they draw on (units, rounds,
-attempts, usage) one grouped query over those runs, whose rows SQLite reads by the
-run's index prefix.  A unit counts in its latest round, as ``Queries.unit_counts``
-counts it; it "ran" if any of its rounds had an attempt.
+A run's row says what it selected, ran, reused, settled and left quarantined or
+unchanged, its attempts, tokens and spend.  A nightly job has years of runs of up to
+100k units each, so nothing here is asked per run or per unit: the runs are one query,
+and each table they draw on (units, rounds, attempts, usage) one grouped query over
+those runs, whose rows SQLite reads by the run's index prefix.  A unit counts in its
+latest round, as ``Queries.unit_counts`` counts it; it "ran" if any of its rounds had
+an attempt.
+
+The quarantined units are the rows of ``streaks`` (``reuse`` writes them) that reached
+the threshold and were not released.
 """
 
 from __future__ import annotations
@@ -15,11 +20,22 @@ import sqlite3
 from dataclasses import dataclass
 
 from ..outcome import RunState, UnitState
+from .reuse import Streak, _streak
 from .store import Store
 
 # The runs asked about: the job's newest ``?`` (-1: all), as a subquery each grouped
 # query filters on (no list of ids as parameters, however many runs a job has).
 _RUNS = "SELECT id FROM runs WHERE job = ? ORDER BY started DESC, rowid DESC LIMIT ?"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NeedsPerson:
+    """A job's quarantined units as a person sees them: how many, how many of them a
+    given run quarantined, and the first few (see ``History.needs_person``)."""
+
+    count: int
+    new: int
+    shown: tuple[Streak, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,7 +99,36 @@ _UNITS = (
 
 
 class History(Store):
-    """Reads of a job's runs over time; none of them writes."""
+    """Reads of a job's runs over time and of its quarantined units; none writes."""
+
+    def needs_person(
+        self, job: str, after: int, *, limit: int, run_id: str | None = None
+    ) -> NeedsPerson:
+        """The units of ``job`` quarantined now (``after`` runs failing alike, not
+        released): how many, how many of them ``run_id`` quarantined (its failure made
+        their streak reach ``after``), and the first ``limit``: those first, then the
+        longest failing.  None when ``after`` is 0, or in a journal from before streaks
+        (an older fanout's, opened read-only: it has no such table)."""
+        if after <= 0 or not self._has_streaks():
+            return NeedsPerson(count=0, new=0, shown=())
+        where = "FROM streaks WHERE job = ? AND runs >= ? AND released = 0"
+        counts = self.db.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(last_run = ?), 0) {where}",
+            (run_id, job, after),
+        ).fetchone()
+        rows = self.db.execute(
+            f"SELECT * {where} ORDER BY last_run = ? DESC, first_at, unit LIMIT ?",
+            (job, after, run_id, limit),
+        )
+        return NeedsPerson(
+            count=int(counts[0]), new=int(counts[1]), shown=tuple(_streak(row) for row in rows)
+        )
+
+    def _has_streaks(self) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'streaks'"
+        ).fetchone()
+        return row is not None
 
     def run_count(self, job: str) -> int:
         """How many runs of ``job`` the journal holds."""

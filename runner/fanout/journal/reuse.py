@@ -92,16 +92,6 @@ class Streak:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class NeedsPerson:
-    """A job's quarantined units as a person sees them: how many, how many of them a
-    given run quarantined, and the first few (see ``Reuse.needs_person``)."""
-
-    count: int
-    new: int
-    shown: tuple[Streak, ...]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Settled:
     """A unit a round settles without running it: reused or quarantined."""
 
@@ -220,35 +210,6 @@ class Reuse(Store):
             (job, after),
         )
         return [_streak(row) for row in rows]
-
-    def needs_person(
-        self, job: str, after: int, *, limit: int, run_id: str | None = None
-    ) -> NeedsPerson:
-        """The units of ``job`` quarantined now (``after`` runs failing alike, not
-        released): how many, how many of them ``run_id`` quarantined (its failure made
-        their streak reach ``after``), and the first ``limit``: those first, then the
-        longest failing.  None when ``after`` is 0, or in a journal from before streaks
-        (an older fanout's, opened read-only: it has no such table)."""
-        if after <= 0 or not self._has_streaks():
-            return NeedsPerson(count=0, new=0, shown=())
-        where = "FROM streaks WHERE job = ? AND runs >= ? AND released = 0"
-        counts = self.db.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(last_run = ?), 0) {where}",
-            (run_id, job, after),
-        ).fetchone()
-        rows = self.db.execute(
-            f"SELECT * {where} ORDER BY last_run = ? DESC, first_at, unit LIMIT ?",
-            (job, after, run_id, limit),
-        )
-        return NeedsPerson(
-            count=int(counts[0]), new=int(counts[1]), shown=tuple(_streak(row) for row in rows)
-        )
-
-    def _has_streaks(self) -> bool:
-        row = self.db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'streaks'"
-        ).fetchone()
-        return row is not None
 
     def newly_quarantined(self, job: str, run_id: str, after: int) -> int:
         """Units of ``job`` whose failure in ``run_id`` made their streak reach ``after``
