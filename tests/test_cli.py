@@ -151,7 +151,19 @@ def test_schema_prints_the_schema(repo: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["validate", "plan", "init", "schema", "run", "retry", "status", "report"]
+    "command",
+    [
+        "validate",
+        "plan",
+        "init",
+        "schema",
+        "run",
+        "retry",
+        "status",
+        "report",
+        "history",
+        "release",
+    ],
 )
 def test_every_command_explains_itself(command: str) -> None:
     result = cli(command, "--help")
@@ -312,6 +324,8 @@ def test_init_into_a_directory_is_a_usage_error(chdir_tmp: Path) -> None:
         ("retry", "fanout retry [OPTIONS] RUN"),
         ("status", "fanout status [OPTIONS] [RUN]"),
         ("report", "fanout report [OPTIONS] RUN"),
+        ("history", "fanout history [OPTIONS] FILE"),
+        ("release", "fanout release [OPTIONS] FILE UNIT..."),
         ("triggers", "fanout triggers [OPTIONS] FILE"),
         ("schedule", "fanout schedule [OPTIONS] FILE..."),
         ("hosts check", "fanout hosts check [OPTIONS] FILE"),

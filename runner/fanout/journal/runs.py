@@ -69,6 +69,21 @@ class Runs(Store):
         ).fetchone()
         return None if row is None or row["state"] == RunState.FINISHED else run_row(row)
 
+    def record_quarantine_after(self, run_id: str, after: int) -> None:
+        """The run's ``units.quarantineAfter`` now (a resumed run may have changed it)."""
+        self._write("UPDATE runs SET quarantine_after = ? WHERE id = ?", (after, run_id))
+
+    def quarantine_after(self, run_id: str) -> int | None:
+        """The ``units.quarantineAfter`` the run's last stretch had; None for a run an
+        older fanout recorded (its journal, opened read-only, may lack the column)."""
+        try:
+            row = self.db.execute(
+                "SELECT quarantine_after FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return None if row is None or row[0] is None else int(row[0])
+
     def retries_of(self, run_id: str) -> list[str]:
         """The runs started as retries of ``run_id`` (``fanout retry``), oldest first."""
         rows = self.db.execute(

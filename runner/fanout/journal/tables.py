@@ -34,7 +34,10 @@ CREATE TABLE IF NOT EXISTS runs (
     note TEXT NOT NULL DEFAULT '',
     limits TEXT NOT NULL DEFAULT '{}',
     -- task.budget in USD as the run's last stretch had it (NULL: none), for the report
-    unit_budget REAL
+    unit_budget REAL,
+    -- units.quarantineAfter as the run's last stretch had it (NULL: a run before it was
+    -- recorded): status and the report read which streaks quarantine without the job file
+    quarantine_after INTEGER
 );
 CREATE TABLE IF NOT EXISTS rounds (
     run TEXT NOT NULL,
@@ -192,6 +195,7 @@ MIGRATIONS = (
     ("units", "reused_from", "ALTER TABLE units ADD COLUMN reused_from TEXT"),
     ("units", "inputs", "ALTER TABLE units ADD COLUMN inputs TEXT NOT NULL DEFAULT ''"),
     ("rounds", "unchanged", "ALTER TABLE rounds ADD COLUMN unchanged INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "quarantine_after", "ALTER TABLE runs ADD COLUMN quarantine_after INTEGER"),
 )
 # The states of a settled unit, for SQL (``outcome.SETTLED``).
 SETTLED_SQL = "('succeeded', 'failed', 'reused', 'quarantined')"

@@ -21,7 +21,7 @@ from ..outcome import UnitState
 from ..pacing.ceiling import Learned
 from ..values import safetext
 from ..values.quantities import format_duration
-from . import accounting, compute, fleet
+from . import accounting, attention, compute, fleet, skipped
 
 SHOWN_UNITS = 200
 
@@ -83,6 +83,8 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         "hosts": fleet.hosts(
             journal.host_attempts(run_id), journal.path.parent / "runs" / run_id / "events.jsonl"
         ),
+        # The job's quarantined units: a count to alert on, and the first of them.
+        **attention.summary(journal, run_id),
     }
 
 
@@ -140,7 +142,7 @@ def _records(
                 record["usage"] = [u.as_dict() for u in usage.get(key, [])]
             if budget is not None:  # task.budget: the most the unit could spend
                 record["budget"] = {"usd": budget}
-            if record["state"] != UnitState.SUCCEEDED:
+            if record["state"] not in (UnitState.SUCCEEDED, UnitState.REUSED):
                 record["outputTail"] = tail
             yield record
 
@@ -211,6 +213,7 @@ def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
         "unitCount": journal.unit_count(run_id),
         "failedCount": failed_count,
         "changedCount": changed_count,
+        "reusedUnits": skipped.reused_units(journal, run_id),
     }
 
 
@@ -233,12 +236,14 @@ def render_markdown(data: dict[str, Any]) -> str:
         *_times(data),
         *_agent_outcomes(data),
         *_rounds(data),
+        *skipped.markdown(data),
         *_limit_lines(data["limits"]),
         *compute.markdown(data["compute"]),
         *accounting.markdown(data.get("apis", [])),
         *fleet.markdown(data.get("hosts", [])),
         *_changed_files(data),
-        *_failures(data),
+        *attention.quarantined_markdown(data),
+        *attention.failures_markdown(data),
         *_units(data),
     ]
     return "\n".join(lines) + "\n"
@@ -309,31 +314,6 @@ def _changed_files(data: dict[str, Any]) -> list[str]:
         )
     _more(lines, data.get("changedCount", 0), len({(u["round"], u["unit"]) for u, _ in changed}))
     return [*lines, ""]
-
-
-def _failures(data: dict[str, Any]) -> list[str]:
-    """The failed units a human has to look at, each with the end of its output."""
-    failures = [
-        u for u in data["units"] if u["state"] == UnitState.FAILED and u["unit"] in data["failed"]
-    ]
-    if not failures:
-        return []
-    html = safetext.for_html
-    lines = ["### Failed: needs a human", ""]
-    for unit in failures:
-        # A raw HTML block up to the blank line: entities only, markdown is not read.
-        lines.append(
-            f"<details><summary><code>{html(unit['unit'])}</code>: {html(unit['reason'])}"
-            f" (rung {html(unit['rung'])}, {unit['attempts']} attempt(s))</summary>"
-        )
-        lines += [
-            "",
-            safetext.code_fence(unit.get("outputTail", "").rstrip()[-3000:]),
-            "</details>",
-            "",
-        ]
-    _more(lines, data.get("failedCount", 0), len({u["unit"] for u in failures}))
-    return lines
 
 
 def _units(data: dict[str, Any]) -> list[str]:

@@ -7,16 +7,19 @@ from ..journal import Journal, RunRow, UnitRow
 from ..journal.ceilings import label
 from ..outcome import RunState, UnitState
 from ..values import safetext
+from . import attention
 
 # Units ``fanout status RUN`` lists per state; the report has the rest.
 STATUS_UNITS = 10
 # The states in the order ``fanout status RUN`` lists them: what needs a human first.
 STATUS_ORDER = (
     UnitState.FAILED,
+    UnitState.QUARANTINED,
     UnitState.INTERRUPTED,
     UnitState.RUNNING,
     UnitState.PENDING,
     UnitState.SUCCEEDED,
+    UnitState.REUSED,
 )
 # A reason longer than this is cut on the terminal (the report has it whole).
 STATUS_REASON = 160
@@ -53,6 +56,13 @@ def status_text(
                 f"{run.id:<21} {name:<{width}} {run.state:<12} {run.round:>5}"
                 f"  {shown_counts}{retry}"
             )
+        # Each job's latest run shown (runs are newest first) says what it quarantines.
+        latest: dict[str, RunRow] = {}
+        for row in runs:
+            latest.setdefault(row.job, row)
+        for row in latest.values():
+            attention_lines = attention.status_lines(journal, row, shown=shown)
+            lines += ["", *attention_lines] if attention_lines else []
         lines += _kept_lines(journal, list(dict.fromkeys(run.job for run in runs)))
         return "\n".join(lines) + "\n"
     run = journal.run(run_id)
@@ -76,6 +86,9 @@ def status_text(
         lines += _unit_lines(rows)
         if counts[state] > len(rows):
             lines.append(f"    and {counts[state] - len(rows)} more: {report_command} {run.id}")
+    # What the job quarantines now: its latest run recorded which streaks quarantine.
+    newest = journal.runs(job=run.job, limit=1)
+    lines += attention.status_lines(journal, newest[0] if newest else run, shown=shown, indent="  ")
     learned = _learned(journal, run)
     if learned:
         lines.append("  learned limits")

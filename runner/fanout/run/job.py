@@ -205,6 +205,8 @@ class Runner:
         unmatched: tuple[str, ...] = ()
         kept.tell(self.events, self.spec, self.gate, self.gateway)
         try:
+            # Which streaks quarantine, for status and the report (they read no job file).
+            self.journal.record_quarantine_after(run_id, self.spec.units.quarantine_after)
             if self.gateway is not None:
                 # What the run spent before (an earlier stretch, an interrupted attempt)
                 # counts toward its budget; a budget already spent stops it at once.
