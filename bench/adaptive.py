@@ -264,6 +264,9 @@ async def fanout_run(job: Path, env: dict[str, str], seconds: float, log: Path) 
             *FANOUT,
             "run",
             str(job),
+            # Every unit runs: the cases measure pacing (F, a second run of A's job,
+            # would reuse all 12 of its successes).
+            "--no-reuse",
             cwd=job.parent,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,

@@ -172,6 +172,7 @@ async def fanout_run(job: Path, env: dict[str, str]) -> float:
         *FANOUT,
         "run",
         str(job),
+        "--no-reuse",  # every unit runs: the cases measure pacing
         cwd=job.parent,
         env=env,
         stdout=asyncio.subprocess.PIPE,
