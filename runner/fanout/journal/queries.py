@@ -87,6 +87,25 @@ class Queries(Store):
                     break
                 after = rows[-1]["idx"]
 
+    def units_with_files(
+        self, run_id: str, round_number: int, batch: int = 500
+    ) -> Iterator[UnitRow]:
+        """The round's succeeded and reused units that collected files, for fan-in, in
+        selection order, read in pages (each its own query: the caller writes between
+        rows); a run that reuses 100,000 units without files reads none of them."""
+        after = -1
+        while True:
+            rows = self.db.execute(
+                "SELECT * FROM units WHERE run = ? AND round = ? AND idx > ?"
+                " AND state IN ('succeeded', 'reused') AND collected != '[]'"
+                " ORDER BY idx LIMIT ?",
+                (run_id, round_number, after, batch),
+            ).fetchall()
+            yield from (unit_row(row) for row in rows)
+            if len(rows) < batch:
+                return
+            after = rows[-1]["idx"]
+
     # A unit counts in the latest round that selected its id: a later round's row for
     # the same id supersedes it.  One seek in units_by_id per unit.
     _LATEST = (

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from ..attempt import staging
-from ..outcome import UnitState
 from .round import Round
 
 
@@ -15,9 +14,7 @@ def fan_in(ctx: Round, *, apply: bool) -> int:
     already are unchanged, not written again."""
     workspace = ctx.spec.runtime.workspace
     written = 0
-    for row in ctx.journal.units(ctx.run_id, ctx.number):
-        if row.state not in (UnitState.SUCCEEDED, UnitState.REUSED) or not row.collected:
-            continue
+    for row in ctx.journal.units_with_files(ctx.run_id, ctx.number):
         made_in = ctx.run_dir if row.reused_from is None else ctx.run_dir.parent / row.reused_from
         unit_dir = made_in / "units" / staging.unit_folder_name(row.unit.id)
         changes = staging.apply(
