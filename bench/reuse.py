@@ -19,6 +19,7 @@ Prints markdown tables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from fanout.outcome import CollectedFile, Outcome, UnitState
 from fanout.run.fingerprints import Fingerprints, agent_version
 
 FANOUT = [sys.executable, "-m", "fanout"]
-BATCH = 200  # as run/selection.py takes them
+BATCH = 1000  # as run/selection.py takes them
 
 JOB = """
 version = 1
@@ -101,9 +102,11 @@ def reuse(reused: int) -> list[str]:
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as scratch:
         workdir = Path(scratch)
         (workdir / "job.toml").write_text(JOB.format(units=reused, reuse="succeeded"))
-        job = spec.load(workdir / "job.toml")
         start = time.perf_counter()
-        _journal_of_a_run(job)
+        # As `fanout run job.toml` in that folder loads it: job.file is "job.toml", what
+        # its templates see, so the next run finds each unit by its inputs.
+        with contextlib.chdir(workdir):
+            _journal_of_a_run(spec.load("job.toml"))
         made = time.perf_counter() - start
         (workdir / "job.toml").write_text(JOB.format(units=reused + 1, reuse="succeeded"))
         wall = _run(workdir)

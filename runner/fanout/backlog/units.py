@@ -56,6 +56,19 @@ class Unit:
     def record(self) -> Any:
         return self.items[0]
 
+    def printed(self, *, fingerprint: str | None = None, inputs: str | None = None) -> Unit:
+        """This unit with its fingerprint or its inputs set (``run.fingerprints``).
+        Built directly: ``dataclasses.replace`` took 3 µs, twice a unit of a run."""
+        return Unit(
+            id=self.id,
+            index=self.index,
+            items=self.items,
+            origin=self.origin,
+            group=self.group,
+            fingerprint=self.fingerprint if fingerprint is None else fingerprint,
+            inputs=self.inputs if inputs is None else inputs,
+        )
+
     def context(self) -> dict[str, Any]:
         """The ``unit`` variable templates see."""
         return {
@@ -319,10 +332,9 @@ def _field(data: Any, dotted: str) -> Any:
 
 
 def _finish(spec: Spec, draft: _Draft, index: int, context: dict[str, Any]) -> Unit:
-    partial = Unit(
-        id="", index=index, items=tuple(draft.items), origin=draft.origin, group=draft.group
-    )
+    items = tuple(draft.items)
     if spec.units.id is not None:
+        partial = Unit(id="", index=index, items=items, origin=draft.origin, group=draft.group)
         unit_vars = {k: v for k, v in partial.context().items() if k != "id"}
         try:
             unit_id = spec.units.id.render({**context, "unit": unit_vars})
@@ -335,22 +347,20 @@ def _finish(spec: Spec, draft: _Draft, index: int, context: dict[str, Any]) -> U
     unit_id = unit_id.strip()
     if not unit_id:
         raise _id_error(spec, draft, "is empty")
-    if any(ch in unit_id for ch in "\n\r\0"):
+    if "\n" in unit_id or "\r" in unit_id or "\0" in unit_id:
         raise _id_error(spec, draft, "spans lines")
     try:
         unit_id.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate, e.g. "\udcff" in a JSON string
         raise _id_error(spec, draft, "is not valid Unicode text") from None
-    return Unit(
-        id=unit_id, index=index, items=partial.items, origin=draft.origin, group=draft.group
-    )
+    return Unit(id=unit_id, index=index, items=items, origin=draft.origin, group=draft.group)
 
 
 def _default_id(spec: Spec, draft: _Draft) -> str:
     if draft.group is not None:
         return str(draft.group)
     record = draft.items[0]
-    if spec.inputs.source == "files":
+    if spec.inputs.files:  # the one source (``inputs.source``, a loop over them all)
         return str(record["path"])
     if isinstance(record, str):
         return record

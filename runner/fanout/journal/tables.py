@@ -285,14 +285,21 @@ def unit_data(unit: Unit) -> str:
     return json.dumps({"items": list(unit.items), "origin": unit.origin, "group": unit.group})
 
 
+def reused_data(unit: Unit) -> str:
+    """A reused unit's data: where it was selected from, not its records, which the row
+    of the run it was reused from holds (a run reusing 100,000 units wrote them all
+    again, most of its rows' cost)."""
+    return '{"origin": ' + json.dumps(unit.origin) + "}"
+
+
 def unit_row(row: sqlite3.Row) -> UnitRow:
     data = json.loads(row["data"])
     unit = Unit(
         id=row["id"],
         index=row["idx"],
-        items=tuple(data["items"]),
+        items=tuple(data.get("items", ())),
         origin=data["origin"],
-        group=data["group"],
+        group=data.get("group"),
         fingerprint=row["fingerprint"],
         inputs=row["inputs"],
     )

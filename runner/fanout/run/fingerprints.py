@@ -34,7 +34,6 @@ import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +135,7 @@ class Fingerprints:
         self._trigger = trigger
         self._job = digest(job_part(spec, agent_version))
         self._templates = digest(_template_sources(spec, trigger))
+        self._prefix = hashlib.sha256(f"{self._job}\n{self._templates}\n".encode())
         # Each staged file's sha256, by path, with the size and modification time it
         # had: hashed once a run however many units stage it.
         self._files: dict[Path, tuple[int, int, str]] = {}
@@ -143,8 +143,11 @@ class Fingerprints:
     def inputs(self, unit: Unit) -> Unit:
         """``unit`` with its inputs (only ``units.stage`` is rendered, for the paths)."""
         paths = invocation.stage_paths(self._spec, unit, trigger=self._trigger)
-        parts = [self._job, self._templates, unit.context(), self._staged(paths)]
-        return replace(unit, inputs=digest(parts))
+        parts = [unit.context(), self._staged(paths)]
+        text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+        hashed = self._prefix.copy()  # the job's part and its templates, hashed once
+        hashed.update(text.encode("utf-8", "surrogatepass"))
+        return unit.printed(inputs=hashed.hexdigest()[:DIGITS])
 
     def of(self, unit: Unit) -> Unit:
         """``unit`` with its fingerprint (and its inputs), rendering its first attempt."""
@@ -165,7 +168,7 @@ class Fingerprints:
                 "collect": list(task.collect),
             }
             parts["staged"] = self._staged(task.stage)
-        return replace(unit, fingerprint=digest(parts))
+        return unit.printed(fingerprint=digest(parts))
 
     def _staged(self, paths: Sequence[str]) -> Any:
         """The files ``paths`` stage, each with its sha256; or why they cannot be."""

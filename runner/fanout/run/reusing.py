@@ -19,7 +19,7 @@ in an earlier round of the run; and the streak a unit's failure adds to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -40,14 +40,28 @@ class Sorted:
     unchanged: int = 0
     # In the journal already: a resumed round's units that an earlier stretch added.
     known: int = 0
+    # Reused by fingerprint from new inputs: (fingerprint, inputs) for the journal.
+    refreshed: list[tuple[str, str]] = field(default_factory=list)
 
 
 class Reusing:
     """Sorts a round's units (see the module docstring); ``reuse``: whether earlier
     runs' successes count."""
 
-    def __init__(self, ctx: Round, *, reuse: bool, resumed: bool = False) -> None:
+    def __init__(
+        self,
+        ctx: Round,
+        successes: Mapping[str, Success],
+        inputs: Container[str],
+        *,
+        reuse: bool,
+        resumed: bool = False,
+    ) -> None:
         self._ctx = ctx
+        # Every success of the job kept, by fingerprint, and the inputs they are kept
+        # by (``Journal.all_successes``).
+        self._successes = successes
+        self._inputs = inputs
         # A resumed round selects again: the units it has already are the journal's.
         self._resumed = resumed
         self._reuse = reuse and ctx.spec.units.reuse == "succeeded"
@@ -57,19 +71,14 @@ class Reusing:
             for streak in ctx.journal.quarantined(job, ctx.spec.units.quarantine_after)
         }
 
-    def sort(self, units: Sequence[Unit], known: Mapping[str, Success]) -> Sorted:
-        """Sort a batch of fingerprinted units; ``known``: successes found already, by
-        fingerprint (the others are looked up)."""
+    def sort(self, units: Sequence[Unit]) -> Sorted:
+        """Sort a batch of fingerprinted units."""
         ctx = self._ctx
         journal = ctx.journal
         ids = [unit.id for unit in units]
         earlier = journal.earlier_rounds(ctx.run_id, ctx.number, ids) if ctx.number > 1 else {}
         had = journal.in_round(ctx.run_id, ctx.number, ids) if self._resumed else set()
-        successes: dict[str, Success] = {}
-        if self._reuse:
-            successes = dict(known)
-            missing = (u.fingerprint for u in units if u.fingerprint not in successes)
-            successes.update(journal.successes(ctx.spec.name, missing, by="fingerprint"))
+        successes = self._successes if self._reuse else {}
         batch = Sorted()
         for unit in units:
             if unit.id in had:
@@ -91,6 +100,8 @@ class Reusing:
                 continue
             success = successes.get(unit.fingerprint)
             if success is not None and self._files_kept(success):
+                if unit.inputs not in self._inputs:  # found by rendering it: next time not
+                    batch.refreshed.append((unit.fingerprint, unit.inputs))
                 batch.settled.append(
                     Settled(
                         unit=unit,

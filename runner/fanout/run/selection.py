@@ -10,14 +10,13 @@ import contextlib
 import functools
 import hashlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
-from dataclasses import replace
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
+from typing import TypeVar
 
 from ..attempt import invocation
 from ..backlog import command as inputcommand
 from ..backlog.units import Unit, base_context, select
-from ..journal import Journal, Settled, SettledWriter, Success
+from ..journal import Settled, SettledWriter, Success
 from ..outcome import UnitState
 from ..pacing import limits
 from .fingerprints import Fingerprints, agent_version
@@ -26,7 +25,7 @@ from .reusing import Reusing, Sorted
 from .round import Round
 
 # Units read from the selection per trip to a worker thread.
-_BATCH = 200
+_BATCH = 1000
 # Settled units (reused, quarantined) written to the journal at once, and the writes
 # that may be pending.
 _SETTLED = 5_000
@@ -114,10 +113,11 @@ async def _select_into_journal(
 ) -> AsyncGenerator[Unit, None]:
     _started(ctx, resumed=resumed, streaming=streaming)
     version = await asyncio.to_thread(agent_version, ctx.spec, environ)
+    by_inputs, by_fingerprint = ctx.journal.all_successes(ctx.spec.name)
     batches = _Batches(
-        Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version), ctx.journal
+        Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version), by_inputs
     )
-    reusing = Reusing(ctx, reuse=ctx.reuse, resumed=resumed)
+    reusing = Reusing(ctx, by_fingerprint, by_inputs, reuse=ctx.reuse, resumed=resumed)
     settling = _Settling(ctx)
     try:
         async with _input_command(ctx, environ) as command:
@@ -133,15 +133,16 @@ async def _select_into_journal(
             batches.stream = iter(selection)
             warned = 0
             while True:
-                batch, known = await batches.take(_BATCH, ctx.spec.name)
+                batch = await batches.take(_BATCH)
                 for warning in selection.warnings[warned:]:
                     ctx.events.emit("notice", message=warning)
                 warned = len(selection.warnings)
                 ended = len(batch) < _BATCH  # _take stops short only at the stream's end
-                sorted_ = reusing.sort(batch, known)
+                sorted_ = reusing.sort(batch)
                 if sorted_.run:
                     ctx.journal.add_units(ctx.run_id, ctx.number, sorted_.run)
                 await settling.add(sorted_)
+                ctx.journal.refresh_inputs(ctx.spec.name, sorted_.refreshed)
                 tally.sorted(sorted_)
                 for unit in batch:
                     tally.add(unit)
@@ -263,33 +264,27 @@ def _settled_unrun(ctx: Round, settled: list[Settled]) -> None:
 
 
 class _Batches:
-    """The selection, read and fingerprinted a batch at a time in a worker thread, the
-    successes of the same inputs looked up in the journal between (``fingerprints``).  A
-    cancel while a batch is read does not leave the thread behind: ``close`` waits for
-    it (the input command's end has woken it by then), then closes the selection's
-    generators."""
+    """The selection, read and fingerprinted a batch at a time in a worker thread (a
+    unit whose inputs match a success's has its fingerprint, found in ``known``: see
+    ``fingerprints``).  A cancel while a batch is read does not leave the thread
+    behind: ``close`` waits for it (the input command's end has woken it by then), then
+    closes the selection's generators."""
 
-    def __init__(self, prints: Fingerprints, journal: Journal) -> None:
+    def __init__(self, prints: Fingerprints, known: Mapping[str, Success]) -> None:
         self.stream: Iterator[Unit] = iter(())
         self._prints = prints
-        self._journal = journal
-        self._pending: asyncio.Future[Any] | None = None
+        self._known = known
+        self._pending: asyncio.Future[list[Unit]] | None = None
 
-    async def take(self, count: int, job: str) -> tuple[list[Unit], dict[str, Success]]:
-        """Up to ``count`` units, fingerprinted; and the successes found by their inputs,
-        by fingerprint (for ``Reusing.sort``)."""
-        read: list[Unit] = await self._in_thread(_take, self.stream, count, self._prints)
-        known = self._journal.successes(job, (unit.inputs for unit in read), by="inputs")
-        batch: list[Unit] = await self._in_thread(_fingerprinted, read, known, self._prints)
-        return batch, {success.fingerprint: success for success in known.values()}
-
-    async def _in_thread(self, work: Callable[..., T], *args: Any) -> T:
+    async def take(self, count: int) -> list[Unit]:
         loop = asyncio.get_running_loop()
-        self._pending = loop.run_in_executor(None, work, *args)
+        self._pending = loop.run_in_executor(
+            None, _take, self.stream, count, self._prints, self._known
+        )
         # Shielded: a cancel leaves the thread's future to ``close``, which awaits it.
-        done: T = await asyncio.shield(self._pending)
+        batch = await asyncio.shield(self._pending)
         self._pending = None
-        return done
+        return batch
 
     async def close(self) -> None:
         pending, self._pending = self._pending, None
@@ -315,27 +310,22 @@ async def _from_journal(ctx: Round) -> AsyncIterator[tuple[Unit, Progress]]:
         )
 
 
-def _take(stream: Iterator[Unit], count: int, prints: Fingerprints) -> list[Unit]:
-    """Up to ``count`` units of the selection, each with its inputs."""
+def _take(
+    stream: Iterator[Unit], count: int, prints: Fingerprints, known: Mapping[str, Success]
+) -> list[Unit]:
+    """Up to ``count`` units of the selection, each with its inputs and fingerprint: a
+    success's whose inputs were its, else rendered."""
     batch = []
-    for unit in stream:
-        batch.append(prints.inputs(unit))
+    for selected in stream:
+        unit = prints.inputs(selected)
+        success = known.get(unit.inputs)
+        if success is None:
+            batch.append(prints.of(unit))
+        else:
+            batch.append(unit.printed(fingerprint=success.fingerprint))
         if len(batch) >= count:
             break
     return batch
-
-
-def _fingerprinted(
-    batch: list[Unit], known: Mapping[str, Success], prints: Fingerprints
-) -> list[Unit]:
-    """The units with their fingerprints: a success's whose inputs were theirs, else
-    rendered."""
-    return [
-        replace(unit, fingerprint=known[unit.inputs].fingerprint)
-        if unit.inputs in known
-        else prints.of(unit)
-        for unit in batch
-    ]
 
 
 class Tally:
