@@ -142,12 +142,16 @@ class Fingerprints:
 
     def inputs(self, unit: Unit) -> Unit:
         """``unit`` with its inputs (only ``units.stage`` is rendered, for the paths)."""
+        return unit.printed(inputs=self.inputs_of(unit))
+
+    def inputs_of(self, unit: Unit) -> str:
+        """The digest of what ``unit``'s fingerprint is made of, before rendering."""
         paths = invocation.stage_paths(self._spec, unit, trigger=self._trigger)
         parts = [unit.context(), self._staged(paths)]
         text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
         hashed = self._prefix.copy()  # the job's part and its templates, hashed once
         hashed.update(text.encode("utf-8", "surrogatepass"))
-        return unit.printed(inputs=hashed.hexdigest()[:DIGITS])
+        return hashed.hexdigest()[:DIGITS]
 
     def of(self, unit: Unit) -> Unit:
         """``unit`` with its fingerprint (and its inputs), rendering its first attempt."""

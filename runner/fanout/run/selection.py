@@ -316,13 +316,13 @@ def _take(
     """Up to ``count`` units of the selection, each with its inputs and fingerprint: a
     success's whose inputs were its, else rendered."""
     batch = []
-    for selected in stream:
-        unit = prints.inputs(selected)
-        success = known.get(unit.inputs)
+    for unit in stream:
+        inputs = prints.inputs_of(unit)
+        success = known.get(inputs)
         if success is None:
-            batch.append(prints.of(unit))
+            batch.append(prints.of(unit.printed(inputs=inputs)))
         else:
-            batch.append(unit.printed(fingerprint=success.fingerprint))
+            batch.append(unit.printed(fingerprint=success.fingerprint, inputs=inputs))
         if len(batch) >= count:
             break
     return batch
