@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from ..attempt import staging
 from ..backlog.units import Unit
 from ..errors import FanoutError
-from ..journal import Settled, Streak, Success
+from ..journal import Journal, Settled, Streak, Success
 from ..outcome import AttemptResult, Outcome, UnitState
+from ..spec import Spec
 from .round import Round
 
 
@@ -42,24 +43,36 @@ class Sorted:
 
 class Reusing:
     """Sorts a round's units (see the module docstring); ``reuse``: whether earlier
-    runs' successes count."""
+    runs' successes count.
 
-    def __init__(self, ctx: Round, *, reuse: bool) -> None:
-        self._ctx = ctx
-        self._reuse = reuse and ctx.spec.units.reuse == "succeeded"
-        job = ctx.spec.name
+    It reads the journal only, never a ``Round``: ``fanout plan`` sorts the selection of
+    a run that has not started (``run_id`` "", round 1) the very same way."""
+
+    def __init__(
+        self, spec: Spec, journal: Journal, *, run_id: str, round_number: int, reuse: bool
+    ) -> None:
+        self._spec = spec
+        self._journal = journal
+        self._run_id = run_id
+        self._round = round_number
+        self._reuse = reuse and spec.units.reuse == "succeeded"
         self._quarantine = {
             streak.unit: streak
-            for streak in ctx.journal.quarantined(job, ctx.spec.units.quarantine_after)
+            for streak in journal.quarantined(spec.name, spec.units.quarantine_after)
         }
 
+    @classmethod
+    def of_round(cls, ctx: Round) -> Reusing:
+        return cls(
+            ctx.spec, ctx.journal, run_id=ctx.run_id, round_number=ctx.number, reuse=ctx.reuse
+        )
+
     def sort(self, units: Sequence[Unit]) -> Sorted:
-        ctx = self._ctx
-        journal = ctx.journal
+        journal = self._journal
         ids = [unit.id for unit in units]
-        earlier = journal.earlier_rounds(ctx.run_id, ctx.number, ids) if ctx.number > 1 else {}
+        earlier = journal.earlier_rounds(self._run_id, self._round, ids) if self._round > 1 else {}
         successes = (
-            journal.successes(ctx.spec.name, ctx.run_id, (u.fingerprint for u in units))
+            journal.successes(self._spec.name, self._run_id, (u.fingerprint for u in units))
             if self._reuse
             else {}
         )
@@ -97,7 +110,7 @@ class Reusing:
 
     def _files_kept(self, success: Success) -> bool:
         folder = (
-            self._ctx.spec.runtime.state_dir
+            self._spec.runtime.state_dir
             / "runs"
             / success.run
             / "units"

@@ -107,7 +107,7 @@ async def _select_into_journal(
     _started(ctx, resumed=resumed, streaming=streaming)
     version = await asyncio.to_thread(agent_version, ctx.spec, environ)
     batches = _Batches(Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version))
-    reusing = Reusing(ctx, reuse=ctx.reuse)
+    reusing = Reusing.of_round(ctx)
     try:
         async with _input_command(ctx, environ) as command:
             selection = select(
