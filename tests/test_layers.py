@@ -182,6 +182,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.worktime",
             "journal.ceilings",
             "journal.reuse",
+            # What a job's units took in its earlier runs (the next run's estimate).
+            "journal.history",
             "journal",
             "transports.preflight",
         ),
@@ -194,6 +196,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "report.fleet",
             "report.accounting",
+            # The next run's estimate: the model the report and fanout plan share.
+            "report.estimate",
             "report.compute",
             "report.status",
             "report.document",

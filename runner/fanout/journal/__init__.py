@@ -12,6 +12,7 @@ the attempts used of the APIs through the gateway; ``compute`` their active
 seconds and memory-seconds; ``ceilings`` what the limits learned, kept for the job's
 next run; ``queries`` the read-only queries of resume, status and the report;
 ``reuse`` fingerprints across runs: reused results, quarantine streaks;
+``history`` what a job's units took in its earlier runs, for the next run's estimate;
 ``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
 connection.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from .attempts import Attempts
 from .ceilings import Ceilings
+from .history import History
 from .queries import Queries
 from .reuse import Earlier, Reuse, Settled, Streak, Success
 from .runs import Runs
@@ -42,5 +44,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse):
+class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse, History):
     """One SQLite file per state directory, shared by every job that uses it."""
