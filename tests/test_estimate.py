@@ -1,0 +1,162 @@
+"""The next run's estimate from history (``report.estimate`` over ``journal.history``):
+the sample of settled units, nearest-rank percentiles per rung and per unit, sums by
+how a unit ended, and the projection of a next run, on a small journal written through
+the journal's API with exact numbers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from fanout.backlog.units import Unit
+from fanout.journal import Journal, Settled
+from fanout.journal.history import ApiSums, Spread, UnitSums
+from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
+from fanout.report import estimate
+
+RUN = "20261201T120000-0a0a"
+LATER = "20261202T120000-0b0b"
+# Each unit's attempts: (rung, seconds, cost), the last one ending it in its state.
+ATTEMPTS = {
+    "a": [("first", 2.0, 0.01)],
+    "b": [("first", 4.0, 0.02)],
+    "c": [("first", 6.0, 0.03), ("second", 10.0, 0.05)],
+    "d": [("first", 8.0, 0.04), ("second", 12.0, 0.06)],
+}
+ENDS = {"a": UnitState.SUCCEEDED, "b": UnitState.SUCCEEDED, "c": UnitState.SUCCEEDED}
+
+
+def _values(spread: Spread) -> tuple[float, float, float]:
+    return (spread.mean, spread.p50, spread.p90)
+
+
+def _unit(name: str, index: int) -> Unit:
+    return Unit(id=name, index=index, items=(name,), origin=f"i:{index}")
+
+
+def _journal(path: Path) -> Journal:
+    """Units a to d settled after running (d failed); e interrupted after an attempt of
+    100 s; f reused.  Neither e nor f is in the sample."""
+    journal = Journal(path)
+    journal.create_run(job="est", job_file="est.toml", apply=False, run_id=RUN)
+    journal.add_units(RUN, 1, [_unit(name, n) for n, name in enumerate("abcde")])
+    for name, attempts in ATTEMPTS.items():
+        for n, (rung, seconds, cost) in enumerate(attempts, 1):
+            last = n == len(attempts)
+            state = ENDS.get(name, UnitState.FAILED)
+            ok = last and state is UnitState.SUCCEEDED
+            status = Status.SUCCEEDED if ok else Status.FAILED
+            journal.attempt_dispatched(RUN, 1, name, n, rung)
+            journal.record_usage(
+                RUN, 1, name, n, [ApiUsage(api="anthropic", requests=2, cost_usd=cost)]
+            )
+            journal.attempt_settled(
+                RUN,
+                1,
+                name,
+                n,
+                AttemptResult(status=status, reason=str(status), duration=seconds),
+                rung=0,
+                rung_attempts=n,
+                failures=0,
+                last={},
+                outcome=Outcome(unit_id=name, round=1, state=state, attempts=n) if last else None,
+            )
+    journal.attempt_dispatched(RUN, 1, "e", 1, "first")
+    journal.attempt_settled(
+        RUN,
+        1,
+        "e",
+        1,
+        AttemptResult(status=Status.FAILED, reason="x", duration=100.0),
+        rung=0,
+        rung_attempts=1,
+        failures=1,
+        last={},
+    )
+    journal.unit_interrupted(RUN, 1, "e")
+    journal.add_settled(
+        RUN, 1, [Settled(unit=_unit("f", 5), state=UnitState.REUSED, reason="reused")]
+    )
+    journal.finish_run(RUN, state=RunState.FINISHED, wall=30.0)
+    return journal
+
+
+def test_each_rung_has_its_units_attempts_and_nearest_rank_percentiles(tmp_path: Path) -> None:
+    journal = _journal(tmp_path / "journal.sqlite")
+    rungs = journal.rung_history([RUN])
+    assert [(r.rung, r.units, r.attempts) for r in rungs] == [("first", 4, 4), ("second", 2, 2)]
+    first, second = rungs
+    # Durations 2, 4, 6, 8: p50 is the 2nd (ceil(0.5 x 4)), p90 the 4th (ceil(3.6)).
+    assert first.seconds == Spread(mean=5.0, p50=4.0, p90=8.0)
+    assert _values(first.cost_usd) == pytest.approx((0.025, 0.02, 0.04))
+    # 10 and 12: p50 the 1st, p90 the 2nd (ceil(1.8)).
+    assert second.seconds == Spread(mean=11.0, p50=10.0, p90=12.0)
+    assert _values(second.cost_usd) == pytest.approx((0.055, 0.05, 0.06))
+
+
+def test_units_are_summed_by_how_they_ended_and_their_spend_spread(tmp_path: Path) -> None:
+    journal = _journal(tmp_path / "journal.sqlite")
+    units = journal.unit_history([RUN], budget_usd=0.08)
+    succeeded, failed = units.by_state["succeeded"], units.by_state["failed"]
+    # a, b and c: 4 attempts of 2 + 4 + 6 + 10 s, spending 0.01, 0.02 and 0.08.
+    assert (succeeded.units, succeeded.attempts, succeeded.seconds) == (3, 4, 22.0)
+    assert (succeeded.spend_usd, succeeded.spend_squares) == pytest.approx((0.11, 0.0069))
+    assert (failed.units, failed.attempts, failed.seconds) == (1, 2, 20.0)
+    assert (failed.spend_usd, failed.spend_squares) == pytest.approx((0.10, 0.01))
+    # No memory was declared for any attempt: byte-seconds are not known.
+    assert (succeeded.byte_seconds, failed.byte_seconds) == (None, None)
+    # Spends 0.01, 0.02, 0.08, 0.10: p50 the 2nd, p90 the 4th.
+    assert _values(units.spend) == pytest.approx((0.0525, 0.02, 0.10))
+    assert units.over_budget == 2  # c reached 0.08, d passed it
+    used = units.apis["anthropic"]["failed"]
+    assert (used.requests, used.cost_usd, used.cost_squares) == pytest.approx((4, 0.10, 0.01))
+    assert units.api_all("anthropic").requests == 12
+
+
+def test_the_history_is_the_jobs_runs_that_made_attempts_newest_first(tmp_path: Path) -> None:
+    journal = _journal(tmp_path / "journal.sqlite")
+    journal.clock = lambda: 1796100000.0
+    journal.create_run(job="est", job_file="est.toml", apply=False, run_id=LATER)
+    journal.create_run(job="other", job_file="other.toml", apply=False)
+    assert [(r.id, r.attempts, r.wall) for r in journal.past_runs("est", 5)] == [(RUN, 7, 30.0)]
+    assert journal.rung_history([]) == []
+    assert journal.unit_history([], budget_usd=None).by_state == {}
+
+
+def test_a_next_run_sums_its_groups_and_its_spend_p90_is_the_sums(tmp_path: Path) -> None:
+    journal = _journal(tmp_path / "journal.sqlite")
+    units = journal.unit_history([RUN], budget_usd=None)
+    everyone = estimate.per_unit(units.all, {"anthropic": units.api_all("anthropic")})
+    failures = estimate.per_unit(units.by_state["failed"], {"anthropic": ApiSums()})
+    assert everyone is not None
+    assert failures is not None
+    assert (everyone.units, everyone.attempts, everyone.seconds) == (4, 1.5, 10.5)
+    # Variance of 0.01, 0.02, 0.08, 0.10 about their mean 0.0525.
+    variance = 0.0169 / 4 - 0.0525**2
+    assert (everyone.spend_usd, everyone.spend_variance) == pytest.approx((0.0525, variance))
+    assert everyone.apis["anthropic"].usage["requests"] == 3.0
+    # 8 units like any, 2 unchanged since they failed, like d.
+    projection = estimate.project([(8, everyone), (2, failures)])
+    assert (projection.units, projection.attempts, projection.seconds) == (10, 16.0, 124.0)
+    assert projection.mean_seconds == 7.75
+    p90 = 0.62 + estimate.Z90 * math.sqrt(8 * variance)
+    assert _values(projection.spend) == pytest.approx((0.62, 0.62, p90))
+    assert round(estimate.Z90, 4) == 1.2816
+    # The API's usage counts only the group whose unit used it.
+    assert projection.apis["anthropic"].usage["requests"] == 24.0
+    assert projection.gib_seconds is None
+
+
+def test_gib_seconds_are_known_only_when_every_group_knows_them() -> None:
+    known = estimate.per_unit(UnitSums(units=2, attempts=2, seconds=4.0, byte_seconds=2 * 2**30))
+    unknown = estimate.per_unit(UnitSums(units=1, attempts=1, seconds=1.0, byte_seconds=None))
+    assert known is not None
+    assert unknown is not None
+    assert known.gib_seconds == 1.0
+    assert estimate.project([(3, known)]).gib_seconds == 3.0
+    assert estimate.project([(3, known), (0, unknown)]).gib_seconds == 3.0
+    assert estimate.project([(3, known), (1, unknown)]).gib_seconds is None
+    assert estimate.per_unit(UnitSums()) is None
