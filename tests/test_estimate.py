@@ -6,6 +6,7 @@ the journal's API with exact numbers."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ def _journal(path: Path) -> Journal:
 
 def test_each_rung_has_its_units_attempts_and_nearest_rank_percentiles(tmp_path: Path) -> None:
     journal = _journal(tmp_path / "journal.sqlite")
-    rungs = journal.rung_history([RUN])
+    rungs = journal.rung_history(journal.sample([RUN]))
     assert [(r.rung, r.units, r.attempts) for r in rungs] == [("first", 4, 4), ("second", 2, 2)]
     first, second = rungs
     # Durations 2, 4, 6, 8: p50 is the 2nd (ceil(0.5 x 4)), p90 the 4th (ceil(3.6)).
@@ -99,7 +100,7 @@ def test_each_rung_has_its_units_attempts_and_nearest_rank_percentiles(tmp_path:
 
 def test_units_are_summed_by_how_they_ended_and_their_spend_spread(tmp_path: Path) -> None:
     journal = _journal(tmp_path / "journal.sqlite")
-    units = journal.unit_history([RUN], budget_usd=0.08)
+    units = journal.unit_history(journal.sample([RUN]), budget_usd=0.08)
     succeeded, failed = units.by_state["succeeded"], units.by_state["failed"]
     # a, b and c: 4 attempts of 2 + 4 + 6 + 10 s, spending 0.01, 0.02 and 0.08.
     assert (succeeded.units, succeeded.attempts, succeeded.seconds) == (3, 4, 22.0)
@@ -118,17 +119,17 @@ def test_units_are_summed_by_how_they_ended_and_their_spend_spread(tmp_path: Pat
 
 def test_the_history_is_the_jobs_runs_that_made_attempts_newest_first(tmp_path: Path) -> None:
     journal = _journal(tmp_path / "journal.sqlite")
-    journal.clock = lambda: 1796100000.0
+    journal.clock = lambda: time.time() + 3600
     journal.create_run(job="est", job_file="est.toml", apply=False, run_id=LATER)
     journal.create_run(job="other", job_file="other.toml", apply=False)
     assert [(r.id, r.attempts, r.wall) for r in journal.past_runs("est", 5)] == [(RUN, 7, 30.0)]
-    assert journal.rung_history([]) == []
-    assert journal.unit_history([], budget_usd=None).by_state == {}
+    assert journal.rung_history(journal.sample([])) == []
+    assert journal.unit_history(journal.sample([]), budget_usd=None).by_state == {}
 
 
 def test_a_next_run_sums_its_groups_and_its_spend_p90_is_the_sums(tmp_path: Path) -> None:
     journal = _journal(tmp_path / "journal.sqlite")
-    units = journal.unit_history([RUN], budget_usd=None)
+    units = journal.unit_history(journal.sample([RUN]), budget_usd=None)
     everyone = estimate.per_unit(units.all, {"anthropic": units.api_all("anthropic")})
     failures = estimate.per_unit(units.by_state["failed"], {"anthropic": ApiSums()})
     assert everyone is not None
@@ -160,3 +161,60 @@ def test_gib_seconds_are_known_only_when_every_group_knows_them() -> None:
     assert estimate.project([(3, known), (0, unknown)]).gib_seconds == 3.0
     assert estimate.project([(3, known), (1, unknown)]).gib_seconds is None
     assert estimate.per_unit(UnitSums()) is None
+
+
+def test_a_large_history_is_read_by_a_sample_that_stands_for_every_unit(tmp_path: Path) -> None:
+    # 36 units succeeded at once (2 s, $0.01); 4 failed both attempts (3 s, $0.02 each).
+    journal = Journal(tmp_path / "journal.sqlite")
+    journal.create_run(job="est", job_file="est.toml", apply=False, run_id=RUN)
+    names = [f"u{n:02d}" for n in range(40)]
+    journal.add_units(RUN, 1, [_unit(name, n) for n, name in enumerate(names)])
+    for n, name in enumerate(names):
+        broke = n % 10 == 9
+        for attempt in (1, 2) if broke else (1,):
+            last = attempt == 2 or not broke
+            state = UnitState.FAILED if broke else UnitState.SUCCEEDED
+            journal.attempt_dispatched(RUN, 1, name, attempt, "first")
+            cost = 0.02 if broke else 0.01
+            journal.record_usage(
+                RUN, 1, name, attempt, [ApiUsage(api="anthropic", requests=1, cost_usd=cost)]
+            )
+            journal.attempt_settled(
+                RUN,
+                1,
+                name,
+                attempt,
+                AttemptResult(
+                    status=Status.FAILED if broke else Status.SUCCEEDED,
+                    reason="",
+                    duration=3.0 if broke else 2.0,
+                ),
+                rung=0,
+                rung_attempts=attempt,
+                failures=0,
+                last={},
+                outcome=Outcome(unit_id=name, round=1, state=state, attempts=attempt)
+                if last
+                else None,
+            )
+    sample = journal.sample([RUN], limit=10)
+    # Every failed unit (up to half the limit), and some of the successes.
+    assert (sample.strata["failed"].settled, sample.strata["failed"].sampled) == (4, 4)
+    succeeded = sample.strata["succeeded"]
+    assert succeeded.settled == 36
+    assert 1 <= succeeded.sampled < 36
+    assert sample.units == 4 + succeeded.sampled
+    assert journal.sample([RUN], limit=10) == sample  # the same units every time
+    units = journal.unit_history(sample, budget_usd=0.04)
+    # Each sampled success stands for 36 / sampled: the sums are the whole run's.
+    ok, failed = units.by_state["succeeded"], units.by_state["failed"]
+    assert (ok.units, ok.attempts, ok.seconds, ok.spend_usd) == pytest.approx((36, 36, 72, 0.36))
+    assert (failed.units, failed.attempts, failed.seconds, failed.spend_usd) == pytest.approx(
+        (4, 8, 24, 0.16)
+    )
+    # 90% of the weight spent $0.01: the p90 is $0.01, not the failures' $0.04.
+    assert _values(units.spend) == pytest.approx((0.013, 0.01, 0.01))
+    assert units.over_budget == pytest.approx(4)
+    (rung,) = journal.rung_history(sample)
+    assert (rung.units, rung.attempts) == pytest.approx((40, 44))
+    assert _values(rung.seconds) == pytest.approx(((72 + 24) / 44, 2.0, 3.0))

@@ -72,7 +72,7 @@ def next_run(journal: Journal, run_id: str, *, memory_max: int | None) -> dict[s
     docstring); None when no unit settled after running here.  ``memory_max``: the
     largest memory an attempt was allocated, None if none declared any."""
     run = journal.run(run_id)
-    sample = journal.unit_history([run_id], budget_usd=None)
+    sample = journal.unit_history(journal.sample([run_id]), budget_usd=None)
     settled = estimate.per_unit(sample.all)
     if settled is None or not settled.attempts:
         return None
@@ -102,7 +102,7 @@ def next_run(journal: Journal, run_id: str, *, memory_max: int | None) -> dict[s
         "gibSeconds": None if gib is None else round(gib, 3),
         # What a unit that settled here took: a changed backlog is priced by multiplying.
         "perUnit": {
-            "units": settled.units,
+            "units": round(settled.units),
             "attempts": round(settled.attempts, 3),
             "activeSeconds": round(settled.seconds, 3),
             "gibSeconds": None if each_gib is None else round(each_gib, 3),

@@ -45,9 +45,9 @@ class ApiPerUnit:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PerUnit:
-    """What one unit takes on average, over a sample of ``units`` units."""
+    """What one unit takes on average, over ``units`` units."""
 
-    units: int
+    units: float
     attempts: float
     seconds: float
     # None: an attempt of the sample ran without a declared memory.
@@ -57,7 +57,7 @@ class PerUnit:
     apis: Mapping[str, ApiPerUnit] = field(default_factory=dict)
 
 
-def _variance(squares: float, total: float, count: int) -> float:
+def _variance(squares: float, total: float, count: float) -> float:
     mean = total / count
     return max(0.0, squares / count - mean * mean)
 
