@@ -1,10 +1,12 @@
 """The next run's estimate from history (``report.estimate`` over ``journal.history``):
 the sample of settled units, nearest-rank percentiles per rung and per unit, sums by
 how a unit ended, and the projection of a next run, on a small journal written through
-the journal's API with exact numbers."""
+the journal's API with exact numbers; and ``fanout plan``'s estimate from that journal
+(tests/test_plan_estimate.py has real runs through the gateway)."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -16,6 +18,8 @@ from fanout.journal import Journal, Settled
 from fanout.journal.history import ApiSums, Spread, UnitSums
 from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.report import estimate
+
+from helpers import cli, write_job
 
 RUN = "20261201T120000-0a0a"
 LATER = "20261202T120000-0b0b"
@@ -161,6 +165,102 @@ def test_gib_seconds_are_known_only_when_every_group_knows_them() -> None:
     assert estimate.project([(3, known), (0, unknown)]).gib_seconds == 3.0
     assert estimate.project([(3, known), (1, unknown)]).gib_seconds is None
     assert estimate.per_unit(UnitSums()) is None
+
+
+def _plan_job(directory: Path) -> Path:
+    return write_job(
+        directory,
+        """
+        version = 1
+        name = "est"
+        [inputs]
+        items = ["a", "b", "c", "d", "e"]
+        [task]
+        command = ["true"]
+        budget = { usd = 0.08 }
+        [retry]
+        ladder = [{ name = "first" }, { name = "second" }]
+        [runtime]
+        sandbox = "none"
+        unsandboxedSecrets = true
+        network = true
+        maxConcurrentTasks = 4
+        [[apis]]
+        name = "anthropic"
+        upstream = "https://api.anthropic.com"
+        style = "anthropic"
+        prices = { "*" = { input = 3.0, output = 15.0 } }
+        """,
+    )
+
+
+def test_plan_without_an_earlier_run_says_so_and_that_every_unit_would_run(
+    chdir_tmp: Path,
+) -> None:
+    job = _plan_job(chdir_tmp)
+    planned = cli("plan", str(job))
+    assert planned.code == 0, planned.err
+    assert (
+        "Estimate  no earlier run: no estimate\n"
+        "          5 selected unit(s) would run (no earlier run to reuse)\n" in planned.out
+    )
+    document = json.loads(cli("plan", "--format", "json", str(job)).out)
+    assert document["next"]["estimate"] is None
+    assert document["next"]["units"]["toRun"] == 5
+    assert not (chdir_tmp / ".fanout").exists()  # a plan creates no state
+
+
+def test_plan_estimates_the_next_run_from_the_jobs_history(chdir_tmp: Path) -> None:
+    job = _plan_job(chdir_tmp)
+    _journal(chdir_tmp / ".fanout" / "journal.sqlite").close()
+    planned = cli("plan", str(job))
+    assert planned.code == 0, planned.err
+    lines = planned.out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("Estimate")))
+    # No unit here has the fingerprint of an earlier success: all five would run, each
+    # priced at what a unit took (1.5 attempts, 10.5 s, $0.0525; the spend's p90 is
+    # 5 x 0.0525 + 1.2816 x sqrt(5 x 0.00146875)).
+    assert lines[start : start + 9] == [
+        f"Estimate  from 1 earlier run(s): 4 unit(s) settled after running (latest {RUN}:"
+        " 7 attempt(s), 30s wall)",
+        "          5 of 5 selected unit(s) would run, 0 reused, 0 quarantined",
+        "          rung first: reached by 4 of 4 unit(s) (100%), 1.00 attempt(s) each; an"
+        " attempt takes 5.0s (p50 4.0s, p90 8.0s) and costs $0.0250 (p50 $0.0200, p90"
+        " $0.0400)",
+        "          rung second: reached by 2 of 4 unit(s) (50%), 1.00 attempt(s) each; an"
+        " attempt takes 11s (p50 10s, p90 12s) and costs $0.0550 (p50 $0.0500, p90 $0.0600)",
+        "          a unit takes 1.50 attempt(s), 10s active, and spends $0.0525 (p50 $0.0200,"
+        " p90 $0.1000)",
+        "          next run: 7.5 attempt(s), 52s active, spend p50 $0.2625, p90 $0.3723",
+        "          wall time about 13s, set by 4 slot(s); then a unit's attempts in a row 10s",
+        "          task.budget $0.0800 per unit: a unit's p90 $0.1000 is OVER it; 2 of 4 past"
+        " unit(s) spent it all",
+        "",
+    ]
+    document = json.loads(cli("plan", "--format", "json", str(job)).out)
+    figures = document["next"]["estimate"]
+    assert figures["next"]["attempts"] == 7.5
+    assert figures["perUnit"] == {
+        "units": 4,
+        "attempts": 1.5,
+        "activeSeconds": 10.5,
+        "spendUsd": {"mean": 0.0525, "p50": 0.02, "p90": 0.1},
+    }
+    assert figures["wall"][0] == {"by": "4 slot(s)", "seconds": 13.125}
+
+
+def test_plan_says_that_run_continues_an_unfinished_last_run(chdir_tmp: Path) -> None:
+    job = _plan_job(chdir_tmp)
+    journal = _journal(chdir_tmp / ".fanout" / "journal.sqlite")
+    journal.clock = lambda: time.time() + 3600
+    journal.create_run(job="est", job_file="est.toml", apply=False, run_id=LATER)
+    journal.close()
+    planned = cli("plan", str(job))
+    assert (
+        f"Estimate  the job's last run {LATER} did not finish: `fanout run` continues it;"
+        " this estimates a new run (`fanout run --fresh`)\n"
+        f"          from 1 earlier run(s): 4 unit(s) settled after running (latest {RUN}:"
+    ) in planned.out
 
 
 def test_a_large_history_is_read_by_a_sample_that_stands_for_every_unit(tmp_path: Path) -> None:

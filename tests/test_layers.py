@@ -218,6 +218,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "plan.apis",
             "plan.document",
+            "plan.estimate",
+            "plan.nextrun",
+            "plan.output",
             "plan",
             "cli.starter",
             "progress.counts",
