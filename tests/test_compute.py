@@ -14,7 +14,7 @@ import pytest
 from fanout import spec
 from fanout.backlog.units import Unit
 from fanout.journal import Journal
-from fanout.outcome import AttemptResult, Outcome, Status, UnitState
+from fanout.outcome import AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.report import compute
 from fanout.report import document as report
 
@@ -105,14 +105,23 @@ def test_each_unit_is_billed_its_journaled_attempts_times_their_memory(
         "gibSeconds": round(billed, 3),
         "memoryBytes": {"min": 512 * 2**20, "max": 2 * GIB},
         "note": "",
+        # Every unit succeeded: the next run, nothing changed, reuses them all.
         "estimate": {
-            "units": 3,
-            "attempts": 4,
-            "meanSeconds": round(total / 4, 3),
-            "memoryGib": round(billed / total, 4),
-            "activeSeconds": round(total, 3),
-            "gibSeconds": round(billed, 3),
-            "gibSecondsPerUnit": round(billed / 3, 3),
+            "next": "new",
+            "units": 0,
+            "failed": 0,
+            "unsettled": 0,
+            "attempts": 0,
+            "meanSeconds": 0.0,
+            "memoryGib": None,
+            "activeSeconds": 0.0,
+            "gibSeconds": 0.0,
+            "perUnit": {
+                "units": 3,
+                "attempts": round(4 / 3, 3),
+                "activeSeconds": round(total / 3, 3),
+                "gibSeconds": round(billed / 3, 3),
+            },
         },
     }
     assert (
@@ -218,14 +227,19 @@ def test_retries_lost_throttled_and_interrupted_attempts_are_all_billed(tmp_path
         "gibSeconds": 17.5,
         "memoryBytes": {"min": GIB // 2, "max": GIB // 2},
         "note": "",
+        # The run did not finish: the next fanout run continues it and runs u3, priced
+        # at what u1 and u2 took: (2 + 3) / 2 attempts, (14.75 + 17.25) / 2 seconds.
         "estimate": {
-            "units": 3,
-            "attempts": 6,
-            "meanSeconds": 5.833,
+            "next": "resume",
+            "units": 1,
+            "failed": 0,
+            "unsettled": 1,
+            "attempts": 2.5,
+            "meanSeconds": 6.4,
             "memoryGib": 0.5,
-            "activeSeconds": 35.0,
-            "gibSeconds": 17.5,
-            "gibSecondsPerUnit": 5.833,
+            "activeSeconds": 16.0,
+            "gibSeconds": 8.0,
+            "perUnit": {"units": 2, "attempts": 2.5, "activeSeconds": 16.0, "gibSeconds": 8.0},
         },
     }
 
@@ -239,8 +253,9 @@ def test_report_md_shows_the_compute_of_a_pinned_run(tmp_path: Path) -> None:
         "| ---: | ---: | ---: | ---: |",
         "| 6 | 35.000 | 512MiB | 17.500 |",
         "",
-        "Next run of 3 unit(s), estimated from this one: 6 attempt(s) x 5.833s mean"
-        " x 0.5 GiB = 17.500 GiB-seconds (5.833 per unit).",
+        "Next run: `fanout run` continues this one and runs its 1 unsettled unit(s):"
+        " 2.5 attempt(s) x 6.400s mean x 0.5 GiB = 8.000 GiB-seconds. A unit that settled"
+        " here took 2.5 attempt(s), 16.000 active seconds, 8.000 GiB-seconds on average.",
         "",
     ]
     markdown = report.write(journal, RUN, tmp_path / "out").read_text()
@@ -261,8 +276,9 @@ def test_report_md_without_memory_says_there_is_nothing_to_bill(tmp_path: Path) 
         "",
         "No GiB-seconds: the job declares no task.memory, so there is no allocation to bill.",
         "",
-        "Next run of 3 unit(s), estimated from this one: 6 attempt(s) x 5.833s mean"
-        " = 35.000 active seconds.",
+        "Next run: `fanout run` continues this one and runs its 1 unsettled unit(s):"
+        " 2.5 attempt(s) x 6.400s mean = 16.000 active seconds. A unit that settled here"
+        " took 2.5 attempt(s), 16.000 active seconds on average.",
         "",
     ]
 
@@ -300,6 +316,9 @@ def test_attempts_that_took_no_time_and_declared_no_memory_bill_nothing(tmp_path
     journal.add_units(RUN, 1, [Unit(id="u1", index=0, items=("u1",), origin="i:0")])
     lost = AttemptResult(status=Status.LOST, reason="lost", duration=0.0)
     _settle(journal, "u1", 1, lost, memory=None)
+    done = AttemptResult(status=Status.SUCCEEDED, reason="ok", duration=0.0)
+    outcome = Outcome(unit_id="u1", round=1, state=UnitState.SUCCEEDED, attempts=2)
+    _settle(journal, "u1", 2, done, memory=None, outcome=outcome)
     totals = compute.totals(journal, RUN)
     assert (totals["activeSeconds"], totals["gibSeconds"], totals["estimate"]["memoryGib"]) == (
         0.0,
@@ -307,3 +326,73 @@ def test_attempts_that_took_no_time_and_declared_no_memory_bill_nothing(tmp_path
         None,
     )
     assert totals["note"] == "the job declares no task.memory, so there is no allocation to bill"
+
+
+def _ended(journal: Journal, unit: str, seconds: list[float], state: UnitState) -> None:
+    """``unit``'s attempts of ``seconds`` each, the last one ending it in ``state``."""
+    for n, duration in enumerate(seconds, 1):
+        last = n == len(seconds)
+        status = Status.SUCCEEDED if last and state is UnitState.SUCCEEDED else Status.FAILED
+        outcome = Outcome(unit_id=unit, round=1, state=state, attempts=n) if last else None
+        result = AttemptResult(status=status, reason=str(status), duration=duration)
+        _settle(journal, unit, n, result, memory=None, outcome=outcome)
+
+
+def _three_units(path: Path, clock: _Clock) -> Journal:
+    """u1 succeeded (2 s); u2 failed (3 s, then 5 s); u3 failed (1 s, then 1 s)."""
+    journal = Journal(path, clock=clock)
+    journal.create_run(job="billed", job_file="billed.toml", apply=False, run_id=RUN)
+    journal.add_units(
+        RUN, 1, (Unit(id=u, index=n, items=(u,), origin=f"i:{n}") for n, u in enumerate(IDS))
+    )
+    _ended(journal, "u1", [2.0], UnitState.SUCCEEDED)
+    _ended(journal, "u2", [3.0, 5.0], UnitState.FAILED)
+    _ended(journal, "u3", [1.0, 1.0], UnitState.FAILED)
+    return journal
+
+
+def test_a_finished_runs_next_run_runs_its_failed_units_again_at_what_they_took(
+    tmp_path: Path,
+) -> None:
+    journal = _three_units(tmp_path / "journal.sqlite", _Clock())
+    journal.finish_run(RUN, state=RunState.FINISHED, wall=12.0)
+    data = report.build(journal, RUN)
+    # u1 is reused; u2 and u3 run again and take what a failed unit took here: 2
+    # attempts, (8 + 2) / 2 seconds.  A unit that settled here took 5 / 3 attempts.
+    assert data["compute"]["estimate"] == {
+        "next": "new",
+        "units": 2,
+        "failed": 2,
+        "unsettled": 0,
+        "attempts": 4.0,
+        "meanSeconds": 2.5,
+        "memoryGib": None,
+        "activeSeconds": 10.0,
+        "gibSeconds": None,
+        "perUnit": {"units": 3, "attempts": 1.667, "activeSeconds": 4.0, "gibSeconds": None},
+    }
+    assert compute.markdown(data["compute"])[-2] == (
+        "Next run, with nothing changed: 2 failed unit(s) run again unless a streak"
+        " quarantines them (the successes are reused): 4 attempt(s) x 2.500s mean"
+        " = 10.000 active seconds. A unit that settled here took 1.667 attempt(s), 4.000"
+        " active seconds on average."
+    )
+
+
+def test_an_unfinished_run_a_later_one_superseded_is_priced_as_a_new_run(tmp_path: Path) -> None:
+    clock = _Clock()
+    journal = _three_units(tmp_path / "journal.sqlite", clock)
+    journal.add_units(RUN, 1, [Unit(id="u4", index=3, items=("u4",), origin="i:3")])
+    journal.finish_run(RUN, state=RunState.STOPPED, wall=12.0)
+    clock.now += 60
+    journal.create_run(job="billed", job_file="billed.toml", apply=False)
+    # Not continued: a new run runs the failed units (as failed ones) and u4, pending,
+    # at what a settled unit took (5 / 3 attempts, 12 / 3 seconds).
+    estimate = report.build(journal, RUN)["compute"]["estimate"]
+    assert (estimate["next"], estimate["units"], estimate["failed"], estimate["unsettled"]) == (
+        "new",
+        3,
+        2,
+        1,
+    )
+    assert (estimate["attempts"], estimate["activeSeconds"]) == (5.67, 14.0)

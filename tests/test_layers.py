@@ -183,6 +183,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.ceilings",
             "journal.reuse",
             "journal.history",
+            # What a job's units took in its earlier runs (the next run's estimate).
+            "journal.past",
             "journal",
             "transports.preflight",
         ),
@@ -195,6 +197,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "report.fleet",
             "report.accounting",
+            # The next run's estimate: the model the report and fanout plan share.
+            "report.estimate",
             "report.compute",
             # What needs a person (failed and quarantined units), what a run skipped,
             # and a job's runs over time: the report and status read the first two.
@@ -220,6 +224,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "plan.apis",
             "plan.document",
+            "plan.estimate",
+            "plan.nextrun",
+            "plan.output",
             "plan",
             "cli.starter",
             "progress.counts",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -92,12 +93,24 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+class PlanFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
 @app.command(rich_help_panel="Job files")
 def plan(
     file: JobFile,
     hosts: Annotated[
         Path | None, typer.Option("--hosts", help="A hosts file replacing runtime.hosts.")
     ] = None,
+    output: Annotated[
+        PlanFormat,
+        typer.Option(
+            "--format",
+            help="text, or json: the same facts and the estimate's figures for a program.",
+        ),
+    ] = PlanFormat.text,
 ) -> None:
     """Show what 'fanout run' would do, without running any worker.
 
@@ -105,6 +118,14 @@ def plan(
     the pace the tightest rate limit allows, the next cron fires and the resolved job
     with defaults filled in.  Runs the input command.  Exit 3 if nothing is selected,
     2 if the first unit's task does not render (the plan is still shown).
+
+    The estimate, from the job's earlier runs in the state directory: which selected
+    units would run (each fingerprinted and sorted as the run would: reused,
+    quarantined, run), how often a unit reached each rung and what an attempt there
+    took, the run's expected attempts, active seconds and spend (p50 and p90), its wall
+    time at the pace of its slots, limits and APIs (declared or learned), and a unit's
+    p90 spend against task.budget and the run's against each API's budget.  With no
+    earlier run it says so.
     """
     from .. import plan as planning
     from .. import spec
@@ -112,7 +133,10 @@ def plan(
     def make() -> str:
         job = spec.load(file, hosts_file=hosts)
         result = planning.make(job, environ=environ(), now=datetime.now(UTC))
-        text = planning.render_text(result)
+        if output is PlanFormat.json:
+            text = json.dumps(planning.to_json(result), indent=2) + "\n"
+        else:
+            text = planning.render_text(result)
         if result.units == 0:
             print(text)
             raise nothing_selected(file, result.unmatched)

@@ -13,6 +13,7 @@ seconds and memory-seconds; ``ceilings`` what the limits learned, kept for the j
 next run; ``queries`` the read-only queries of resume, status and the report;
 ``reuse`` fingerprints across runs: reused results, quarantine streaks;
 ``history`` a job over time: its runs one row each, its quarantined units;
+``past`` what a job's units took in its earlier runs, for the next run's estimate;
 ``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
 connection.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 from .attempts import Attempts
 from .ceilings import Ceilings
 from .history import History, NeedsPerson, RunHistory
+from .past import Past
 from .queries import Queries
 from .reuse import Earlier, Reuse, Settled, SettledWriter, Streak, Success
 from .runs import Runs
@@ -47,5 +49,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse, History):
+class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse, History, Past):
     """One SQLite file per state directory, shared by every job that uses it."""

@@ -41,6 +41,7 @@ from .. import __version__
 from ..attempt import invocation, staging
 from ..attempt.collecting import PathRefused
 from ..backlog.units import Unit
+from ..journal import Success
 from ..spec import Spec, presets
 from ..spec.templates import RenderError
 
@@ -152,6 +153,15 @@ class Fingerprints:
         hashed = self._prefix.copy()  # the job's part and its templates, hashed once
         hashed.update(text.encode("utf-8", "surrogatepass"))
         return hashed.hexdigest()[:DIGITS]
+
+    def found(self, unit: Unit, known: Mapping[str, Success]) -> Unit:
+        """``unit`` with its inputs and fingerprint: the fingerprint of the success
+        ``known`` has for its inputs (``Journal.all_successes``), else rendered."""
+        inputs = self.inputs_of(unit)
+        success = known.get(inputs)
+        if success is None:
+            return self.of(unit.printed(inputs=inputs))
+        return unit.printed(fingerprint=success.fingerprint, inputs=inputs)
 
     def of(self, unit: Unit) -> Unit:
         """``unit`` with its fingerprint (and its inputs), rendering its first attempt."""

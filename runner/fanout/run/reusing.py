@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from ..attempt import staging
 from ..backlog.units import Unit
 from ..errors import FanoutError
-from ..journal import Settled, Streak, Success
+from ..journal import Journal, Settled, Streak, Success
 from ..outcome import AttemptResult, Outcome, UnitState
+from ..spec import Spec
 from .round import Round
 
 
@@ -46,38 +47,64 @@ class Sorted:
 
 class Reusing:
     """Sorts a round's units (see the module docstring); ``reuse``: whether earlier
-    runs' successes count."""
+    runs' successes count; ``successes`` and ``inputs``: every success of the job kept,
+    by fingerprint, and the inputs they are kept by (``Journal.all_successes``).
+
+    It reads the journal only, never a ``Round``: ``fanout plan`` sorts the selection of
+    a run that has not started (``run_id`` "", round 1) the very same way."""
 
     def __init__(
         self,
+        spec: Spec,
+        journal: Journal,
+        successes: Mapping[str, Success],
+        inputs: Container[str],
+        *,
+        run_id: str,
+        round_number: int,
+        reuse: bool,
+        resumed: bool = False,
+    ) -> None:
+        self._spec = spec
+        self._journal = journal
+        self._successes = successes
+        self._inputs = inputs
+        self._run_id = run_id
+        self._round = round_number
+        # A resumed round selects again: the units it has already are the journal's.
+        self._resumed = resumed
+        self._reuse = reuse and spec.units.reuse == "succeeded"
+        self._quarantine = {
+            streak.unit: streak
+            for streak in journal.quarantined(spec.name, spec.units.quarantine_after)
+        }
+
+    @classmethod
+    def of_round(
+        cls,
         ctx: Round,
         successes: Mapping[str, Success],
         inputs: Container[str],
         *,
-        reuse: bool,
-        resumed: bool = False,
-    ) -> None:
-        self._ctx = ctx
-        # Every success of the job kept, by fingerprint, and the inputs they are kept
-        # by (``Journal.all_successes``).
-        self._successes = successes
-        self._inputs = inputs
-        # A resumed round selects again: the units it has already are the journal's.
-        self._resumed = resumed
-        self._reuse = reuse and ctx.spec.units.reuse == "succeeded"
-        job = ctx.spec.name
-        self._quarantine = {
-            streak.unit: streak
-            for streak in ctx.journal.quarantined(job, ctx.spec.units.quarantine_after)
-        }
+        resumed: bool,
+    ) -> Reusing:
+        return cls(
+            ctx.spec,
+            ctx.journal,
+            successes,
+            inputs,
+            run_id=ctx.run_id,
+            round_number=ctx.number,
+            reuse=ctx.reuse,
+            resumed=resumed,
+        )
 
     def sort(self, units: Sequence[Unit]) -> Sorted:
         """Sort a batch of fingerprinted units."""
-        ctx = self._ctx
-        journal = ctx.journal
+        journal = self._journal
         ids = [unit.id for unit in units]
-        earlier = journal.earlier_rounds(ctx.run_id, ctx.number, ids) if ctx.number > 1 else {}
-        had = journal.in_round(ctx.run_id, ctx.number, ids) if self._resumed else set()
+        earlier = journal.earlier_rounds(self._run_id, self._round, ids) if self._round > 1 else {}
+        had = journal.in_round(self._run_id, self._round, ids) if self._resumed else set()
         successes = self._successes if self._reuse else {}
         batch = Sorted()
         for unit in units:
@@ -120,7 +147,7 @@ class Reusing:
         if success.collected_json == "[]":
             return True
         folder = (
-            self._ctx.spec.runtime.state_dir
+            self._spec.runtime.state_dir
             / "runs"
             / success.run
             / "units"

@@ -117,7 +117,7 @@ async def _select_into_journal(
     batches = _Batches(
         Fingerprints(ctx.spec, trigger=ctx.trigger, agent_version=version), by_inputs
     )
-    reusing = Reusing(ctx, by_fingerprint, by_inputs, reuse=ctx.reuse, resumed=resumed)
+    reusing = Reusing.of_round(ctx, by_fingerprint, by_inputs, resumed=resumed)
     settling = _Settling(ctx)
     try:
         async with _input_command(ctx, environ) as command:
@@ -317,12 +317,7 @@ def _take(
     success's whose inputs were its, else rendered."""
     batch = []
     for unit in stream:
-        inputs = prints.inputs_of(unit)
-        success = known.get(inputs)
-        if success is None:
-            batch.append(prints.of(unit.printed(inputs=inputs)))
-        else:
-            batch.append(unit.printed(fingerprint=success.fingerprint, inputs=inputs))
+        batch.append(prints.found(unit, known))
         if len(batch) >= count:
             break
     return batch
