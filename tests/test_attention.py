@@ -393,7 +393,7 @@ def _recurring_journal(state_dir: Path) -> Journal:
         1,
         [
             *(
-                Settled(
+                Settled.of(
                     unit=unit(f"ok-{n}", n),
                     state=UnitState.REUSED,
                     reason=f"reused from run {BEFORE}: unchanged since it succeeded",
@@ -401,7 +401,7 @@ def _recurring_journal(state_dir: Path) -> Journal:
                 )
                 for n in range(3)
             ),
-            Settled(
+            Settled.of(
                 unit=unit(HOSTILE_ID, 5),
                 state=UnitState.QUARANTINED,
                 reason=quarantined(journal.streaks("nightly", [HOSTILE_ID])[HOSTILE_ID]),
@@ -475,7 +475,7 @@ def test_long_lists_are_cut_and_say_how_many_more(tmp_path: Path, utc: None) -> 
         run,
         1,
         [
-            Settled(unit=u, state=UnitState.REUSED, reason="reused", reused_from="earlier")
+            Settled.of(unit=u, state=UnitState.REUSED, reason="reused", reused_from="earlier")
             for u in units[:25]
         ],
     )

@@ -83,7 +83,7 @@ def _journal(path: Path) -> Journal:
     )
     journal.unit_interrupted(RUN, 1, "e")
     journal.add_settled(
-        RUN, 1, [Settled(unit=_unit("f", 5), state=UnitState.REUSED, reason="reused")]
+        RUN, 1, [Settled.of(unit=_unit("f", 5), state=UnitState.REUSED, reason="reused")]
     )
     journal.finish_run(RUN, state=RunState.FINISHED, wall=30.0)
     return journal

@@ -20,6 +20,7 @@ from fanout import spec
 from fanout.errors import Interrupted, StateError
 from fanout.outcome import AttemptResult, Status, UnitState
 from fanout.run.job import Options, Runner
+from fanout.run.selection import _BATCH
 from fanout.transports.local import LocalTransport
 
 from helpers import MINIMAL, cli, make_runner, write_job
@@ -445,8 +446,11 @@ def _tail(err: str, lines: int) -> list[str]:
 def test_a_duplicate_id_mid_backlog_stops_the_run_and_the_next_run_continues(
     chdir_tmp: Path,
 ) -> None:
-    ids = [f"u{n}" for n in range(1, 301)]
-    ids[250] = "u12"  # record 251 repeats record 12
+    # A batch of the selection (``_BATCH`` units) and 100 more; the duplicate is in the
+    # second batch.
+    total, at = _BATCH + 100, _BATCH + 50
+    ids = [f"u{n}" for n in range(1, total + 1)]
+    ids[at] = "u12"  # it repeats record 12
     data = chdir_tmp / "data.jsonl"
     data.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
     _append_job(chdir_tmp, 'jsonl = "data.jsonl"')
@@ -455,35 +459,35 @@ def test_a_duplicate_id_mid_backlog_stops_the_run_and_the_next_run_continues(
     ((run_id, state),) = _run_states(chdir_tmp)
     assert state == "stopped"
     expected = [
-        "data.jsonl:251: duplicate unit id 'u12' (first at data.jsonl:12)",
+        f"data.jsonl:{at + 1}: duplicate unit id 'u12' (first at data.jsonl:12)",
         f"run {run_id} stopped; `fanout run job.toml` continues it",
     ]
     assert _tail(first.err, 2) == expected
     assert "Traceback" not in first.err
     assert "ExceptionGroup" not in first.err
-    # The first batch of 200 had been selected: those units ran, once, and settled, but
-    # for those still in hand when the stop came (at most a slot's worth: waiting for a
+    # The first batch had been selected: those units ran, once, and settled, but for
+    # those still in hand when the stop came (at most a slot's worth: waiting for a
     # slot or rendering their templates, which is no paid work to keep).
     done = _done(chdir_tmp)
     assert len(done) == len(set(done))
-    assert set(done) <= set(ids[:200])
-    assert len(done) >= 200 - 4
+    assert set(done) <= set(ids[:_BATCH])
+    assert len(done) >= _BATCH - 4
     # The duplicate is still there: it stops again at the same record, running nothing
     # that had settled (what was left in hand may run now).
     again = cli("run", "job.toml")
     assert (again.code, _tail(again.err, 2)) == (2, expected)
     done = _done(chdir_tmp)
     assert len(done) == len(set(done))
-    assert set(done) <= set(ids[:200])
+    assert set(done) <= set(ids[:_BATCH])
     # Fixed: the same run continues and runs only what had not settled.
-    ids[250] = "u251"
+    ids[at] = f"u{at + 1}"
     data.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
     fixed = cli("run", "job.toml")
     assert fixed.code == 0, fixed.err
     assert _run_states(chdir_tmp) == [(run_id, "finished")]
     done = _done(chdir_tmp)
     assert sorted(done) == sorted(ids)
-    assert len(done) == 300
+    assert len(done) == total
 
 
 @pytest.mark.slow

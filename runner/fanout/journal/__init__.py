@@ -25,7 +25,15 @@ from .ceilings import Ceilings
 from .history import History, NeedsPerson, RunHistory
 from .past import Past
 from .queries import Queries
-from .reuse import Earlier, Reuse, Settled, SettledWriter, Streak, Success
+from .reuse import (
+    Earlier,
+    Reuse,
+    Settled,
+    SettledWriter,
+    Streak,
+    Success,
+    Successes,
+)
 from .runs import Runs
 from .store import no_state
 from .tables import KeptCeiling, RunRow, UnitRow, new_run_id
@@ -43,6 +51,7 @@ __all__ = [
     "SettledWriter",
     "Streak",
     "Success",
+    "Successes",
     "UnitRow",
     "new_run_id",
     "no_state",

@@ -22,28 +22,31 @@ units never holds them all.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..backlog.units import Unit
 from ..outcome import CollectedFile, UnitState
 from .store import Store
-from .tables import reused_data, unit_data
+from .tables import unit_data
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Success:
+class Success(NamedTuple):
     """An earlier run's success of a fingerprint: the run whose folder holds its
     collected files, and what it staged (fan-in compares the workspace with it), both
     as the journal keeps them (JSON), parsed only when asked: a run reusing 100,000
-    units copies them through."""
+    units copies them through.  A row as the journal reads it (``Reuse.all_successes``
+    reads every success of a job a round, 100,000 in 0.2 s; a dataclass each took
+    twice that)."""
 
+    inputs: str
+    fingerprint: str
     unit_id: str
     run: str
-    fingerprint: str
     collected_json: str
     staged_json: str
 
@@ -52,6 +55,25 @@ class Success:
         if self.collected_json == "[]":
             return ()
         return tuple(CollectedFile(**c) for c in json.loads(self.collected_json))
+
+
+class Successes:
+    """Every success kept for a job (``Reuse.all_successes``): by the inputs of its
+    unit (an unchanged unit is found without rendering it) and by its fingerprint."""
+
+    def __init__(self, successes: Iterable[Success] = ()) -> None:
+        self._by_fingerprint = {success.fingerprint: success for success in successes}
+        self._fingerprints = {s.inputs: s.fingerprint for s in self._by_fingerprint.values()}
+
+    def fingerprint_of(self, inputs: str) -> str | None:
+        """The fingerprint of the success kept for ``inputs``, if one is."""
+        return self._fingerprints.get(inputs)
+
+    def get(self, fingerprint: str) -> Success | None:
+        return self._by_fingerprint.get(fingerprint)
+
+    def __len__(self) -> int:
+        return len(self._by_fingerprint)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,21 +115,60 @@ class Streak:
         }
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Settled:
-    """A unit a round settles without running it: reused or quarantined."""
+class Settled(NamedTuple):
+    """A unit a round settles without running it, reused or quarantined: its row as
+    the journal keeps it (``Reuse.add_settled``).  No records for a reused unit (its
+    row in the run it was reused from has them): a round holds these rows until its
+    selection ends (``run.selection``), 100,000 of them for a run that reuses as many,
+    so they are plain tuples, made once."""
 
-    unit: Unit
+    unit_id: str
+    idx: int
+    origin: str
+    fingerprint: str
+    inputs: str
     state: UnitState
     reason: str
     reused_from: str | None = None
     # As the journal keeps them (JSON): a reused unit's are its success's.
     collected_json: str = "[]"
     staged_json: str = "{}"
+    # The unit's data with its records; None for a reused unit, whose data is only
+    # where it was selected from (made by the insert).
+    data: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        unit: Unit,
+        state: UnitState,
+        reason: str,
+        *,
+        reused_from: str | None = None,
+        collected_json: str = "[]",
+        staged_json: str = "{}",
+    ) -> Settled:
+        return cls(
+            unit.id,
+            unit.index,
+            unit.origin,
+            unit.fingerprint,
+            unit.inputs,
+            state,
+            reason,
+            reused_from,
+            collected_json,
+            staged_json,
+            None if state is UnitState.REUSED else unit_data(unit),
+        )
 
 
 # Values per query at most: under SQLite's limit on a statement's parameters.
 _PAGE = 500
+# Settled rows an insert at most, when SQLite takes their parameters (11 each; 32,766 a
+# statement from SQLite 3.32 on, 999 before): 1,000 rows go in as fast as a statement
+# each, without Python's lock, in 5-10 ms (``Reuse.add_settled``).
+_SETTLED_ROWS = 1000
 
 
 def _pages(values: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -134,56 +195,17 @@ def _streak(row: Any) -> Streak:
 class Reuse(Store):
     """Reads and writes of fingerprints, reused and quarantined units, and streaks."""
 
-    def successes(self, job: str, keys: Iterable[str], *, by: str) -> dict[str, Success]:
-        """The newest success in ``job`` of each of ``keys``: fingerprints
-        (``by="fingerprint"``) or the digests of what fingerprints are made of
-        (``by="inputs"``).  One index seek each, a page of keys per query."""
-        column = {"fingerprint": "fingerprint", "inputs": "inputs"}[by]  # never a value
-        found: dict[str, Success] = {}
-        # Plain tuples, not sqlite3.Row: this reads a row for every unit a run reuses.
-        cursor = self.db.cursor()
-        cursor.row_factory = None
-        for page in _pages(sorted(set(keys) - {""})):
-            marks = ",".join("?" * len(page))
-            rows = cursor.execute(
-                f"SELECT {column}, fingerprint, unit, run, collected, staged FROM successes"  # noqa: S608 - constant SQL
-                f" WHERE job = ? AND {column} IN ({marks})",
-                (job, *page),
-            )
-            for key, fingerprint, unit, run, collected, staged in rows:
-                found[key] = Success(
-                    unit_id=unit,
-                    run=run,
-                    fingerprint=fingerprint,
-                    collected_json=collected,
-                    staged_json=staged,
-                )
-        return found
-
-    def all_successes(self, job: str) -> tuple[dict[str, Success], dict[str, Success]]:
-        """Every success kept for ``job``, by inputs and by fingerprint: read once a
-        round (about 200 bytes a unit; a run that reuses 100,000 units looked each one
-        up by a query, 8 µs a unit)."""
-        by_inputs: dict[str, Success] = {}
-        by_fingerprint: dict[str, Success] = {}
+    def all_successes(self, job: str) -> Successes:
+        """Every success kept for ``job``: read once a round, in one range of the
+        table (a run that reuses 100,000 units looked each one up by a query, 8 µs a
+        unit)."""
         cursor = self.db.cursor()
         cursor.row_factory = None
         rows = cursor.execute(
             "SELECT inputs, fingerprint, unit, run, collected, staged FROM successes WHERE job = ?",
             (job,),
         )
-        runs: dict[str, str] = {}  # one string per run, not one per unit
-        for inputs, fingerprint, unit, run, collected, staged in rows:
-            success = Success(
-                unit_id=unit,
-                run=runs.setdefault(run, run),
-                fingerprint=fingerprint,
-                collected_json="[]" if collected == "[]" else collected,
-                staged_json="{}" if staged == "{}" else staged,
-            )
-            by_inputs[inputs] = success
-            by_fingerprint[fingerprint] = success
-        return by_inputs, by_fingerprint
+        return Successes(map(Success._make, rows))
 
     def refresh_inputs(self, job: str, rows: Iterable[tuple[str, str]]) -> None:
         """(fingerprint, inputs): a success reused by its fingerprint from inputs that
@@ -267,32 +289,33 @@ class Reuse(Store):
         return int(row[0])
 
     def add_settled(self, run_id: str, round_number: int, rows: Sequence[Settled]) -> None:
-        """Add units a round settles without running them (reused, quarantined)."""
-        values = [
-            (
-                run_id,
-                round_number,
-                s.unit.id,
-                s.unit.index,
-                reused_data(s.unit) if s.state is UnitState.REUSED else unit_data(s.unit),
-                str(s.state),
-                s.reason,
-                s.collected_json,
-                s.staged_json,
-                s.unit.fingerprint,
-                s.unit.inputs,
-                s.reused_from,
+        """Add units a round settles without running them (reused, quarantined).
+
+        Many rows a statement (``_SETTLED_ROWS``): SQLite inserts them without holding
+        Python's lock, which a statement a row (``executemany``) took back between
+        rows, waiting each time for the selection on the main thread to let it go
+        (``sys.getswitchinterval``, 5 ms): the writer (``SettledWriter``) and the
+        selection took turns, and 100,000 reused rows held the selection 1.5 s.  A
+        transaction a statement: the journal's main connection, recording the attempts
+        of the units that run, waits for one of them at most (for all 100,000 rows in
+        one, 0.7 s)."""
+        width = len(Settled._fields)
+        limit = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        per = max(1, min(_SETTLED_ROWS, (limit - 2) // width))
+        row = "(" + ", ".join(["?"] * width) + ")"
+        for start in range(0, len(rows), per):
+            part = rows[start : start + per]
+            self._atomic(
+                lambda part=part: self.db.execute(  # type: ignore[misc]
+                    "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, reason,"  # noqa: S608 - constant SQL
+                    " collected, staged, fingerprint, inputs, reused_from)"
+                    " SELECT ?, ?, column1, column2,"
+                    " coalesce(column11, json_object('origin', column3)), column6, column7,"
+                    " column9, column10, column4, column5, column8"
+                    " FROM (VALUES " + ", ".join([row] * len(part)) + ")",
+                    [run_id, round_number, *(value for item in part for value in item)],
+                )
             )
-            for s in rows
-        ]
-        self._atomic(
-            lambda: self.db.executemany(
-                "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, reason,"
-                " collected, staged, fingerprint, inputs, reused_from)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                values,
-            )
-        )
 
     def count_unchanged(self, run_id: str, round_number: int, count: int) -> None:
         """``count`` more units of the round were selected but not run: unchanged since

@@ -71,9 +71,9 @@ class Sorter:
         self._prints = Fingerprints(spec, trigger=None, agent_version=agent_version(spec, environ))
         # As a run's selection finds them: by inputs first (no rendering), then by the
         # fingerprint (``run.selection``).
-        self._by_inputs, by_fingerprint = journal.all_successes(spec.name)
+        self._successes = journal.all_successes(spec.name)
         self._reusing = Reusing(
-            spec, journal, by_fingerprint, self._by_inputs, run_id="", round_number=1, reuse=True
+            spec, journal, self._successes, run_id="", round_number=1, reuse=True
         )
         self._batch: list[Unit] = []
         self._selected = self._to_run = self._again = self._reused = self._quarantined = 0
@@ -97,7 +97,7 @@ class Sorter:
         )
 
     def _flush(self) -> None:
-        batch = [self._prints.found(unit, self._by_inputs) for unit in self._batch]
+        batch = [self._prints.found(unit, self._successes) for unit in self._batch]
         self._batch = []
         if not batch:
             return

@@ -19,14 +19,14 @@ in an earlier round of the run; and the streak a unit's failure adds to.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..attempt import staging
 from ..backlog.units import Unit
 from ..errors import FanoutError
-from ..journal import Journal, Settled, Streak, Success
+from ..journal import Journal, Settled, Streak, Success, Successes
 from ..outcome import AttemptResult, Outcome, UnitState
 from ..spec import Spec
 from .round import Round
@@ -47,8 +47,8 @@ class Sorted:
 
 class Reusing:
     """Sorts a round's units (see the module docstring); ``reuse``: whether earlier
-    runs' successes count; ``successes`` and ``inputs``: every success of the job kept,
-    by fingerprint, and the inputs they are kept by (``Journal.all_successes``).
+    runs' successes count; ``successes``: every success of the job kept
+    (``Journal.all_successes``).
 
     It reads the journal only, never a ``Round``: ``fanout plan`` sorts the selection of
     a run that has not started (``run_id`` "", round 1) the very same way."""
@@ -57,8 +57,7 @@ class Reusing:
         self,
         spec: Spec,
         journal: Journal,
-        successes: Mapping[str, Success],
-        inputs: Container[str],
+        successes: Successes,
         *,
         run_id: str,
         round_number: int,
@@ -68,12 +67,12 @@ class Reusing:
         self._spec = spec
         self._journal = journal
         self._successes = successes
-        self._inputs = inputs
         self._run_id = run_id
         self._round = round_number
         # A resumed round selects again: the units it has already are the journal's.
         self._resumed = resumed
         self._reuse = reuse and spec.units.reuse == "succeeded"
+        self._reasons: dict[str, str] = {}
         self._quarantine = {
             streak.unit: streak
             for streak in journal.quarantined(spec.name, spec.units.quarantine_after)
@@ -83,8 +82,7 @@ class Reusing:
     def of_round(
         cls,
         ctx: Round,
-        successes: Mapping[str, Success],
-        inputs: Container[str],
+        successes: Successes,
         *,
         resumed: bool,
     ) -> Reusing:
@@ -92,7 +90,6 @@ class Reusing:
             ctx.spec,
             ctx.journal,
             successes,
-            inputs,
             run_id=ctx.run_id,
             round_number=ctx.number,
             reuse=ctx.reuse,
@@ -105,8 +102,10 @@ class Reusing:
         ids = [unit.id for unit in units]
         earlier = journal.earlier_rounds(self._run_id, self._round, ids) if self._round > 1 else {}
         had = journal.in_round(self._run_id, self._round, ids) if self._resumed else set()
-        successes = self._successes if self._reuse else {}
+        successes = self._successes if self._reuse else Successes()
         batch = Sorted()
+        # Looked up once a batch, not once a unit: a round may sort 100,000 units.
+        quarantine, settled, refreshed = self._quarantine, batch.settled, batch.refreshed
         for unit in units:
             if unit.id in had:
                 batch.known += 1
@@ -119,33 +118,41 @@ class Reusing:
             ):
                 batch.unchanged += 1
                 continue
-            streak = self._quarantine.get(unit.id)
+            streak = quarantine.get(unit.id)
             if streak is not None and streak.fingerprint == unit.fingerprint:
-                batch.settled.append(
-                    Settled(unit=unit, state=UnitState.QUARANTINED, reason=quarantined(streak))
-                )
+                settled.append(Settled.of(unit, UnitState.QUARANTINED, quarantined(streak)))
                 continue
             success = successes.get(unit.fingerprint)
-            if success is not None and self._files_kept(success):
-                if unit.inputs not in self._inputs:  # found by rendering it: next time not
-                    batch.refreshed.append((unit.fingerprint, unit.inputs))
-                batch.settled.append(
+            if success is not None and (
+                success.collected_json == "[]" or self._files_kept(success)
+            ):
+                if success.inputs != unit.inputs:  # found by rendering: next time not
+                    refreshed.append((unit.fingerprint, unit.inputs))
+                run = success.run
+                settled.append(  # Settled.of, made directly: once a unit reused
                     Settled(
-                        unit=unit,
-                        state=UnitState.REUSED,
-                        reason=f"reused from run {success.run}: unchanged since it succeeded",
-                        reused_from=success.run,
-                        collected_json=success.collected_json,
-                        staged_json=success.staged_json,
+                        unit.id,
+                        unit.index,
+                        unit.origin,
+                        unit.fingerprint,
+                        unit.inputs,
+                        UnitState.REUSED,
+                        self._reasons.get(run) or self._reused_from(run),
+                        run,
+                        success.collected_json,
+                        success.staged_json,
                     )
                 )
                 continue
             batch.run.append(unit)
         return batch
 
+    def _reused_from(self, run: str) -> str:
+        # Made once a run, then found in ``_reasons``: not one string a unit.
+        reason = self._reasons[run] = f"reused from run {run}: unchanged since it succeeded"
+        return reason
+
     def _files_kept(self, success: Success) -> bool:
-        if success.collected_json == "[]":
-            return True
         folder = (
             self._spec.runtime.state_dir
             / "runs"
