@@ -36,9 +36,16 @@ start and ``fanout hosts check`` ask a host, ``hostkey`` what ``fanout hosts tru
 asks.
 """
 
-from .connection import KnownEntry
-from .hostkey import HostKey, fetch_host_key
-from .probe import Probe
-from .transport import SshTransport
+import warnings
+
+# asyncssh imports DSA's classes, and recent cryptography releases (51 here) warn about
+# them on stderr: every fanout command that reached this package printed ten lines
+# about a key type fanout never offers.  Said once here, before anything imports it.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
+
+from .connection import KnownEntry  # noqa: E402 - after the filter
+from .hostkey import HostKey, fetch_host_key  # noqa: E402
+from .probe import Probe  # noqa: E402
+from .transport import SshTransport  # noqa: E402
 
 __all__ = ["HostKey", "KnownEntry", "Probe", "SshTransport", "fetch_host_key"]
