@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from upstreamsim import Bucket, Upstream, fixed, most_in_any_window, run
@@ -250,6 +251,31 @@ def test_learn_false_only_pauses() -> None:
     assert (again.new_episode, again.level, again.until) == (False, 0, 10.2)
     assert ceiling.due(10.2) == 10.2
     assert (ceiling.rate, ceiling.concurrency, ceiling.known()) == (None, None, None)
+
+
+def test_learn_false_does_not_pause_for_a_stated_window() -> None:
+    """A throttle whose message states its window ("of 50 requests per minute") with
+    learn = false: the backoff's pause, not one until that window empties (which is
+    learning it).  A test of the agent goldens waited a minute for it."""
+    ceiling = Ceiling(Throttle(initial=0.01, max=1, jitter=0, learn=False), random.Random(1))
+    through, throttled = ceiling.start(0.0), ceiling.start(0.0)
+    ceiling.finish(through, 0.05, throttled=False)
+    pause = ceiling.finish(throttled, 0.1, throttled=True, window=60.0)
+    assert pause is not None
+    assert pause.until == pytest.approx(0.11)
+    assert (ceiling.window, ceiling.known()) == (None, None)
+
+
+def test_a_pause_computed_from_a_stated_window_is_no_longer_than_throttle_max() -> None:
+    """Learning, the pause until a stated window empties is computed, not a
+    Retry-After: ``retry.throttle.max`` bounds it as it bounds a backoff."""
+    ceiling = Ceiling(Throttle(initial=0.01, max=2, jitter=0), random.Random(1))
+    through, throttled = ceiling.start(0.0), ceiling.start(0.0)
+    ceiling.finish(through, 0.05, throttled=False)
+    pause = ceiling.finish(throttled, 0.1, throttled=True, window=60.0)
+    assert pause is not None
+    assert pause.until == pytest.approx(2.1)
+    assert ceiling.window == 60.0  # still learned
 
 
 def test_case_b_without_retry_after_the_window_grows_to_the_upstreams() -> None:

@@ -451,6 +451,8 @@ class Ceiling:
         same_episode = admission.number < self._pause_begun_at and now < self.paused_until + (
             self.window or 0.0
         )
+        if not self.throttle.learn:  # retry.throttle.learn = false: only the pause
+            return self._only_paused(now, retry_after, same_episode)
         if stated_window is not None and stated_window > 0:
             self._window_said, self._window_estimated = True, False
             self.window = stated_window
@@ -460,8 +462,6 @@ class Ceiling:
         if self.window is not None and self.declared:
             self.window = min(self.window, self.declared[1])
         pause = self._pause(now, retry_after, same_episode)
-        if not self.throttle.learn:  # retry.throttle.learn = false: only the pause
-            return pause if (pause.new_episode or pause.seconds > 0) else None
         window = self.window or (
             self.declared[1] if self.declared else max(self.throttle.initial, pause.seconds)
         )
@@ -507,6 +507,14 @@ class Ceiling:
         self._calm_since = max(now, self.paused_until)  # windows count from the pause's end
         self._wanted = False
         self.version += 1
+        return pause if (pause.new_episode or pause.seconds > 0) else None
+
+    def _only_paused(
+        self, now: float, retry_after: float | None, same_episode: bool
+    ) -> Pause | None:
+        """The pause of a throttle, with nothing learned from it: not the window its
+        message states either (a pause until that window empties is learning it)."""
+        pause = self._pause(now, retry_after, same_episode)
         return pause if (pause.new_episode or pause.seconds > 0) else None
 
     def _counted_before(self, admission: Admission) -> list[float]:
@@ -562,7 +570,8 @@ class Ceiling:
         floor = retry_after or 0.0
         # Computed, not said: exact, so no jitter on it (the backoff's guess keeps its
         # own), and the pace after the pause spreads the starts anyway.
-        ends = 0.0 if retry_after else self._window_ends(now)
+        # Not a Retry-After, so no longer than ``retry.throttle.max``, as a backoff.
+        ends = 0.0 if retry_after else min(self._window_ends(now), self.throttle.max)
         if same_episode:
             if now + (floor or ends) > self.paused_until:
                 jitter = self.backoff.jitter.factor(self.rng) if floor else 1.0
