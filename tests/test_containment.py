@@ -6,6 +6,7 @@ it.  Real processes, real bwrap, real unshare, a real `fanout run` for the SIGKI
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ import pytest
 from fanout.attempt.model import Attempt
 from fanout.isolation import tools as sandbox
 from fanout.outcome import Status
+from fanout.pacing.ceiling import INITIAL_WINDOW, RAMP_S
 from fanout.transports.local import LocalTransport
 
 from helpers import make_attempt, write_job
@@ -238,9 +240,12 @@ def _poll(condition: Any, timeout: float = 30) -> None:
 def test_a_sigkilled_coordinator_takes_its_workers_children_with_it(
     tmp_path: Path, kind: str
 ) -> None:
-    # The children's delay is long enough to SIGKILL fanout first even on a loaded
+    # The children's delay is long enough for all four to be running at once (a job
+    # without limits slow-starts its dispatch: one start, then two, then the last one,
+    # a generation every RAMP_S at most) and to SIGKILL fanout first even on a loaded
     # machine, short enough that a survivor writes its side effect within the test.
-    delay = f"3.{random.randint(100000, 999999)}"
+    ramp = RAMP_S * math.ceil(math.log2(4 / INITIAL_WINDOW))
+    delay = f"{int(ramp) + 3}.{random.randint(100000, 999999)}"
     job = write_job(tmp_path, KILLED.format(delay=delay, kind=kind))
     sandboxes = tmp_path / "tmp"
     sandboxes.mkdir()

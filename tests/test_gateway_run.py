@@ -134,9 +134,15 @@ def test_a_paced_run_stays_under_the_upstreams_limit_and_reports_its_tally(
     assert mock_api.max_in_window(0.9) <= 4
     assert {p.key for p in posts} == {KEY}
     # The run's gateway was a member of the pacing ledger beside the state-dir
-    # registry, and left it.
+    # registry, and left it: its file stays, saying so and what the upstream still
+    # counts of it (``gateway.shares``: a job starting soon on the key waits for them),
+    # without the key.
     shares = hidden.registry(os.environ).parent / "shares"
-    assert (stat.S_IMODE(shares.stat().st_mode), list(shares.iterdir())) == (0o700, [])
+    assert stat.S_IMODE(shares.stat().st_mode) == 0o700
+    members = [path for path in shares.rglob("*") if path.is_file()]
+    assert [json.loads(path.read_text())["left"] for path in members] == [True]
+    assert [stat.S_IMODE(path.stat().st_mode) for path in members] == [0o600]
+    assert _files_holding(shares, KEY) == []
     report = _report(tmp_path)
     assert report["totals"] == {"succeeded": 8}
     assert [h["host"] for h in report["hosts"]] == (["h1"] if where == "ssh" else [])

@@ -23,6 +23,7 @@ from fanout.journal import Journal
 from fanout.outcome import AttemptResult, Status
 from fanout.pacing import limits
 from fanout.progress import Display
+from fanout.run import selection
 from fanout.run.job import Options, Runner
 from fanout.transports.ssh import SshTransport
 
@@ -455,8 +456,11 @@ def _run_lines(lines: list[str]) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.looptime
 async def test_a_streaming_run_counts_what_is_selected_so_far_and_names_the_pace(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Batches of 200 (the selection's are larger): the display counts 200, then 400,
+    # selected so far, before the total is known.
+    monkeypatch.setattr(selection, "_BATCH", 200)
     recorded: Recorded = []
     job = _job(tmp_path, 450, 4, LIMIT)
     journal = Journal(job.runtime.state_dir / "journal.sqlite")
