@@ -5,6 +5,8 @@ and man page are generated from.
     Exception
      └── FanoutError                 1   something went wrong (base, never raised bare)
           ├── JobError               2   the job file is invalid; carries every Problem found
+          ├── UsageError             2   a command line fanout cannot follow (a --base revision
+          │                              that is not there)
           ├── NothingSelected        3   the inputs selected no units
           ├── InputFailed            4   an input command failed or an input file is unreadable
           ├── EnvironmentProblem     4   the machine cannot run the job (no bwrap, no hosts)
@@ -13,6 +15,7 @@ and man page are generated from.
           ├── JobLocked              6   another run of the same job holds its lock
           ├── SpendStopped           7   money stopped the run (a budget, a spend cap)
           ├── Parked                 8   an agent's usage window resets too late to wait
+          ├── PlanChanged           10   the job's plan is not the one reviewed (--expect-plan)
           └── Interrupted          130   the run was interrupted (Ctrl-C, SIGTERM) and drained
 
      anything else               70   a bug in fanout (EX_SOFTWARE): the CLI prints one line,
@@ -51,6 +54,7 @@ class ExitCode(IntEnum):
     SPEND_STOPPED = 7
     PARKED = 8
     QUARANTINED = 9
+    PLAN_CHANGED = 10
     INTERNAL = 70
     INTERRUPTED = 130
     CONSOLE_CLOSED = 141
@@ -139,6 +143,13 @@ EXIT_CODES: tuple[ExitMeaning, ...] = (
         " under Needs a person",
     ),
     ExitMeaning(
+        code=ExitCode.PLAN_CHANGED,
+        brief="if --expect-plan names a plan other than the job's (nothing ran)",
+        meaning="`fanout run --expect-plan HASH` refused before anything started: the job's"
+        " plan hash (`fanout plan --hash`) is not the one reviewed, because the job file,"
+        " a default of this fanout or the job's staged templates changed since",
+    ),
+    ExitMeaning(
         code=ExitCode.INTERNAL,
         brief="for an internal error",
         meaning="internal error (a bug in fanout): one line on stderr, the traceback"
@@ -223,6 +234,12 @@ class JobError(FanoutError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+class UsageError(FanoutError):
+    """A command line fanout cannot follow, said with what to do instead."""
+
+    exit_code = ExitCode.JOB_INVALID
+
+
 class NothingSelected(FanoutError):
     exit_code = ExitCode.NOTHING_SELECTED
 
@@ -301,6 +318,12 @@ class Parked(FanoutError):
     def __init__(self, message: str, *, resume_at: float | None = None) -> None:
         super().__init__(message)
         self.resume_at = resume_at
+
+
+class PlanChanged(FanoutError):
+    """``fanout run --expect-plan HASH``: the job's plan is not the one reviewed."""
+
+    exit_code = ExitCode.PLAN_CHANGED
 
 
 class Interrupted(FanoutError):

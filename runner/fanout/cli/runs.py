@@ -68,6 +68,15 @@ def run(
             " an earlier run's success (units.reuse).",
         ),
     ] = True,
+    expect_plan: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-plan",
+            metavar="HASH",
+            help="Refuse (exit 10, before anything starts) unless the job's plan hash is"
+            " HASH: the one 'fanout plan --hash' printed when the change was reviewed.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every attempt.")] = False,
 ) -> None:
     """Run a job: every unit in its own sandbox, up the retry ladder, in rounds.
@@ -92,7 +101,14 @@ def run(
 
     options = running.Options(apply=apply, resume=resume, concurrency=jobs, reuse=reuse)
     raise typer.Exit(
-        _execute(file, hosts, verbose, lambda r: r.execute(options), overlap=overlap.value)
+        _execute(
+            file,
+            hosts,
+            verbose,
+            lambda r: r.execute(options),
+            overlap=overlap.value,
+            expect_plan=expect_plan,
+        )
     )
 
 
@@ -137,6 +153,7 @@ def _execute(
     verbose: bool,
     action: Callable[[Any], Any],
     overlap: Any = "skip",
+    expect_plan: str | None = None,
 ) -> int:
     from rich.console import Console
 
@@ -148,6 +165,8 @@ def _execute(
     from .console import ConsoleStream
 
     job = spec.load(file, hosts_file=hosts)
+    if expect_plan is not None:
+        _check_plan(job, file, expect_plan)
     coordinator_env = sealed_environ([job])
     # A closed console (``| head``, a dropped terminal) stops the run (running attempts
     # finish) and silences everything after it: see cli/console.py and launch.Drain.
@@ -170,6 +189,23 @@ def _execute(
     if summary.reason is StopReason.NOTHING_SELECTED:
         raise nothing_selected(file, summary.unmatched)
     return summary.exit_code
+
+
+def _check_plan(job: Any, file: Path, expected: str) -> None:
+    """``--expect-plan``: refuse a job whose plan is not the one reviewed, before the
+    run is recorded or anything starts."""
+    from ..errors import PlanChanged
+    from ..plan.approval import plan_hash
+
+    now = plan_hash(job)
+    if expected.strip().lower() != now:
+        quoted = shlex.quote(str(file))
+        raise PlanChanged(
+            f"{file}: the plan changed since it was reviewed: --expect-plan {expected.strip()},"
+            f" and the job's plan hash is now {now}. Nothing ran. See what changed with"
+            f" `fanout plan {quoted} --base REV` (REV: the reviewed commit), then approve"
+            f" the new hash (`fanout plan {quoted} --hash`)"
+        )
 
 
 @app.command(rich_help_panel="Runs")

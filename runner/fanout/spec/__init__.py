@@ -87,16 +87,27 @@ __all__ = [
 ]
 
 
-def load(path: Path | str, *, hosts_file: Path | None = None, require_hosts: bool = True) -> Spec:
+def load(
+    path: Path | str,
+    *,
+    hosts_file: Path | None = None,
+    require_hosts: bool = True,
+    text: str | None = None,
+    shown: str | None = None,
+) -> Spec:
     """Read, validate and freeze the job file at ``path``.
 
     Raises JobError carrying every problem found.  ``hosts_file`` replaces the job's
     ``runtime.hosts``.  With ``require_hosts=False`` a missing hosts file is not an
     error (``fanout validate`` runs where per-environment inventories are absent).
+    ``text``: the job file's text as it was elsewhere (at a git revision, for ``fanout
+    plan --base``), read as if it were at ``path``, so its relative paths resolve as the
+    work tree's do; ``shown`` names it in problems ("jobs/sweep.toml@HEAD~1").
     """
     path = Path(path)
-    shown = str(path)
-    text = read_text(path, shown, what="job file")
+    shown = shown or str(path)
+    if text is None:
+        text = read_text(path, shown, what="job file")
     document = parse_toml(text, shown)
     positions = tomlpos.scan(text)
     runtime = document.get("runtime")
