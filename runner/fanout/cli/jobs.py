@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ExitCode, JobError, Problem
+from ..errors import ExitCode, JobError, Problem, UsageError
 from .app import JobFile, OutputFormat, app, environ, nothing_selected
 
 
@@ -96,6 +96,7 @@ def _escape_property(text: str) -> str:
 class PlanFormat(StrEnum):
     text = "text"
     json = "json"
+    markdown = "markdown"
 
 
 @app.command(rich_help_panel="Job files")
@@ -108,9 +109,37 @@ def plan(
         PlanFormat,
         typer.Option(
             "--format",
-            help="text, or json: the same facts and the estimate's figures for a program.",
+            help="text; json: the same facts and the estimate's figures for a program;"
+            " markdown (with --base): a pull request comment under GitHub's 65,536"
+            " characters.",
         ),
     ] = PlanFormat.text,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            metavar="REV",
+            help="Compare the job file at git revision REV (HEAD~1, origin/main, a PR's"
+            " base sha) with the work tree's: units added, removed and invalidated,"
+            " sample units' prompts old and new, the estimates, the security surface,"
+            " the next fires and the resolved diff.",
+        ),
+    ] = None,
+    base_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--base-file",
+            metavar="OLD",
+            help="Like --base, with another job file as the old side.",
+        ),
+    ] = None,
+    show_hash: Annotated[
+        bool,
+        typer.Option(
+            "--hash",
+            help="Print only the plan hash: what 'fanout run --expect-plan HASH' checks.",
+        ),
+    ] = False,
 ) -> None:
     """Show what 'fanout run' would do, without running any worker.
 
@@ -126,9 +155,28 @@ def plan(
     time at the pace of its slots, limits and APIs (declared or learned), and a unit's
     p90 spend against task.budget and the run's against each API's budget.  With no
     earlier run it says so.
+
+    --base REV (or --base-file OLD) reviews a change to the job like a Terraform plan:
+    both sides are planned over the work tree's backlog as it is now, so what differs
+    is what the change does.  Exit 0, or 2 if the new side is invalid.
+
+    --hash prints the digest of the resolved job (every default filled in, paths
+    relative to the job's folder): record it when the change is approved, and the
+    scheduled run refuses a job that changed since ('fanout run --expect-plan HASH').
     """
     from .. import plan as planning
     from .. import spec
+
+    if show_hash:
+        from ..plan.approval import plan_hash
+
+        print(plan_hash(spec.load(file, hosts_file=hosts)))
+        return
+    if base is not None or base_file is not None:
+        print(_plan_diff(file, hosts, output, base, base_file), end="")
+        return
+    if output is PlanFormat.markdown:
+        raise UsageError("--format markdown is the comment of a comparison: add --base REV")
 
     def make() -> str:
         job = spec.load(file, hosts_file=hosts)
@@ -149,6 +197,37 @@ def plan(
         return text
 
     print(make(), end="")
+
+
+def _plan_diff(
+    file: Path, hosts: Path | None, output: PlanFormat, base: str | None, base_file: Path | None
+) -> str:
+    """``fanout plan --base``: the job at ``base`` (or in ``base_file``) against the
+    work tree's, in the format asked for."""
+    from .. import spec
+    from ..plan import diff, diffview, revision
+
+    if base is not None and base_file is not None:
+        raise UsageError("--base and --base-file both name the old side: give one")
+    if base is not None:
+        old_text, old_label = revision.at_revision(file, base)
+    else:
+        assert base_file is not None
+        old_label = str(base_file)
+        old_text = spec.read_text(base_file, old_label, what="job file")
+    result = diff.make_diff(
+        file,
+        old_text=old_text,
+        old_label=old_label,
+        hosts_file=hosts,
+        environ=environ(),
+        now=datetime.now(UTC),
+    )
+    if output is PlanFormat.json:
+        return json.dumps(diffview.to_json(result), indent=2) + "\n"
+    if output is PlanFormat.markdown:
+        return diffview.render_markdown(result)
+    return diffview.render_text(result)
 
 
 @app.command(rich_help_panel="Job files")

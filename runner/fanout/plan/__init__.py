@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -97,9 +97,17 @@ class Plan:
         return first + self.path_problems
 
 
-def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 3) -> Plan:
+def make(
+    spec: Spec,
+    *,
+    environ: Mapping[str, str],
+    now: datetime,
+    fires: int = 3,
+    each: Callable[[Unit], None] | None = None,
+) -> Plan:
     """Select the units and render the first task, without running anything but the
-    input command."""
+    input command.  ``each`` is given every selected unit, in order (``diff`` compares
+    two revisions' units with it)."""
     from ..run import kept
     from ..spec.apikeys import without_keys
     from ..transports.preflight import plan_lines
@@ -119,6 +127,8 @@ def make(spec: Spec, *, environ: Mapping[str, str], now: datetime, fires: int = 
             if len(shown) < SHOWN_UNITS:
                 shown.append(unit)
             sorting.add(unit)
+            if each is not None:
+                each(unit)
         next_run = estimate.make(spec, journal, sorting.done(), learned)
     finally:
         if journal is not None:
