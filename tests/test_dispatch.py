@@ -16,6 +16,7 @@ from fanout.outcome import AttemptResult, Status
 from fanout.run import ladder
 from fanout.run.job import Options, Runner
 from fanout.spec import Backoff
+from fanout.values import safetext
 
 from fakes import FakeTransport
 from helpers import make_runner, write_job
@@ -415,7 +416,10 @@ async def test_a_throttled_unit_goes_to_the_back_and_every_unit_starts(
     (settled,) = [e for e in events if e["event"] == "unit.settled" and e["unit"] == "u0"]
     assert (settled["state"], settled["reason"]) == ("failed", reason)
     report_md = (runner.run_dir(summary.run_id) / "report.md").read_text()
-    assert f"<code>u0</code>: {reason} (rung default, 10 attempt(s))" in report_md
+    assert (
+        f"#### 1 unit(s): {safetext.for_markdown(reason)}\n\n"
+        "- <code>u0</code>: round 1, rung default, 10 attempt(s)\n"
+    ) in report_md
     report_json = json.loads((runner.run_dir(summary.run_id) / "report.json").read_text())
     (u0,) = [u for u in report_json["units"] if u["unit"] == "u0"]
     assert (u0["state"], u0["reason"]) == ("failed", reason)

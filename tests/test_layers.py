@@ -195,14 +195,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "report",
         (
+            # report.md's size: GitHub's limit, the budget, the guard that cuts.
+            "report.budget",
             "report.fleet",
             "report.accounting",
             # The next run's estimate: the model the report and fanout plan share.
             "report.estimate",
             "report.compute",
-            # What needs a person (failed and quarantined units), what a run skipped,
+            # What needs a person (quarantined, failed units), what a run skipped,
             # and a job's runs over time: the report and status read the first two.
             "report.attention",
+            "report.failures",
             "report.skipped",
             "report.history",
             "report.status",

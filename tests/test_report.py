@@ -152,14 +152,20 @@ def test_report_json_lists_every_unit_and_report_md_at_most_shown_units(tmp_path
     units_table = text.split("### Units")[1]
     assert units_table.count("\n| <code>u") == report.SHOWN_UNITS
     assert "1800 more unit(s) in report.json." in units_table
-    failures = text.split("### Failed: needs a human")[1].split("### Units")[0]
-    # The first 200 of the 250 units whose latest round failed, each with its round-2
-    # failure, and the 33 of them among the first 200 units with their round-1 one too.
-    assert failures.count("<details>") == 233
-    assert "\n\n50 more unit(s) in report.json." in failures
-    changed = text.split("### Changed files")[1].split("### Failed")[0]
+    failures = text.split("### Failed: needs a human")[1].split("### Changed files")[0]
+    # The 250 units whose latest round failed, each once, under their one reason: the
+    # 33 of them among the first 200 units failed in round 1 too, and are not listed twice.
+    assert "\n\n250 unit(s) failed, for 1 reason(s);" in failures
+    assert "\n#### 250 unit(s): failed\n" in failures
+    assert failures.count("\n- <code>u") == 250
+    assert (
+        "\n- <code>u00003</code>: round 2, rung -, 0 attempt(s), failed in 2 rounds\n" in failures
+    )
+    assert all(failures.count(f"<code>{unit}</code>") == 1 for unit in data["failed"])
+    assert "more" not in failures
+    changed = text.split("### Changed files")[1].split("### Units")[0]
     assert changed.count("\n| <code>f") == report.SHOWN_UNITS
-    assert "\n\n300 more unit(s) in report.json." in changed
+    assert "\n\n300 more unit(s) changed files, in report.json." in changed
 
 
 class _Change:

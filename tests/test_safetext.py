@@ -116,17 +116,22 @@ async def test_report_md_of_a_hostile_run_matches_the_reviewed_golden_file(
     assert re.findall(r"<h\d>[^<]*", page) == [
         "<h2>fanout: hostile (run ",
         "<h3>Compute",
-        "<h3>Changed files",
         "<h3>Failed: needs a human",
+        # The reason heads its group as text: its tags are entities, its stars literal.
+        "<h4>8 unit(s): exit 1 &lt;/summary&gt;&lt;h1&gt;x&lt;/h1&gt; *not bold* \\x1b[2K",
+        "<h3>Changed files",
         "<h3>Units",
     ]
     tags = Counter(re.findall(r"<([a-z0-9]+)", page))
     assert {tag: tags[tag] for tag in ("a", "img", "script", "h1", "em", "del")} == dict.fromkeys(
         ("a", "img", "script", "h1", "em", "del"), 0
     )
-    assert (tags["strong"], tags["details"], tags["pre"]) == (1, 8, 8)
-    # Each output block stays one block, whole: no fence in it closed it early.
-    assert page.count("[Approve this PR](https://evil.example/approve)\n``````\n") == 8
+    # The 8 failed units are one group (one reason), one list item each; the output of
+    # the group's first unit is its one output block.
+    assert (tags["strong"], tags["li"], tags["details"], tags["pre"]) == (1, 8, 1, 1)
+    assert "<li><code>a|b\\|c</code>: round 1, rung default, 1 attempt(s)</li>" in page
+    # The output block stays one block, whole: no fence in it closed it early.
+    assert page.count("[Approve this PR](https://evil.example/approve)\n``````\n") == 1
     # Every row keeps its columns: no pipe from an id or a path split a cell.
     assert (tags["tr"], tags["td"]) == (2 + 2 + 3 + 10, 5 + 4 + 2 * 5 + 9 * 6)
     assert "<td><code>docs/`x`|y\\|z.md</code></td>" in page

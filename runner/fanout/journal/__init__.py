@@ -24,7 +24,7 @@ from .attempts import Attempts
 from .ceilings import Ceilings
 from .history import History, NeedsPerson, RunHistory
 from .past import Past
-from .queries import Queries
+from .queries import FailedUnit, Queries
 from .reuse import (
     Earlier,
     Reuse,
@@ -42,6 +42,7 @@ from .worktime import Compute
 
 __all__ = [
     "Earlier",
+    "FailedUnit",
     "Journal",
     "KeptCeiling",
     "NeedsPerson",

@@ -6,9 +6,24 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from .store import Store, unit_pages
 from .tables import SETTLED_SQL, UnitRow, unit_row
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailedUnit:
+    """A unit whose latest round failed, as report.md lists it: its last round's
+    reason, rung and attempts, the rounds it failed in, and the units of its reason."""
+
+    id: str
+    round: int
+    reason: str
+    rung: str
+    attempts: int
+    rounds: int
+    in_group: int
 
 
 class Queries(Store):
@@ -151,6 +166,60 @@ class Queries(Store):
         count = self.db.execute(f"SELECT COUNT(*) AS n {where}", (run_id,)).fetchone()["n"]
         rows = self.db.execute(f"SELECT * {where} ORDER BY round, idx LIMIT ?", (run_id, limit))
         return int(count), [unit_row(r) for r in rows]
+
+    def failure_counts(self, run_id: str) -> tuple[int, int]:
+        """How many units' latest round failed, and for how many distinct reasons."""
+        row = self.db.execute(
+            "SELECT COUNT(*) AS reasons, COALESCE(SUM(n), 0) AS units FROM (SELECT COUNT(*)"  # noqa: S608 - constant SQL
+            f" AS n FROM units WHERE run = ? AND state = 'failed' AND {self._LATEST}"
+            " GROUP BY reason)",
+            (run_id,),
+        ).fetchone()
+        return int(row["units"]), int(row["reasons"])
+
+    def failed_by_reason(self, run_id: str, limit: int) -> list[FailedUnit]:
+        """At most ``limit`` of the units whose latest round failed, grouped by reason
+        and dealt round-robin: the first unit of every reason (the reasons with most
+        units first, then by their first unit), then the second of each, and so on, so
+        a limit that cannot hold every unit still names every reason it can.
+
+        SQLite numbers the failed units within their reason (a window over the failed
+        units only, which carry no tail or records here) and returns ``limit`` rows;
+        how many rounds each of those failed in is one index seek per returned row."""
+        rows = self.db.execute(
+            "SELECT failed.*, (SELECT COUNT(*) FROM units other WHERE other.run = ?"  # noqa: S608 - constant SQL
+            " AND other.id = failed.id AND other.state = 'failed') AS rounds FROM ("
+            " SELECT * FROM (SELECT id, round, idx, reason, attempts,"
+            " COALESCE(json_extract(last, '$.rung'), '') AS rung,"
+            " ROW_NUMBER() OVER (PARTITION BY reason ORDER BY round, idx) AS nth,"
+            " COUNT(*) OVER (PARTITION BY reason) AS in_group,"
+            " MIN(round * 4294967296 + idx) OVER (PARTITION BY reason) AS first"
+            f" FROM units WHERE run = ? AND state = 'failed' AND {self._LATEST})"
+            " WHERE nth <= ? ORDER BY nth, in_group DESC, first LIMIT ?) AS failed"
+            " ORDER BY nth, in_group DESC, first",
+            (run_id, run_id, limit, limit),
+        )
+        return [
+            FailedUnit(
+                id=r["id"],
+                round=r["round"],
+                reason=r["reason"],
+                rung=str(r["rung"]),
+                attempts=r["attempts"],
+                rounds=r["rounds"],
+                in_group=r["in_group"],
+            )
+            for r in rows
+        ]
+
+    def tails(self, run_id: str, units: Iterable[tuple[int, str]]) -> dict[tuple[int, str], str]:
+        """The output tail of each (round, unit id) pair of ``units``."""
+        found: dict[tuple[int, str], str] = {}
+        for number, page, marks in unit_pages(units):
+            sql = f"SELECT id, tail FROM units WHERE run = ? AND round = ? AND id IN ({marks})"  # noqa: S608
+            for row in self.db.execute(sql, (run_id, number, *page)):
+                found[(number, row["id"])] = row["tail"]
+        return found
 
     def units_in_state(self, run_id: str, state: str, limit: int) -> list[UnitRow]:
         """The first ``limit`` units whose latest round is in ``state``, in round and

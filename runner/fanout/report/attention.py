@@ -1,7 +1,7 @@
-"""What needs a person: a run's failed units, and its job's quarantined units (each
-failed the same way, unchanged, in ``units.quarantineAfter`` runs in a row, and no run
-starts it until it changes or ``fanout release`` lets it), for the report, ``fanout
-status`` and ``fanout release``.
+"""What needs a person: a job's quarantined units (each failed the same way, unchanged,
+in ``units.quarantineAfter`` runs in a row, and no run starts it until it changes or
+``fanout release`` lets it), for the report, ``fanout status`` and ``fanout release``.
+A run's failed units are ``failures``'.
 
 Which streaks quarantine is the ``units.quarantineAfter`` the run (for status: the
 job's latest run) recorded, so neither status nor the report needs the job file.  The
@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..journal import Journal, NeedsPerson, RunRow, Streak
-from ..outcome import UnitState
 from ..values import safetext
 from ..values.quantities import usd_text
+from . import budget
 
 # Quarantined units report.md, report.json and ``fanout status`` list at most (the
 # count says how many there are): a broken upstream can quarantine a whole backlog.
@@ -74,8 +74,9 @@ def _reason(text: str) -> str:
     return safetext.one_line(text, REASON_LIMIT, ellipsis="...")
 
 
-def quarantined_markdown(data: dict[str, Any]) -> list[str]:
-    """report.md's "Quarantined: needs a person" section (nothing without any)."""
+def quarantined_markdown(data: dict[str, Any], room: int) -> list[str]:
+    """report.md's "Quarantined: needs a person" section (nothing without any), in at
+    most ``room`` (``budget.size``): the rows that fit, and how many more there are."""
     if not data.get("quarantined"):
         return []
     md, code = safetext.for_markdown, safetext.code
@@ -91,44 +92,15 @@ def quarantined_markdown(data: dict[str, Any]) -> list[str]:
         "| unit | failure | runs | first seen | last seen | spent | last reason |",
         "| --- | --- | ---: | --- | --- | ---: | --- |",
     ]
-    for streak in data["needsPerson"]:
-        lines.append(
-            f"| {code(streak['unit'])}{' (new)' if streak['new'] else ''}"
-            f" | {md(streak['failure'])} | {streak['runs']} | {_utc(streak['firstSeen'])}"
-            f" | {_utc(streak['lastSeen'])} | {usd_text(streak['costUsd'])}"
-            f" | {md(_reason(streak['reason']))} |"
-        )
-    if count > len(data["needsPerson"]):
-        lines += ["", f"{count - len(data['needsPerson'])} more quarantined unit(s).", ""]
-    return [*lines, ""]
-
-
-def failures_markdown(data: dict[str, Any]) -> list[str]:
-    """The failed units a human has to look at, each with the end of its output."""
-    failures = [
-        u for u in data["units"] if u["state"] == UnitState.FAILED and u["unit"] in data["failed"]
-    ]
-    if not failures:
-        return []
-    html = safetext.for_html
-    lines = ["### Failed: needs a human", ""]
-    for unit in failures:
-        # A raw HTML block up to the blank line: entities only, markdown is not read.
-        lines.append(
-            f"<details><summary><code>{html(unit['unit'])}</code>: {html(unit['reason'])}"
-            f" (rung {html(unit['rung'])}, {unit['attempts']} attempt(s))</summary>"
-        )
-        lines += [
-            "",
-            safetext.code_fence(unit.get("outputTail", "").rstrip()[-3000:]),
-            "</details>",
-            "",
-        ]
-    count, shown = data.get("failedCount", 0), len({u["unit"] for u in failures})
-    if count > shown:
-        # After a blank line: a line right below a table would be read as its last row.
-        lines += ["", f"{count - shown} more unit(s) in report.json.", ""]
-    return lines
+    rows = (
+        f"| {code(safetext.shorten(streak['unit'], budget.ID_CHARS))}"
+        f"{' (new)' if streak['new'] else ''}"
+        f" | {md(streak['failure'])} | {streak['runs']} | {_utc(streak['firstSeen'])}"
+        f" | {_utc(streak['lastSeen'])} | {usd_text(streak['costUsd'])}"
+        f" | {md(_reason(streak['reason']))} |"
+        for streak in data["needsPerson"]
+    )
+    return budget.fit_rows(lines, rows, room, count, "{count} more quarantined unit(s).")
 
 
 def status_lines(journal: Journal, run: RunRow, *, shown: int, indent: str = "") -> list[str]:

@@ -3,7 +3,11 @@
 
 It shows totals, wall time against summed worker time and the speed-up the pool
 achieved, per-unit status with the rung reached and the attempts used, the files each
-unit changed with a diffstat, and the failures with the end of their output.
+unit changed with a diffstat, and the failures grouped by reason with the end of some
+outputs.  report.md keeps under GitHub's limit on a comment whatever the run did
+(``budget``): the summary first, whole; then what needs a person (quarantined units,
+failures), then the changed files and the units, which shrink first; and a line near
+the top that says where the full detail is (report.json and the logs).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ..outcome import UnitState
 from ..pacing.ceiling import Learned
 from ..values import safetext
 from ..values.quantities import format_duration
-from . import accounting, attention, compute, fleet, skipped
+from . import accounting, attention, budget, compute, failures, fleet, skipped
 
 SHOWN_UNITS = 200
 
@@ -194,14 +198,14 @@ def _write_list(out: TextIO, values: Iterable[Any]) -> None:
 
 
 def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
-    """What report.md shows, read with bounded queries: the run's summary and at most
-    SHOWN_UNITS units for each of its sections (the first units, the failed ones, the
-    ones that changed files), with the counts that say how many more report.json has."""
+    """What report.md shows, read with bounded queries: the run's summary, at most
+    SHOWN_UNITS units for the units and changed-files tables (the first units, the ones
+    that changed files), the failed units grouped by reason (``failures.read``), with
+    the counts that say how many more report.json has, and where that detail is."""
     first = list(itertools.islice(journal.units(run_id, batch=SHOWN_UNITS), SHOWN_UNITS))
-    failed_count, failed = journal.failed_units(run_id, SHOWN_UNITS)
     changed_count, changed = journal.changed_units(run_id, SHOWN_UNITS)
     chosen: dict[tuple[int, str], UnitRow] = {}
-    for row in (*first, *failed, *changed):
+    for row in (*first, *changed):
         chosen.setdefault((row.round, row.unit.id), row)
     # Selection order keeps the first SHOWN_UNITS units first, where the units table
     # takes them from.
@@ -209,11 +213,27 @@ def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
     return {
         **summary(journal, run_id),
         "units": list(_records(journal, run_id, map(_row_record, rows))),
-        "failed": [r.unit.id for r in failed],
+        "failures": failures.read(journal, run_id),
         "unitCount": journal.unit_count(run_id),
-        "failedCount": failed_count,
         "changedCount": changed_count,
         "reusedUnits": skipped.reused_units(journal, run_id),
+        "detail": detail(journal, run_id),
+    }
+
+
+def detail(journal: Journal, run_id: str) -> dict[str, str]:
+    """Where the run's full detail is, as report.md names it: report.json and the logs
+    folder (``logs/<unit folder>/r<round>-a<attempt>.log``) in the run's folder.
+
+    The report knows the state directory (the journal's folder), not the workspace, and
+    ``fanout report`` may rebuild it from anywhere; a CI machine's absolute path tells
+    the reader of a pull request nothing.  So the paths start at the state directory's
+    name: in the usual layout (``runtime.stateDir`` left at ``.fanout``) that is the
+    path relative to the workspace, as report.md names changed files."""
+    run_folder = Path(journal.path.parent.name) / "runs" / run_id
+    return {
+        "json": (run_folder / "report.json").as_posix(),
+        "logs": (run_folder / "logs").as_posix() + "/",
     }
 
 
@@ -228,11 +248,17 @@ def write(journal: Journal, run_id: str, directory: Path) -> Path:
 
 
 def render_markdown(data: dict[str, Any]) -> str:
-    """The report as markdown for a pull request comment, section by section.  Everything
-    that came from a unit or a worker (ids, reasons, paths, output, notes) goes through
-    ``safetext``, so none of it can add markup, HTML or control characters of its own."""
-    lines = [
+    """The report as markdown for a pull request comment, in at most ``budget.BUDGET``
+    (``budget.size``).  The summary is whole; the sections below it are rendered into
+    what it leaves, in order of priority: quarantined units (at least a third of it),
+    failed units, then changed files and the units table, which shrink first.  Each
+    says how many it left out.  ``budget.cut`` is the last guard, for a summary no
+    section could foresee (thousands of hosts or limits).  Everything that came from a
+    unit or a worker (ids, reasons, paths, output, notes) goes through ``safetext``, so
+    none of it can add markup, HTML or control characters of its own."""
+    top = [
         *_headline(data),
+        *_detail(data),
         *_times(data),
         *_agent_outcomes(data),
         *_rounds(data),
@@ -241,12 +267,49 @@ def render_markdown(data: dict[str, Any]) -> str:
         *compute.markdown(data["compute"]),
         *accounting.markdown(data.get("apis", [])),
         *fleet.markdown(data.get("hosts", [])),
-        *_changed_files(data),
-        *attention.quarantined_markdown(data),
-        *attention.failures_markdown(data),
-        *_units(data),
     ]
-    return "\n".join(lines) + "\n"
+    # Each section may take what the ones below it do not need, and at least its share:
+    # quarantined units a third, failed units the rest, the tables half each.
+    room = max(0, budget.BUDGET - budget.lines_size(top) - 2 * _LOW_RESERVE)
+    failed_units = data.get("failures", failures.NONE)
+    failed_wanted = budget.lines_size(failures.markdown(failed_units, room))
+    quarantined = attention.quarantined_markdown(data, room - min(failed_wanted, room * 2 // 3))
+    room -= budget.lines_size(quarantined)
+    failed = failures.markdown(failed_units, room)
+    room += 2 * _LOW_RESERVE - budget.lines_size(failed)
+    units_wanted = budget.lines_size(_units(data, budget.BUDGET))
+    changed = _changed_files(data, room - min(units_wanted, room // 2))
+    units = _units(data, room - budget.lines_size(changed))
+    lines = [*top, *quarantined, *failed, *changed, *units]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(budget.cut(lines, budget.BUDGET, _cut_line(data))) + "\n"
+
+
+# Kept for each of the two tables that shrink first, so the sections above them cannot
+# leave them no room to say they exist and how many rows report.json has.
+_LOW_RESERVE = 400
+
+
+def _detail(data: dict[str, Any]) -> list[str]:
+    """Where the full detail is (nothing for a dict without it, as ``build`` makes)."""
+    if "detail" not in data:
+        return []
+    code = safetext.code
+    return [
+        f"Full detail: every unit with its reason and output tail in"
+        f" {code(data['detail']['json'])}; each attempt's whole output in"
+        f" {code(data['detail']['logs'])}.",
+        "",
+    ]
+
+
+def _cut_line(data: dict[str, Any]) -> str:
+    where = data.get("detail", {}).get("json", "report.json")
+    return (
+        f"This report was cut here to stay under GitHub's limit of"
+        f" {budget.MARKDOWN_LIMIT:,} characters; the rest is in {safetext.code(where)}."
+    )
 
 
 def _headline(data: dict[str, Any]) -> list[str]:
@@ -295,29 +358,41 @@ def _rounds(data: dict[str, Any]) -> list[str]:
     return [f"Rounds: {rounds}", ""]
 
 
-def _changed_files(data: dict[str, Any]) -> list[str]:
-    """The files each shown unit changed, with their diffstat."""
+def _changed_files(data: dict[str, Any], room: int) -> list[str]:
+    """The files each shown unit changed, with their diffstat, in at most ``room``."""
     changed = [(u, c) for u in data["units"] for c in u["changes"]]
     if not changed:
         return []
     code = safetext.code
-    lines = [
+    head = [
         "### Changed files",
         "",
         "| file | unit | round | +/- | state |",
         "| --- | --- | ---: | ---: | --- |",
     ]
-    for unit, change in changed:
-        lines.append(
-            f"| {code(change['path'])} | {code(unit['unit'])} | {unit['round']} | "
-            f"+{change['added']} -{change['removed']} | {safetext.for_markdown(change['state'])} |"
-        )
-    _more(lines, data.get("changedCount", 0), len({(u["round"], u["unit"]) for u, _ in changed}))
-    return [*lines, ""]
+    rows = (
+        f"| {code(change['path'])} | {code(safetext.shorten(unit['unit'], budget.ID_CHARS))}"
+        f" | {unit['round']} | +{change['added']} -{change['removed']}"
+        f" | {safetext.for_markdown(change['state'])} |"
+        for unit, change in changed
+    )
+    more_units = data.get("changedCount", 0) - len({(u["round"], u["unit"]) for u, _ in changed})
+    units_line = [f"{more_units} more unit(s) changed files, in report.json.", ""]
+    lines = budget.fit_rows(
+        head,
+        rows,
+        room - (budget.lines_size(units_line) if more_units > 0 else 0),
+        len(changed),
+        "{count} more changed file(s) of these units in report.json.",
+    )
+    if lines and more_units > 0:
+        lines += units_line  # fit_rows ends on a blank line: not read as a table row
+    return lines
 
 
-def _units(data: dict[str, Any]) -> list[str]:
-    """The first SHOWN_UNITS units, with their usage where the run called APIs."""
+def _units(data: dict[str, Any], room: int) -> list[str]:
+    """The first SHOWN_UNITS units, with their usage where the run called APIs, in at
+    most ``room``."""
     md, code = safetext.for_markdown, safetext.code
     with_usage = bool(data.get("apis"))
     head, rule = accounting.unit_columns() if with_usage else ("", "")
@@ -327,17 +402,15 @@ def _units(data: dict[str, Any]) -> list[str]:
         "| unit | round | state | rung | attempts | time |" + head,
         "| --- | ---: | --- | --- | ---: | ---: |" + rule,
     ]
-    for unit in data["units"][:SHOWN_UNITS]:
-        lines.append(
-            f"| {code(unit['unit'])} | {unit['round']} | {md(unit['state'])} "
-            f"| {md(unit['rung']) or '-'} | {unit['attempts']} "
-            f"| {format_duration(unit['workerSeconds'])} |"
-            + (accounting.unit_cells(unit.get("usage", [])) if with_usage else "")
-        )
+    rows = (
+        f"| {code(safetext.shorten(unit['unit'], budget.ID_CHARS))} | {unit['round']}"
+        f" | {md(unit['state'])} | {md(unit['rung']) or '-'} | {unit['attempts']}"
+        f" | {format_duration(unit['workerSeconds'])} |"
+        + (accounting.unit_cells(unit.get("usage", [])) if with_usage else "")
+        for unit in data["units"][:SHOWN_UNITS]
+    )
     total = data.get("unitCount", len(data["units"]))
-    if total > SHOWN_UNITS:
-        lines.append(f"\n{total - SHOWN_UNITS} more unit(s) in report.json.")
-    return lines
+    return budget.fit_rows(lines, rows, room, total, "{count} more unit(s) in report.json.")
 
 
 def _limit_lines(found: dict[str, dict[str, Any]]) -> list[str]:
@@ -377,10 +450,3 @@ def _limit_lines(found: dict[str, dict[str, Any]]) -> list[str]:
 
 def _per_window(learned: Learned) -> str:
     return f"{learned.per_window:.1f} per {format_duration(learned.window)}"
-
-
-def _more(lines: list[str], count: int, shown: int) -> None:
-    """The line saying a section of report.md was cut at SHOWN_UNITS units."""
-    if count > shown:
-        # After a blank line: a line right below a table would be read as its last row.
-        lines += ["", f"{count - shown} more unit(s) in report.json.", ""]
