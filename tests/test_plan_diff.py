@@ -19,6 +19,7 @@ from fanout.backlog.units import Unit
 from fanout.journal import Journal
 from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.plan import diff, diffview, revision
+from fanout.report import budget
 
 from helpers import cli
 
@@ -134,7 +135,7 @@ def test_plan_base_shows_exactly_what_the_change_does(chdir_tmp: Path) -> None:
     if os.environ.get("FANOUT_UPDATE_GOLDEN"):
         GOLDEN.write_text(markdown)
     assert markdown == GOLDEN.read_text()
-    assert len(markdown) < diffview.GITHUB_LIMIT
+    assert len(markdown) < budget.MARKDOWN_LIMIT
     # Rendered as GitHub renders a comment: the tables are tables, the samples folded.
     html = MarkdownIt("commonmark").enable("table").render(markdown)
     assert "<td>:warning: <code>runtime.network</code></td>" in html
@@ -214,7 +215,7 @@ def test_a_comment_keeps_to_githubs_limit_whatever_the_change(chdir_tmp: Path) -
     job = chdir_tmp / "sweep.toml"
     job.write_text(job.read_text().replace("explain each.", f"explain each. {huge}"))
     markdown = diffview.render_markdown(_diff(Path("sweep.toml")))
-    assert len(markdown) < diffview.GITHUB_LIMIT
+    assert len(markdown) < budget.MARKDOWN_LIMIT
     assert "_The rest did not fit in a comment: run `fanout plan --base` locally._" in markdown
     assert "Units: 1 added, 0 removed, 2 invalidated" in markdown  # the summary stays
 

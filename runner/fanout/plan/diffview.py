@@ -19,16 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..attempt.invocation import Invocation
+from ..report import budget
 from ..values import safetext
 from ..values.quantities import format_duration, usd_text
 from . import TriggerFires
 from .diff import Diff, Sample, Side
 from .output import iso
 
-# GitHub refuses a comment or a pull request body longer than this.
-GITHUB_LIMIT = 65_536
-# What the markdown keeps to: room for a marker and a few lines a workflow adds.
-MARKDOWN_BUDGET = GITHUB_LIMIT - 1_536
 # Lines of a sample's prompt diff, and of the resolved job's diff, shown at most.
 SAMPLE_LINES = 60
 RESOLVED_LINES = 300
@@ -154,11 +151,11 @@ def _estimate_rows(diff: Diff) -> list[tuple[str, str, str, str]]:
 def _budget_lines(diff: Diff) -> list[str]:
     lines = []
     for label, side in (("old", diff.old), ("new", diff.new)):
-        for budget in (_estimate(side) or {}).get("budgets", []):
-            verdict = "under" if budget["under"] else "OVER"
+        for row in (_estimate(side) or {}).get("budgets", []):
+            verdict = "under" if row["under"] else "OVER"
             lines.append(
-                f"{label}: {budget['name']} {usd_text(budget['budgetUsd'])}: p90"
-                f" {usd_text(budget['p90Usd'])} is {verdict} it"
+                f"{label}: {row['name']} {usd_text(row['budgetUsd'])}: p90"
+                f" {usd_text(row['p90Usd'])} is {verdict} it"
             )
     return lines
 
@@ -240,7 +237,8 @@ def _cut(lines: list[str], limit: int) -> list[str]:
 
 
 def render_markdown(diff: Diff) -> str:
-    """The comparison as a pull request comment, under ``MARKDOWN_BUDGET`` characters:
+    """The comparison as a pull request comment, under ``budget.BUDGET`` (report.md's
+    measure of GitHub's limit, with room for the marker a workflow adds):
     the summary and the surface always, then the estimate, the samples, the fires and
     the resolved diff as long as they fit (a fenced block cut at a line, closed)."""
     md, code = safetext.for_markdown, safetext.code
@@ -258,7 +256,8 @@ def render_markdown(diff: Diff) -> str:
         total = getattr(diff, name.lower())
         if ids:
             more = f" and {total - len(ids):,} more" if total > len(ids) else ""
-            head.append(f"- {name}: {', '.join(code(i) for i in ids)}{more}")
+            shown = (code(safetext.shorten(i, budget.ID_CHARS)) for i in ids)
+            head.append(f"- {name}: {', '.join(shown)}{more}")
     if any((diff.added_ids, diff.removed_ids, diff.invalidated_ids)):
         head.append("")
     head += [
@@ -317,14 +316,18 @@ def render_markdown(diff: Diff) -> str:
             "",
         ]
     )
-    text = "\n".join(head) + "\n"
+    lines, rest = list(head), _REST
     for section in sections:
-        block = "\n".join(section) + "\n"
-        if len(text) + len(block) > MARKDOWN_BUDGET:
-            text += "_The rest did not fit in a comment: run `fanout plan --base` locally._\n"
+        if budget.lines_size([*lines, *section, rest]) > budget.BUDGET:
+            lines.append(rest)
             break
-        text += block
-    return text
+        lines += section
+    # The head alone may not fit (a job whose every surface key changed to pages of
+    # text): cut it at a line where no block is open.
+    return "\n".join(budget.cut(lines, budget.BUDGET, rest)) + "\n"
+
+
+_REST = "_The rest did not fit in a comment: run `fanout plan --base` locally._"
 
 
 def _fence(lines: list[str], language: str = "") -> str:
