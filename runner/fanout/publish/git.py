@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .process import CommandFailed, Finished, run
+from ..values.safetext import one_line
+from .process import SAID_CHARS, CommandFailed, Finished, run
 
 # Variables of the caller's environment git must not see: publishing names the index
 # itself, and a credential prompt would wait for a terminal nobody watches.
@@ -24,6 +25,17 @@ _SET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "LC_AL
 
 class GitFailed(Exception):
     """A git command that failed: "git push: ! [rejected] ... (fetch first)"."""
+
+
+def _reason(finished: Finished) -> str:
+    """Why git failed, in its own words: a rejected ref ("! [rejected] ... (fetch
+    first)"), else its first fatal or error line (what follows is advice)."""
+    lines = finished.stderr.decode("utf-8", "replace").splitlines()
+    for starts in (("!",), ("fatal:", "error:")):
+        for line in lines:
+            if line.strip().startswith(starts):
+                return one_line(line, SAID_CHARS)
+    return finished.said() or f"exited {finished.code}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,7 +70,7 @@ class Repository:
         except CommandFailed as exc:
             raise GitFailed(f"git {args[0]}: {exc}") from None
         if finished.code not in ok:
-            raise GitFailed(f"git {args[0]}: {finished.said() or f'exited {finished.code}'}")
+            raise GitFailed(f"git {args[0]}: {_reason(finished)}")
         return finished
 
     async def checked_out(self) -> str | None:
