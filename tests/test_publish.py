@@ -279,3 +279,20 @@ def test_a_pull_request_command_that_fails_is_reported_after_the_push(
     )
     assert repo.branches() == "fanout/fix\nmain\n"
     assert len(repo.calls()) == 1
+
+
+def test_the_schemas_default_templates_use_only_the_variables_they_are_given() -> None:
+    # Validation checks what a job file writes; the defaults are written in the schema.
+    from fanout.spec import schema
+    from fanout.spec.checks import publish
+    from fanout.spec.templates import JOB_SHAPE, TRIGGER_SHAPE, Templates
+
+    templates = Templates(Path("."))
+    checked = []
+    for key in ("branch", "message", "unitMessage", "title", "pr", "update"):
+        default = schema.default("/properties/publish", key)
+        roots = {"job": JOB_SHAPE, "trigger": TRIGGER_SHAPE, **publish.roots(("publish", key))}
+        for source in default if isinstance(default, list) else [default]:
+            assert templates.check(source, roots) == [], (key, source)
+            checked.append(source)
+    assert len(checked) == 23
