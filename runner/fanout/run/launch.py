@@ -107,10 +107,10 @@ def runner_for(
 
         # git and the pull request's command run as the user would run them (their
         # login, ssh-agent, GH_TOKEN), less every secret the job names for others.
-        hidden = set(secret_names(job))
+        named = set(secret_names(job))
         publisher = Publisher(
             job,
-            environ={k: v for k, v in environ.items() if k not in hidden},
+            environ={k: v for k, v in environ.items() if k not in named},
             redacted=redacted,
             journal=journal,
             events=events,
