@@ -83,6 +83,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "spec.checks.apis",
             "spec.checks.agents",
             "spec.checks.notify",
+            "spec.checks.publish",
             "spec.checks",
         ),
     ),
@@ -216,6 +217,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Telling someone how a run ended: launch hands the run a Notifier (``Runner.ended``),
     # which reads the run's Summary (``outcome``) and failed units (``journal``).
     ("notify", ("notify.message", "notify.webhook", "notify.command", "notify")),
+    # Publishing a run's changes: launch hands the run a Publisher (``Runner.ended``,
+    # ``Runner.refuse``), which reads the run's applied files (``journal``) and runs git.
+    ("publish", ("publish.process", "publish.git", "publish.changes", "publish")),
     ("run", ("run.applying", "run.kept", "run.lock", "run.job")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.

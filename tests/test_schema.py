@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import json
 import re
 import tomllib
@@ -93,6 +94,7 @@ AGREEMENT = [
     (("properties", "collect"), spec.Collect, set()),
     (("properties", "aggregate"), spec.Aggregate, set()),
     (("properties", "notify"), spec.Notify, set()),
+    (("properties", "publish"), spec.Publish, set()),
 ]
 
 
@@ -137,6 +139,13 @@ RESOLVED_WHEN_BUILT = {
     (spec.Spec, "runtime"),
     (spec.Runtime, "workspace"),
     (spec.Runtime, "state_dir"),
+    # Templates: the schema's default is compiled when the job is built.
+    (spec.Publish, "branch"),
+    (spec.Publish, "message"),
+    (spec.Publish, "unit_message"),
+    (spec.Publish, "title"),
+    (spec.Publish, "pr"),
+    (spec.Publish, "update"),
 }
 
 
@@ -202,6 +211,11 @@ def test_the_notify_events_of_the_model_are_the_schemas() -> None:
     assert [event.value for event in spec.NotifyEvent] == items["enum"]
 
 
+def test_the_publish_commits_of_the_model_are_the_schemas() -> None:
+    choices = schema.node_at("/properties/publish/properties/commits")
+    assert [commits.value for commits in spec.PublishCommits] == choices["enum"]
+
+
 def test_every_schema_default_is_the_models_default() -> None:
     checked = []
     for cls, key, prop, item in _property_nodes():
@@ -216,11 +230,14 @@ def test_every_schema_default_is_the_models_default() -> None:
             assert model == (spec.Rung(name="default"),)
         elif isinstance(prop["default"], list):
             assert model == tuple(prop["default"]), (cls.__name__, key)
+        elif isinstance(model, enum.StrEnum):
+            # A choice the code decides on is an enum of the schema's values.
+            assert model.value == prop["default"], (cls.__name__, key)
         else:
             assert model == _in_model_units(prop), (cls.__name__, key)
             assert type(model) is type(_in_model_units(prop)), (cls.__name__, key)
         checked.append(f"{cls.__name__}.{item.name}")
-    assert len(checked) == 44
+    assert len(checked) == 47
 
 
 def test_every_model_default_is_declared_in_the_schema() -> None:
@@ -249,7 +266,7 @@ def test_every_default_a_description_mentions_is_the_schema_default() -> None:
                 mentioned += 1
                 assert "default" in prop, key
                 assert said.group(1).split(", or ")[0] == written(prop["default"]), key
-    assert mentioned == 24
+    assert mentioned == 27
 
 
 def test_a_job_that_sets_nothing_builds_to_the_model_defaults(tmp_path: Path) -> None:

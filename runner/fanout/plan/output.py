@@ -53,6 +53,7 @@ def render_text(plan: Plan) -> str:
     lines += apis.learned_lines(plan.learned)
     lines += apis.api_lines(spec, plan.missing_keys)
     lines += _notify_lines(spec, plan.missing_notify)
+    lines += _publish_lines(spec)
     ladder = " -> ".join(f"{r.name} x{r.attempts}" + _rung_overrides(r) for r in spec.retry.ladder)
     lines.append(f"Ladder    {ladder}; task timeout {duration_text(spec.task.timeout)}")
     if spec.task.budget_usd is not None:
@@ -114,6 +115,18 @@ def _notify_lines(spec: Spec, missing: tuple[str, ...]) -> list[str]:
     within = duration_text(notify.timeout)
     head = f"Notify    on {on} (within {within} each; a failure is logged, the exit code stays)"
     return [head, *(f"            {line}" for line in to)]
+
+
+def _publish_lines(spec: Spec) -> list[str]:
+    """Where a finished run's changes go: the branch (as written), remote and base."""
+    publish = spec.publish
+    if publish is None:
+        return []
+    base = publish.base or "the branch checked out"
+    return [
+        f"Publish   {publish.branch.source} to {publish.remote}, a pull request into {base}"
+        f" (one commit per {publish.commits}; a failure is logged, the exit code stays)"
+    ]
 
 
 def _rung_overrides(rung: Rung) -> str:

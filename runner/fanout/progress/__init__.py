@@ -194,6 +194,25 @@ class Display:
             "yellow",
         )
 
+    def _on_publish_published(self, event: dict[str, Any]) -> None:
+        self._line(
+            f"published {event['files']} file(s) in {event['commits']} commit(s) to"
+            f" {event['branch']} on {event['remote']}; pull request {event['pr']}"
+        )
+
+    def _on_publish_skipped(self, event: dict[str, Any]) -> None:
+        self._line(f"not published: {event['reason']}")
+
+    def _on_publish_refused(self, event: dict[str, Any]) -> None:
+        self._line(
+            f"publish refused: {event['reason']}; nothing was committed or pushed (the"
+            " run's result stands)",
+            "yellow",
+        )
+
+    def _on_publish_failed(self, event: dict[str, Any]) -> None:
+        self._line(f"could not publish: {event['reason']} (the run's result stands)", "yellow")
+
     # Attempts and units ----------------------------------------------------------
 
     def _on_attempt_started(self, event: dict[str, Any]) -> None:

@@ -94,6 +94,10 @@ class Runner:
     # any) is raised: the run's notifications (``notify``).  It never raises; the run
     # waits for it, and it bounds itself.
     ended: Callable[[Summary], Awaitable[None]] | None = None
+    # Asked, with the run's trigger, before a run is recorded, after the run's own
+    # checks: raises the FanoutError that refuses it (a work tree [publish] would not
+    # publish from: ``publish.Publisher.refuse``).
+    refuse: Callable[[Mapping[str, Any] | None], Awaitable[None]] | None = None
     # The event log of the run going on (the report reads its host states).
     _log: EventLog | None = field(default=None, init=False, repr=False)
     # The round dispatching now, and a stop asked for from outside the run (``stop``).
@@ -121,10 +125,10 @@ class Runner:
 
     async def _prepare(self, options: Options) -> tuple[dict[str, str], bool]:
         """What a run needs before it is recorded: its secrets, whether it applies
-        collected files, and two refusals (EnvironmentProblem, StateError) made before
+        collected files, and the refusals (EnvironmentProblem, StateError) made before
         anything is journaled: a local worker that could not start its command (every
-        attempt of every unit would fail alike), and a disk without room for the
-        journal's reserve."""
+        attempt of every unit would fail alike), ``refuse``'s, and a disk without room
+        for the journal's reserve."""
         secrets = self.secrets()
         if self.workers is not None:
             # In a thread (it probes the sandbox), awaited to its end even when
@@ -140,6 +144,8 @@ class Runner:
                 if not check.cancelled():
                     check.exception()  # retrieved: the cancel is what this run raises
                 raise
+        if self.refuse is not None:
+            await self.refuse(options.trigger)
         apply = self.spec.collect.apply if options.apply is None else options.apply
         self.journal.keep_reserve()
         return secrets, apply

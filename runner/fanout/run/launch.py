@@ -22,7 +22,7 @@ from ..outcome import Summary
 from ..pacing import limits
 from ..schedule.scheduler import Fire
 from ..spec import Spec
-from ..spec.apikeys import api_keys, without_keys
+from ..spec.apikeys import api_keys, secret_names, without_keys
 from ..spec.model import Overlap
 from ..transports import preflight as commands
 from . import kept
@@ -31,6 +31,7 @@ from .lock import JobLock
 from .where import transport_for
 
 Action = Callable[[Runner], Awaitable[Summary]]
+Ended = Callable[[Summary], Awaitable[None]]
 
 
 def gateway_socket_dir(environ: Mapping[str, str]) -> Path:
@@ -91,16 +92,26 @@ def runner_for(
     # notifier's: the input command, the aggregate command and the workers' PATH come
     # from an environment without them.
     environ = without_keys(job, environ)
-    ended = None
+    present = [environ[name] for name in job.task.secrets if name in environ]
+    redacted = [*present, *(gateway.keys if gateway is not None else ())]
+    notifier = None
     if told is not None:
         from ..notify import Notifier
 
-        present = [environ[name] for name in job.task.secrets if name in environ]
-        ended = Notifier(
+        notifier = Notifier(
+            job, secrets=told, environ=environ, redacted=redacted, journal=journal, events=events
+        )
+    publisher = None
+    if job.publish is not None:
+        from ..publish import Publisher
+
+        # git and the pull request's command run as the user would run them (their
+        # login, ssh-agent, GH_TOKEN), less every secret the job names for others.
+        named = set(secret_names(job))
+        publisher = Publisher(
             job,
-            secrets=told,
-            environ=environ,
-            redacted=[*present, *(gateway.keys if gateway is not None else ())],
+            environ={k: v for k, v in environ.items() if k not in named},
+            redacted=redacted,
             journal=journal,
             events=events,
         )
@@ -120,9 +131,25 @@ def runner_for(
         gate=limits.gate_for(job, events, learned=seeds),
         gateway=gateway,
         workers=commands.local_workers(job, environ),
-        ended=ended,
+        # Published before notified: the message then tells of a run whose pull
+        # request is up to date.
+        ended=_in_turn(publisher, notifier),
+        refuse=publisher.refuse if publisher is not None else None,
     )
     return runner
+
+
+def _in_turn(*hooks: Callable[[Summary], Awaitable[None]] | None) -> Ended | None:
+    """One ``Runner.ended`` that awaits each of ``hooks`` (those not None) in turn."""
+    present = [hook for hook in hooks if hook is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    async def ended(summary: Summary) -> None:
+        for hook in present:
+            await hook(summary)
+
+    return ended
 
 
 async def run_async(

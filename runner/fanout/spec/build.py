@@ -30,6 +30,8 @@ from .model import (
     Notify,
     NotifyEvent,
     Price,
+    Publish,
+    PublishCommits,
     Ray,
     Retry,
     Rounds,
@@ -77,6 +79,7 @@ def build(
         collect=Collect(apply=doc["collect"]["apply"]),
         aggregate=_aggregate(doc.get("aggregate"), located),
         notify=_notify(doc.get("notify"), located),
+        publish=_publish(doc.get("publish"), located),
         triggers=tuple(_trigger(raw) for raw in doc.get("triggers", ())),
         file=path,
         templates=templates,
@@ -297,6 +300,27 @@ def _notify(raw: Mapping[str, Any] | None, located: _LocatedTemplates) -> Notify
         command=located.argv(raw.get("command"), ("notify", "command")),
         secrets=tuple(raw.get("secrets", ())),
         on=tuple(NotifyEvent(event) for event in raw["on"]),
+        timeout=parse_duration(raw["timeout"]),
+    )
+
+
+def _publish(raw: Mapping[str, Any] | None, located: _LocatedTemplates) -> Publish | None:
+    if raw is None:
+        return None
+
+    def template(key: str) -> Template:
+        return located.template(raw[key], ("publish", key))
+
+    return Publish(
+        branch=template("branch"),
+        remote=raw["remote"],
+        base=raw.get("base"),
+        commits=PublishCommits(raw["commits"]),
+        message=template("message"),
+        unit_message=template("unitMessage"),
+        title=template("title"),
+        pr=located.argv(raw["pr"], ("publish", "pr")),
+        update=located.argv(raw["update"], ("publish", "update")),
         timeout=parse_duration(raw["timeout"]),
     )
 

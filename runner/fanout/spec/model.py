@@ -52,6 +52,7 @@ _THROTTLE = "/definitions/retry/properties/throttle"
 _RUNG = "/definitions/rung"
 _TRIGGER = "/definitions/trigger"
 _NOTIFY = "/properties/notify"
+_PUBLISH = "/properties/publish"
 
 JobValue = str | int | float | bool
 SourceKind = Literal["files", "jsonl", "csv", "json", "items", "command"]
@@ -320,6 +321,32 @@ class Notify:
     timeout: float = _default(_NOTIFY, "timeout")
 
 
+class PublishCommits(StrEnum):
+    """How ``[publish]`` splits the run's changes into commits (``commits``)."""
+
+    RUN = "run"  # one commit for the run, with ``message``
+    UNIT = "unit"  # one per unit that changed files, each with ``unitMessage``
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Publish:
+    """``[publish]``: the run's applied changes committed to a branch, pushed, and a
+    pull request opened or updated by a command.  The templates have no model default:
+    the schema's are compiled when the job is built."""
+
+    branch: Template
+    remote: str = _default(_PUBLISH, "remote")
+    # None: the branch checked out when the run ends.
+    base: str | None = None
+    commits: PublishCommits = PublishCommits(_default(_PUBLISH, "commits"))  # noqa: RUF009 (an enum member: immutable)
+    message: Template
+    unit_message: Template
+    title: Template
+    pr: tuple[Template, ...]
+    update: tuple[Template, ...]
+    timeout: float = _default(_PUBLISH, "timeout")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Spec:
     version: int
@@ -336,6 +363,7 @@ class Spec:
     collect: Collect = Collect()
     aggregate: Aggregate | None = None
     notify: Notify | None = None
+    publish: Publish | None = None
     triggers: tuple[Trigger, ...] = ()
     # Not in the job file: where it was read from, its compiled templates' home, and
     # where each key and value is in the text that was loaded (messages located at run

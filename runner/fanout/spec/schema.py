@@ -252,6 +252,13 @@ _PATTERN_MESSAGES: dict[str, Callable[[str], str]] = {
         f"{v!r} is not a record field (names of letters, digits, '_' and '-', "
         "joined by '.' for nested fields, as in 'location.file')"
     ),
+    # Passed to git as an argument: a leading '-' would be read as an option.
+    "#/properties/publish/properties/remote": lambda v: (
+        f"{v!r} is not a git remote (a name or URL, without spaces or a leading '-')"
+    ),
+    "#/properties/publish/properties/base": lambda v: (
+        f"{v!r} is not a branch name (without spaces or a leading '-')"
+    ),
 }
 
 

@@ -4,9 +4,10 @@ Templates compile and refer only to variables that will exist (down to which run
 which ``rung.vars``), so does the ``units.where`` expression, literal stage and collect
 paths can be staged and collected, referenced limits exist, durations read sensibly, cron
 schedules and time zones are valid, globs and regular expressions are well formed,
-``[[apis]]`` can be kept (``apis``), ``[notify]`` can send (``notify``), and no secret
-value is written into the file.  Every check reads the raw document defensively: a
-value of the wrong type was already reported by the schema and is skipped here.
+``[[apis]]`` can be kept (``apis``), ``[notify]`` can send (``notify``), ``[publish]``
+names a branch (``publish``), and no secret value is written into the file.  Every
+check reads the raw document defensively: a value of the wrong type was already
+reported by the schema and is skipped here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ...values.quantities import parse_duration, parse_size
 from ...values.tomlpos import KeyPath
 from .. import schema
 from ..templates import JOB_SHAPE, LAST_SHAPE, TRIGGER_SHAPE, UNIT_SHAPE, Shape, is_template
-from . import agents, apis, leaks, notify, paths
+from . import agents, apis, leaks, notify, paths, publish
 from .context import Context, list_of, repeated_names, strings, table_of
 
 __all__ = ["Context", "check_job", "schema_values"]
@@ -48,6 +49,7 @@ def check_job(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
     problems += _check_retry(doc, ctx)
     problems += _check_triggers(doc, ctx)
     problems += notify.check_notify(doc, ctx)
+    problems += publish.check_publish(doc, ctx)
     problems += leaks.check_secrets(doc, ctx)
     problems += _check_nul_in_paths(doc, ctx)
     problems += _check_integer_range(doc, ctx)
@@ -154,6 +156,8 @@ def _template_roots(path: KeyPath) -> dict[str, Shape]:
     outside_units: dict[str, Shape] = {"job": JOB_SHAPE, "trigger": TRIGGER_SHAPE}
     if path[0] in ("inputs", "aggregate", "notify"):
         return outside_units
+    if path[0] == "publish":
+        return {**outside_units, **publish.roots(path)}
     if path[:2] == ("units", "id"):
         without_id = {k: v for k, v in UNIT_SHAPE.items() if k != "id"}
         return {**outside_units, "unit": without_id}
