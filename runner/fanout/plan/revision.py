@@ -2,7 +2,7 @@
 ``git show REV:path`` from the repository that holds the file, never checked out.
 
 Only this module runs git for a plan.  Git is called as argv (a revision is never read
-by a shell), with a deadline, and its failures become a ``PlanBaseError`` that says
+by a shell), with a deadline, and its failures become a ``UsageError`` that says
 what to do.
 """
 
@@ -20,10 +20,6 @@ GIT_TIMEOUT_S = 30.0
 _MAX_BYTES = 16 * 2**20
 
 
-class PlanBaseError(UsageError):
-    """The base revision of ``fanout plan --base`` cannot be read."""
-
-
 def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(
@@ -34,11 +30,11 @@ def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
             check=False,
         )
     except FileNotFoundError:
-        raise PlanBaseError(
+        raise UsageError(
             "--base reads the job at a git revision, and git is not installed"
         ) from None
     except subprocess.TimeoutExpired:
-        raise PlanBaseError(
+        raise UsageError(
             f"git did not answer within {GIT_TIMEOUT_S:g}s in {directory}"
         ) from None
 
@@ -54,28 +50,28 @@ def at_revision(path: Path, revision: str) -> tuple[str | None, str]:
     there, a job the change adds), and how to name it ("jobs/sweep.toml@HEAD~1")."""
     if revision.startswith("-"):
         # git would read it as an option.
-        raise PlanBaseError(f"--base {revision!r} is not a git revision")
+        raise UsageError(f"--base {revision!r} is not a git revision")
     path = path.resolve()
     directory = path.parent
     top = _git(directory, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
-        raise PlanBaseError(f"--base needs a git repository: {directory} is not in one")
+        raise UsageError(f"--base needs a git repository: {directory} is not in one")
     root = Path(top.stdout.decode().strip())
     relative = path.relative_to(root.resolve()).as_posix()
     shown = f"{relative}@{revision}"
     commit = _git(root, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     if commit.returncode != 0:
-        raise PlanBaseError(f"--base {revision!r}: no such revision in {root}")
+        raise UsageError(f"--base {revision!r}: no such revision in {root}")
     sha = commit.stdout.decode().strip()
     exists = _git(root, "cat-file", "-e", f"{sha}:{relative}")
     if exists.returncode != 0:
         return None, shown
     shown_file = _git(root, "show", f"{sha}:{relative}")
     if shown_file.returncode != 0:
-        raise PlanBaseError(f"cannot read {shown}: {_said(shown_file)}")
+        raise UsageError(f"cannot read {shown}: {_said(shown_file)}")
     if len(shown_file.stdout) > _MAX_BYTES:
-        raise PlanBaseError(f"{shown} is larger than {_MAX_BYTES // 2**20} MiB")
+        raise UsageError(f"{shown} is larger than {_MAX_BYTES // 2**20} MiB")
     try:
         return shown_file.stdout.decode("utf-8").removeprefix("\ufeff"), shown
     except UnicodeDecodeError:
-        raise PlanBaseError(f"{shown} is not UTF-8 text") from None
+        raise UsageError(f"{shown} is not UTF-8 text") from None
