@@ -299,6 +299,7 @@ def test_a_re_push_updates_the_comment_of_the_action_not_one_of_someone_else(
          "-F", f"body=@{body}", "--silent"],
     ]  # fmt: skip
     plan = _fanout(workspace, "plan", "jobs/sweep.toml", "--base", base, "--format", "markdown")
+    assert plan.returncode == 0, plan.stderr
     assert _gh_calls(gh)[1]["body"] == f"{marker}\n{plan.stdout}"
 
 
@@ -321,6 +322,8 @@ def test_an_invalid_job_is_annotated_its_comment_posted_and_the_review_fails(
         LISTING[:3],
         ["api", "--method", "POST"],
     ]
+    plan = _fanout(workspace, "plan", "jobs/sweep.toml", "--base", base, "--format", "markdown")
+    assert _gh_calls(gh)[1]["body"] == f"<!-- fanout-plan: jobs/sweep.toml -->\n{plan.stdout}"
 
 
 def test_review_outside_a_pull_request_says_it_needs_a_base(
