@@ -34,9 +34,7 @@ def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
             "--base reads the job at a git revision, and git is not installed"
         ) from None
     except subprocess.TimeoutExpired:
-        raise UsageError(
-            f"git did not answer within {GIT_TIMEOUT_S:g}s in {directory}"
-        ) from None
+        raise UsageError(f"git did not answer within {GIT_TIMEOUT_S:g}s in {directory}") from None
 
 
 def _said(done: subprocess.CompletedProcess[bytes]) -> str:
