@@ -220,6 +220,44 @@ def test_a_dirty_work_tree_is_refused_before_the_run_with_its_files(tmp_path: Pa
     assert repo.calls() == []
 
 
+def test_a_run_that_applies_nothing_runs_in_a_dirty_tree_and_publishes_nothing(
+    tmp_path: Path,
+) -> None:
+    repo = Repo(tmp_path, "")
+    (repo.work / "README.md").write_text("my own edit\n")
+    ran = cli("run", "--no-apply", str(repo.job))
+    assert ran.code == 0, ran.err
+    assert (repo.work / "a.txt").read_text() == "a BAD\n"  # kept, not applied
+    assert (repo.work / "README.md").read_text() == "my own edit\n"
+    assert repo.branches() == "main\n"
+    assert repo.calls() == []
+
+
+def test_a_branch_that_moved_on_the_remote_is_not_forced_and_the_results_stand(
+    tmp_path: Path,
+) -> None:
+    repo = Repo(tmp_path, "")
+    assert repo.run().code == 0
+    # Someone pushes to the publish branch from elsewhere; the local branch is behind.
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "--quiet", "-b", "fanout/fix", str(repo.origin), str(other))
+    (other / "c.txt").write_text("theirs\n")
+    git(other, "add", "c.txt")
+    git(other, "-c", "user.name=O", "-c", "user.email=o@example.invalid", "commit", "-qm", "theirs")
+    git(other, "push", "--quiet", "origin", "fanout/fix")
+    theirs = git(repo.origin, "rev-parse", "fanout/fix")
+    (repo.work / "b.txt").write_text("b BAD\n")  # as committed: the work tree is clean
+    (repo.work / "a.txt").write_text("a BAD again\n")
+    repo.commit("a is bad again")
+    ran = repo.run()
+    assert ran.code == 0, ran.err
+    # The run's commit goes on top of what the remote holds: theirs is kept.
+    assert git(repo.origin, "rev-parse", "fanout/fix^") == theirs
+    assert repo.files_of("fanout/fix")["c.txt"] == "theirs\n"
+    assert repo.files_of("fanout/fix")["a.txt"] == "a GOOD again\n"
+    assert (repo.work / "a.txt").read_text() == "a GOOD again\n"
+
+
 def test_a_file_changed_during_the_run_that_the_run_did_not_write_is_refused(
     tmp_path: Path,
 ) -> None:

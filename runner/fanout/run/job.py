@@ -144,9 +144,11 @@ class Runner:
                 if not check.cancelled():
                     check.exception()  # retrieved: the cancel is what this run raises
                 raise
-        if self.refuse is not None:
-            await self.refuse(options.trigger)
         apply = self.spec.collect.apply if options.apply is None else options.apply
+        if self.refuse is not None and apply:
+            # A run that applies nothing publishes nothing: a tree of one's own edits
+            # is no reason to refuse it.
+            await self.refuse(options.trigger)
         self.journal.keep_reserve()
         return secrets, apply
 
