@@ -178,7 +178,27 @@ def test_a_job_the_change_adds_has_every_unit_added(chdir_tmp: Path) -> None:
     (chdir_tmp / "other.toml").write_text(OLD_JOB.replace('"sweep"', '"other"'))
     found = _diff(Path("other.toml"), "HEAD")
     assert (found.old.spec, found.added, found.invalidated) == (None, 2, 0)
-    assert "The job does not exist there: the change adds it." in diffview.render_text(found)
+    assert "The job at the base does not exist there: the change adds it." in (
+        diffview.render_text(found)
+    )
+
+
+def test_a_base_whose_inputs_fail_now_is_shown_and_the_new_side_planned(chdir_tmp: Path) -> None:
+    _repo(chdir_tmp)
+    broken = OLD_JOB.replace(
+        'files = ["src/a*.py"]', 'command = ["sh", "-c", "exit 3"]\nformat = "lines"'
+    )
+    (chdir_tmp / "sweep.toml").write_text(broken)
+    _git(chdir_tmp, "commit", "-qam", "inputs from a command")
+    (chdir_tmp / "sweep.toml").write_text(OLD_JOB)
+    ran = cli("plan", "sweep.toml", "--base", "HEAD")
+    assert ran.code == 0, ran.err
+    assert "The job at the base is invalid there, or could not be planned" in ran.out
+    assert (
+        "the base's job: it could not be planned: sweep.toml:6:1: inputs.command: input command"
+        " exited with status 3: sh -c 'exit 3' (it printed nothing on stderr)\n"
+    ) in ran.out
+    assert "Units: 2 added, 0 removed, 0 invalidated" in ran.out
 
 
 def test_a_base_revision_that_is_not_there_is_refused(chdir_tmp: Path) -> None:

@@ -35,7 +35,7 @@ import tomli_w
 from ..attempt import invocation
 from ..attempt.invocation import Invocation
 from ..backlog.units import Unit
-from ..errors import JobError
+from ..errors import FanoutError, JobError
 from ..run.fingerprints import Fingerprints, agent_version
 from ..spec import Spec
 from ..spec.templates import RenderError
@@ -161,7 +161,14 @@ def make_diff(
         def keep(unit: Unit) -> None:
             old_units[unit.id] = (unit, prints.of(unit).fingerprint or "")
 
-        old_plan = _plan(old_spec, environ, now, keep)
+        try:
+            old_plan = _plan(old_spec, environ, now, keep)
+        except FanoutError as exc:
+            # Its input command fails now, say: the new side may be the fix, and is
+            # still planned; every unit then counts as added.
+            old_units.clear()
+            said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            old_problems = (f"it could not be planned: {said}",)
     tally = _Tally(old_units)
     new_prints = printer(new_spec)
     new_plan = _plan(
@@ -208,7 +215,14 @@ def _side(label: str, spec: Spec | None, plan: Plan | None, problems: tuple[str,
     if spec is None:
         return Side(label=label, spec=None, plan=None, problems=problems)
     text = tomli_w.dumps(resolved(spec), multiline_strings=True)
-    return Side(label=label, spec=spec, plan=plan, resolved_text=text, plan_hash=plan_hash(spec))
+    return Side(
+        label=label,
+        spec=spec,
+        plan=plan,
+        problems=problems,
+        resolved_text=text,
+        plan_hash=plan_hash(spec),
+    )
 
 
 class _Tally:

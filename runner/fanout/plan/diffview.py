@@ -162,11 +162,13 @@ def _budget_lines(diff: Diff) -> list[str]:
 
 def _verdict(diff: Diff) -> list[str]:
     lines = []
-    if diff.old.spec is None:
+    if diff.old.spec is None or diff.old.problems:
         said = (
-            "is invalid there" if diff.old.problems else "does not exist there: the change adds it"
+            "is invalid there, or could not be planned: every unit counts as added"
+            if diff.old.problems
+            else "does not exist there: the change adds it"
         )
-        lines.append(f"The job {said}.")
+        lines.append(f"The job at the base {said}.")
     lines.append(
         f"Units: {diff.added:,} added, {diff.removed:,} removed, {diff.invalidated:,}"
         f" invalidated (they run again), {diff.unchanged:,} unchanged."
@@ -206,7 +208,7 @@ def render_text(diff: Diff) -> str:
         f"Plan hash  {diff.old.plan_hash or '-'} -> {diff.new.plan_hash}"
         f"  (approve with: fanout run --expect-plan {diff.new.plan_hash})"
     )
-    lines += [f"  old job: {term(problem)}" for problem in diff.old.problems]
+    lines += [f"  the base's job: {term(problem)}" for problem in diff.old.problems]
     lines += ["", "Security surface:"]
     if not diff.surface:
         lines.append("  unchanged")
@@ -266,7 +268,7 @@ def render_markdown(diff: Diff) -> str:
         "",
     ]
     if diff.old.problems:
-        head += ["The base revision's job is invalid:", "", _fence(list(diff.old.problems)), ""]
+        head += ["The base's job:", "", _fence(list(diff.old.problems)), ""]
     head += ["#### Security surface", ""]
     if not diff.surface:
         head += ["Unchanged.", ""]
