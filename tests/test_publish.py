@@ -319,6 +319,25 @@ def test_a_pull_request_command_that_fails_is_reported_after_the_push(
     assert len(repo.calls()) == 1
 
 
+def test_a_pull_request_that_failed_to_open_is_opened_by_the_next_run_not_updated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = Repo(tmp_path, "")
+    monkeypatch.setenv("GH_EXIT", "3")
+    assert repo.run().code == 0  # pushed; the pull request not opened
+    monkeypatch.setenv("GH_EXIT", "0")
+    (repo.work / "c.txt").write_text("c BAD\n")
+    repo.commit("add c", "c.txt")
+    ran = repo.run()
+    assert ran.code == 0, ran.err
+    assert "pull request opened" in ran.err
+    assert [call["argv"][:2] for call in repo.calls()] == [["pr", "create"], ["pr", "create"]]
+    (repo.work / "d.txt").write_text("d BAD\n")
+    repo.commit("add d", "d.txt")
+    assert repo.run().code == 0
+    assert repo.calls()[-1]["argv"][:2] == ["pr", "edit"]  # opened once: updated since
+
+
 def test_the_schemas_default_templates_use_only_the_variables_they_are_given() -> None:
     # Validation checks what a job file writes; the defaults are written in the schema.
     from fanout.spec import schema

@@ -14,8 +14,13 @@ Decisions, and why:
 - A re-run adds its commits on top of the branch, found on the remote (fetched) or
   locally (a push that failed), so the push fast-forwards; a new branch starts from
   HEAD.  Nothing is rebased or forced.
-- The pull request exists when the branch was on the remote before this push: then
-  ``update`` runs, else ``pr``.  No forge API is asked: the commands are the user's.
+- The pull request exists when the branch was on the remote before this push and no
+  ``pr`` of it is pending: then ``update`` runs, else ``pr``.  A ``pr`` is pending
+  from just before it runs until it succeeds (a file in the state directory,
+  ``publish/<digest of remote and branch>.pr-pending``), so a ``pr`` that failed
+  after its push (a token without the scope, a forge that was down) runs again next
+  time instead of an ``update`` of a pull request nobody opened.  No forge API is
+  asked: the commands are the user's.
 - Nothing changed (the run applied nothing, or the branch holds it all, pushed): no
   commit, no push, no command.
 - Any failure is one ``publish.failed`` (or ``publish.refused``) event, which the
@@ -29,9 +34,11 @@ Decisions, and why:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from ..backlog.units import base_context
@@ -196,10 +203,15 @@ class Publisher:
         await repo.move_branch(branch, tip)
         await repo.push(remote, branch)
         facts = {"branch": branch, "remote": remote, "commits": len(made), "files": len(files)}
-        await self._pull_request(
-            repo, summary, context | {"run": run}, facts, base, remote_tip is not None
-        )
+        pending = self._pending(remote, branch)
+        exists = remote_tip is not None and not pending.exists()
+        await self._pull_request(repo, summary, context | {"run": run}, facts, base, exists)
         return facts
+
+    def _pending(self, remote: str, branch: str) -> Path:
+        """The file that says a ``pr`` of ``branch`` on ``remote`` has not succeeded."""
+        name = hashlib.sha256(f"{remote}\n{branch}".encode()).hexdigest()[:32]
+        return self.spec.runtime.state_dir / "publish" / f"{name}.pr-pending"
 
     async def _parent(self, repo: Repository, remote_tip: str | None, local_tip: str | None) -> str:
         """What the new commits go on: the branch as pushed, or ahead of it locally
@@ -249,7 +261,13 @@ class Publisher:
         context |= {"remote": facts["remote"], "title": title, "body_file": str(body)}
         command = self.publish.update if exists else self.publish.pr
         argv = [await self._render(part, context) for part in command]
+        pending = self._pending(facts["remote"], facts["branch"])
+        if not exists:
+            pending.parent.mkdir(parents=True, exist_ok=True)
+            pending.write_text(f"{facts['remote']} {facts['branch']}\n")
         finished = await run(argv, cwd=repo.top, env=self.environ, deadline_s=self.publish.timeout)
+        if finished.code == 0 and not exists:
+            pending.unlink(missing_ok=True)
         output = redact_bytes(finished.stdout + finished.stderr, self.redacted)
         (summary.report_dir / "publish.out").write_bytes(output)
         if finished.code != 0:
