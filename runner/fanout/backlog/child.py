@@ -14,8 +14,10 @@ import asyncio
 import contextlib
 import os
 import signal
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -98,3 +100,44 @@ async def start(
         start_new_session=True,
     )
     return child
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ran:
+    """A command run to its end by ``ran``: its exit status (None: killed at its
+    deadline), and its stdout and stderr as the files it wrote them to."""
+
+    code: int | None
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+
+
+@contextlib.asynccontextmanager
+async def ran(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdin: bytes, deadline_s: float
+) -> AsyncIterator[Ran]:
+    """Run ``argv`` with ``stdin`` to its exit, or kill its group at ``deadline_s``, and
+    give its output for the caller to read (how much, and what of it to keep, is the
+    caller's: publishing reads git's whole listing, notify keeps an end).  Its stdin,
+    stdout and stderr are temporary files, not pipes: a command that never reads its
+    stdin, or a daemon it left holding a pipe, cannot keep the coordinator waiting past
+    the deadline.  Raises OSError when it cannot start, and CancelledError only after
+    killing its group."""
+    with (
+        tempfile.TemporaryFile() as given,
+        tempfile.TemporaryFile() as stdout,
+        tempfile.TemporaryFile() as stderr,
+    ):
+        given.write(stdin)
+        given.seek(0)
+        proc = await start(list(argv), cwd=cwd, env=env, stdin=given, stdout=stdout, stderr=stderr)
+        code: int | None = None
+        try:
+            async with asyncio.timeout(deadline_s):
+                code = await proc.wait()
+        except TimeoutError:
+            code = None
+        finally:
+            proc.kill()  # its whole group, unless it exited by itself
+            await proc.reaped()  # prompt: SIGKILL
+        yield Ran(code=code, stdout=stdout, stderr=stderr)

@@ -2,15 +2,13 @@
 its own (``backlog.child``) that is killed at the deadline, its output kept, redacted,
 in ``notify.out`` beside the run's report.
 
-Its stdin, stdout and stderr are temporary files, not pipes (as the aggregate
-command's): a command that never reads its stdin, or a daemon it left holding a pipe,
+It runs as ``backlog.child.ran`` runs a command: temporary files, not pipes, for its
+streams, so a command that never reads its stdin, or a daemon it left holding a pipe,
 cannot keep the run waiting past the deadline.
 """
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
@@ -41,37 +39,24 @@ async def run(
 ) -> str | None:
     """Run ``argv`` with ``stdin``; None if it exited 0 within ``deadline_s`` seconds,
     else why not, in one line.  Raises only CancelledError, after killing its group."""
-    with (
-        tempfile.TemporaryFile() as given,
-        tempfile.TemporaryFile() as stdout,
-        tempfile.TemporaryFile() as stderr,
-    ):
-        given.write(stdin)
-        given.seek(0)
-        try:
-            proc = await child.start(
-                list(argv), cwd=cwd, env=env, stdin=given, stdout=stdout, stderr=stderr
-            )
-        except OSError as exc:
-            return f"cannot start {argv[0]}: {exc.strerror or exc}"
-        failure = ""
-        try:
-            async with asyncio.timeout(deadline_s):
-                code = await proc.wait()
-            if code != 0:
-                failure = f"exited {code}" if code > 0 else f"killed by signal {-code}"
-        except TimeoutError:
-            failure = f"killed after {duration_text(deadline_s)} (notify.timeout)"
-        finally:
-            proc.kill()  # its whole group, unless it exited by itself
-            await proc.reaped()  # prompt: SIGKILL
-        output = _kept([stdout, stderr], redacted)
-        unwritten = _write(out, output)
-        if failure:
-            last = output.decode("utf-8", "replace").strip().splitlines()
-            said = f": {one_line(last[-1], SAID_CHARS)}" if last else ""
-            return f"{failure}{said}"
-        return unwritten or None
+    try:
+        async with child.ran(argv, cwd=cwd, env=env, stdin=stdin, deadline_s=deadline_s) as done:
+            failure = ""
+            if done.code is None:
+                failure = f"killed after {duration_text(deadline_s)} (notify.timeout)"
+            elif done.code != 0:
+                failure = (
+                    f"exited {done.code}" if done.code > 0 else f"killed by signal {-done.code}"
+                )
+            output = _kept([done.stdout, done.stderr], redacted)
+    except OSError as exc:
+        return f"cannot start {argv[0]}: {exc.strerror or exc}"
+    unwritten = _write(out, output)
+    if failure:
+        last = output.decode("utf-8", "replace").strip().splitlines()
+        said = f": {one_line(last[-1], SAID_CHARS)}" if last else ""
+        return f"{failure}{said}"
+    return unwritten or None
 
 
 def _kept(streams: list[IO[bytes]], redacted: Sequence[str]) -> bytes:

@@ -1,12 +1,9 @@
-"""A command that publishing runs (git, the pull request's command): a child in a
-process group of its own (``backlog.child``), killed at its deadline, its stdin, stdout
-and stderr temporary files rather than pipes (a daemon left holding a pipe cannot keep
-the run waiting), its output read back whole up to a bound."""
+"""A command that publishing runs (git, the pull request's command): run as
+``backlog.child.ran`` runs one (a process group of its own, killed at its deadline,
+temporary files for its streams), its output read back whole up to a bound."""
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,32 +48,21 @@ async def run(
     deadline_s: float,
     stdin: bytes = b"",
 ) -> Finished:
-    """Run ``argv`` to its exit.  Raises CommandFailed (and only CancelledError
-    otherwise, after killing its group)."""
-    with (
-        tempfile.TemporaryFile() as given,
-        tempfile.TemporaryFile() as stdout,
-        tempfile.TemporaryFile() as stderr,
-    ):
-        given.write(stdin)
-        given.seek(0)
-        try:
-            proc = await child.start(
-                list(argv), cwd=cwd, env=env, stdin=given, stdout=stdout, stderr=stderr
+    """Run ``argv`` to its exit (``backlog.child.ran``).  Raises CommandFailed (and only
+    CancelledError otherwise, after killing its group)."""
+    try:
+        async with child.ran(argv, cwd=cwd, env=env, stdin=stdin, deadline_s=deadline_s) as done:
+            if done.code is None:
+                raise CommandFailed(
+                    f"{argv[0]} killed after {duration_text(deadline_s)} (publish.timeout)"
+                )
+            return Finished(
+                code=done.code,
+                stdout=_read(done.stdout, argv[0]),
+                stderr=_read(done.stderr, argv[0]),
             )
-        except OSError as exc:
-            raise CommandFailed(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
-        try:
-            async with asyncio.timeout(deadline_s):
-                code = await proc.wait()
-        except TimeoutError:
-            raise CommandFailed(
-                f"{argv[0]} killed after {duration_text(deadline_s)} (publish.timeout)"
-            ) from None
-        finally:
-            proc.kill()  # its whole group, unless it exited by itself
-            await proc.reaped()
-        return Finished(code=code, stdout=_read(stdout, argv[0]), stderr=_read(stderr, argv[0]))
+    except OSError as exc:
+        raise CommandFailed(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
 
 
 def _read(stream: IO[bytes], name: str) -> bytes:
