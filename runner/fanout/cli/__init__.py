@@ -6,7 +6,7 @@ are imported inside the commands that need them so ``fanout validate`` starts fa
 from __future__ import annotations
 
 # Importing a command module registers its commands; the order here is --help's.
-from . import jobs, runs, recurring, scheduling, hosts  # noqa: F401  isort: skip
+from . import jobs, runs, viewing, recurring, scheduling, hosts  # noqa: F401  isort: skip
 from .app import app
 
 __all__ = ["app", "main"]

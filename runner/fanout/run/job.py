@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import view
 from ..attempt.seam import Transport
 from ..backlog.units import Unit
 from ..errors import (
@@ -394,6 +395,8 @@ class Runner:
             if self._log is not None:
                 self._log.flush()
             written = report.write(self.journal, run_id, self.run_dir(run_id))
+            # report.html beside it: the same run, to open in a browser (fanout view).
+            view.write(self.journal, run_id, self.run_dir(run_id), job=self.spec)
         except FanoutError as exc:
             problem = exc
         except OSError as exc:  # the report did not fit (the journal did)

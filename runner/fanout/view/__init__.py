@@ -1,0 +1,36 @@
+"""report.html: a run you open in a browser (``write``), or follow as it goes
+(``serve``).  ``data`` reads the run, ``page`` renders it under a strict CSP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..journal import Journal
+from . import data, page
+from .data import Transcripts, no_transcript
+
+__all__ = ["Transcripts", "no_transcript", "transcript_reader", "write"]
+
+
+def transcript_reader() -> Transcripts:
+    """The one place the agents' transcript parser plugs into the viewer."""
+    return no_transcript
+
+
+def write(
+    journal: Journal,
+    run_id: str,
+    run_dir: Path,
+    *,
+    job: Any = None,
+    transcript_of: Transcripts | None = None,
+) -> Path:
+    """Write ``report.html`` into ``run_dir``; returns its path."""
+    built = data.build(
+        journal, run_id, run_dir, job=job, transcript_of=transcript_of or transcript_reader()
+    )
+    path = run_dir / "report.html"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(page.render(built), encoding="utf-8")
+    return path
