@@ -395,8 +395,10 @@ class Runner:
             if self._log is not None:
                 self._log.flush()
             written = report.write(self.journal, run_id, self.run_dir(run_id))
-            # report.html beside it: the same run, to open in a browser (fanout view).
-            view.write(self.journal, run_id, self.run_dir(run_id), job=self.spec)
+            # report.html beside it, to open in a browser; a bigger run's costs seconds
+            # (bench/view.py), so there `fanout view` writes it when asked.
+            if self.journal.unit_count(run_id) <= view.AT_RUN_END:
+                view.write(self.journal, run_id, self.run_dir(run_id), job=self.spec)
         except FanoutError as exc:
             problem = exc
         except OSError as exc:  # the report did not fit (the journal did)

@@ -10,7 +10,11 @@ from ..journal import Journal
 from . import data, page
 from .data import Transcripts, no_transcript
 
-__all__ = ["Transcripts", "no_transcript", "transcript_reader", "write"]
+__all__ = ["AT_RUN_END", "Transcripts", "no_transcript", "transcript_reader", "write"]
+
+# A run writes report.html at its end up to this many unit rows: 10,000 took 3.5-6 s
+# and 100,000 15 s here (bench/view.py); past it, ``fanout view`` writes it on demand.
+AT_RUN_END = 20_000
 
 
 def transcript_reader() -> Transcripts:
