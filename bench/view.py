@@ -11,6 +11,7 @@ Prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 import time
@@ -76,24 +77,23 @@ def browser_seconds(page: Path) -> str:
     """Seconds until headless Chromium shows the units table's rows, or why not."""
     if not (Path("/usr/bin/chromium").exists() and Path("/usr/bin/chromedriver").exists()):
         return "skipped (no chromium)"
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.ui import WebDriverWait
+    try:  # imported by name: selenium is optional here, and mypy need not know it
+        webdriver: Any = importlib.import_module("selenium.webdriver")
+        by: Any = importlib.import_module("selenium.webdriver.common.by").By
+        wait: Any = importlib.import_module("selenium.webdriver.support.ui").WebDriverWait
     except ImportError:
         return "skipped (no selenium)"
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = webdriver.Chrome(
+        service=webdriver.ChromeService("/usr/bin/chromedriver"), options=options
+    )
     try:
         began = time.perf_counter()
         driver.get(page.as_uri())
-        WebDriverWait(driver, 30).until(
-            lambda d: d.find_elements(By.CSS_SELECTOR, "table#units tbody tr")
-        )
+        wait(driver, 30).until(lambda d: d.find_elements(by.CSS_SELECTOR, "table#units tbody tr"))
         return f"{time.perf_counter() - began:.2f}"
     finally:
         driver.quit()
