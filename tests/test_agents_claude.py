@@ -172,6 +172,15 @@ def test_stream_json_is_read_from_its_last_result_event() -> None:
     ) == _expected(json.loads((GOLDEN / "success.json").read_text()))
 
 
+def test_the_presets_stream_json_reads_as_its_json_does() -> None:
+    # The real CLI's stream-json of the same tool loop (tests/transcriptrun.py): the
+    # preset's format, whose last event is the json format's result.
+    stream = (GOLDEN.parent.parent / "transcripts" / "claude-stream-json.out").read_text()
+    assert agents.read(
+        "claude", exit_code=0, output=stream, now=datetime.fromisoformat(NOW)
+    ) == _expected(json.loads((GOLDEN / "success.json").read_text()))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["success", "usage_window"])
 def test_the_installed_cli_still_prints_what_the_golden_holds(

@@ -113,6 +113,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "agents.gemini",
             "agents.aider",
             "agents.llm",
+            "agents.turns",
+            "agents.transcript",
             "agents",
             "attempt.model",
             "attempt.verdict",

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,27 @@ async def test_failures_keep_a_tail_and_a_capped_log(tmp_path: Path, kind: str) 
     log = (tmp_path / "logs" / "a1.log").read_text()
     assert log.startswith("line-0\n")
     assert log.endswith("[fanout: log truncated at 1000 bytes]\n")
+    _assert_torn_down(tmp_path)
+
+
+async def test_an_agents_result_past_the_logs_cut_is_read_from_the_tail(tmp_path: Path) -> None:
+    # claude's stream-json ends in its `result` line; a session longer than logLimit
+    # pushes that line past the log's cut.  Here a 429 the CLI gave up on.
+    result = (
+        Path(__file__).parent / "data" / "agents" / "claude" / "rate_limit_429.out"
+    ).read_text()
+    (tmp_path / "result.out").write_text(result)
+    script = f'i=0; while [ $i -lt 300 ]; do echo \'{{"type":"user"}}\'; i=$((i+1)); done; cat {tmp_path}/result.out; exit 1'
+    attempt = replace(
+        _attempt(tmp_path, ["sh", "-c", script], log_limit=1000, tail_limit=2048), agent="claude"
+    )
+    transport = await _transport(tmp_path, "none")
+    done = await transport.run(attempt)
+    assert (done.status, done.kind, done.reason) == (
+        Status.THROTTLED,
+        "rate-limited",
+        "claude: rate-limited: API Error: Request rejected (429) · mock limit",
+    )
     _assert_torn_down(tmp_path)
 
 

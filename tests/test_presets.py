@@ -101,7 +101,7 @@ def test_what_each_preset_fills_in() -> None:
     }
     assert table == {
         "claude": (
-            ("claude", "-p", "--output-format", "json"),
+            ("claude", "-p", "--output-format", "stream-json", "--verbose"),
             {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"},
             {"CLAUDE_CODE_MAX_RETRIES": "0"},
             ".claude",
@@ -328,7 +328,8 @@ def test_args_extend_the_presets_command(tmp_path: Path) -> None:
         "claude",
         "-p",
         "--output-format",
-        "json",
+        "stream-json",
+        "--verbose",
         "--model",
         "{{ rung.vars.model }}",
         "--allowedTools",
@@ -458,7 +459,7 @@ def test_plan_marks_what_the_preset_filled_in(tmp_path: Path) -> None:
     )
     assert task_lines(tmp_path, text) == [
         "  agent    claude: its output is read for the attempt's fate, usage and cost",
-        "  command  claude -p --output-format json --model sonnet   "
+        "  command  claude -p --output-format stream-json --verbose --model sonnet   "
         '(from task.agent = "claude" and task.args)',
         '  env      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1   (from task.agent = "claude")',
         '           CLAUDE_CODE_MAX_RETRIES=0   (from task.agent = "claude")',

@@ -73,6 +73,11 @@ class OutputCapture:
                 self._failed(exc)
 
     @property
+    def truncated(self) -> bool:
+        """The log was cut at ``log_limit``: its end is only in the tail."""
+        return self._truncated
+
+    @property
     def tail(self) -> str:
         return self._tail.decode("utf-8", "replace")
 

@@ -129,6 +129,11 @@ class Verdict:
                 output = log.read(self.attempt.log_limit).decode(errors="replace")
         except OSError:
             output = self.capture.tail
+        else:
+            if self.capture.truncated:
+                # The CLI's verdict is its last line (claude's stream-json `result`),
+                # which a long session pushes past the log's cut: the tail holds it.
+                output += "\n" + self.capture.tail
         return agents.read(agent, exit_code=code, output=output, now=datetime.now().astimezone())
 
     def _agent_result(self, reading: Reading, code: int, stage: str) -> AttemptResult:

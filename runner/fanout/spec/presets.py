@@ -53,7 +53,10 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             # Checked against the real CLI by tests/test_claude_cli.py and
             # tests/test_gateway_claude.py.  --allowedTools only when the job says
             # (task.args): which tools a unit may use is the job's decision.
-            argv=("claude", "-p", "--output-format", "json"),
+            # stream-json (which -p accepts only with --verbose): every response and tool
+            # result for the attempt's transcript (agents.transcript), and the same
+            # `result` event as json at its end for agents.claude.
+            argv=("claude", "-p", "--output-format", "stream-json", "--verbose"),
             env=_frozen(
                 {
                     # Without it the CLI looks up some 40 names in DNS (measured in
