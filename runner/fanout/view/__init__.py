@@ -18,8 +18,16 @@ AT_RUN_END = 20_000
 
 
 def transcript_reader() -> Transcripts:
-    """The one place the agents' transcript parser plugs into the viewer."""
-    return no_transcript
+    """The one place the agents' transcript parser plugs into the viewer: each agent
+    attempt's log read as its CLI wrote it (``agents.transcript``)."""
+    from ..agents import transcript
+
+    def read(agent: str | None, output: bytes) -> list[dict[str, Any]]:
+        if agent is None:
+            return []
+        return [turn.as_dict() for turn in transcript.parse(agent, output)]
+
+    return read
 
 
 def write(
