@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
@@ -32,6 +33,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # tests never write into the work tree.
 SHOTS_VARIABLE = "FANOUT_SCREENSHOTS"
 WINDOW = (1280, 900)
+T = TypeVar("T")
 
 
 def require_chromium() -> None:
@@ -114,8 +116,17 @@ class Browser:
             found = driver.find_elements("css selector", css)
             return found[0] if found else False
 
-        element: WebElement = WebDriverWait(self.driver, timeout).until(first)
-        return element
+        return self.wait_until(first, timeout)
+
+    def wait_until(
+        self, check: Callable[[webdriver.Chrome], T | Literal[False]], timeout: float = 10
+    ) -> T:
+        """What ``check`` returns once it is not False, asked again while it is (or
+        while the element it looked at was replaced); a timeout fails the test."""
+        wait = WebDriverWait(
+            self.driver, timeout, ignored_exceptions=(StaleElementReferenceException,)
+        )
+        return wait.until(check)
 
     def _log(self, kind: str) -> list[dict[str, Any]]:
         """The entries of Chromium's log ``kind`` not read before (Chromium drops them)."""
