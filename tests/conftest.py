@@ -4,12 +4,13 @@ Tripwires: every test gets a private HOME, and a connection to anything but loop
 or a Unix socket fails loudly, so a test that forgot to inject a state directory or a
 transport cannot touch the developer's home or the network.
 
-Tiers: a test's cost markers (``sshd``, ``ray``, ``agent``, ``bwrap``) are derived from
+Tiers: a test's cost markers (``sshd``, ``ray``, ``agent``, ``browser``, ``bwrap``) are derived from
 the fixtures it uses (``COSTS``), and a parametrized case that names a place
 (``helpers.places``) or an agent (``helpers.agents``) carries the marks of what it starts, so
-``scripts/test --fast`` (``-m "not sshd and not ray and not agent and not slow"``)
-never starts what it deselects.  A test that starts sshd, a Ray node or an agent CLI
-without its marker fails (``_spawn_tripwire``), so none can be mislabelled.
+``scripts/test --fast`` (``-m "not sshd and not ray and not agent and not browser and
+not slow"``) never starts what it deselects.  A test that starts sshd, a Ray node, an
+agent CLI or chromedriver without its marker fails (``_spawn_tripwire``), so none can be
+mislabelled.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 if TYPE_CHECKING:
     from raycluster import Cluster
 
+    from browser import Browser
     from mockapi import MockApi
     from sshd import Pool
 
@@ -43,6 +45,7 @@ COSTS: dict[str, frozenset[str]] = {
     "sshd": frozenset({"ssh_pool", "module_ssh_pool"}),
     "ray": frozenset({"ray_cluster", "own_ray_cluster"}),
     "agent": frozenset(f"{name}_cli" for name in AGENT_CLIS),
+    "browser": frozenset({"browser"}),
     "bwrap": frozenset({"bwrap"}),
 }
 
@@ -83,16 +86,20 @@ def _missing(reason: str) -> None:
 # session-scoped fixtures start with the first test that uses them).
 _running: pytest.Item | None = None
 SSHD = "/usr/sbin/sshd"
+CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 def spawn_cost(args: Sequence[str], path: str) -> str | None:
     """The cost marker a command ``args`` run with ``PATH`` = ``path`` needs: sshd, a Ray
-    node (``ray start``), or a real agent CLI (by its path under the test tools, or by
-    its name with their directory on ``path``, as inside a sandbox)."""
+    node (``ray start``), chromedriver (which starts Chromium), or a real agent CLI (by
+    its path under the test tools, or by its name with their directory on ``path``, as
+    inside a sandbox)."""
     if not args:
         return None
     if args[0] == SSHD:
         return "sshd"
+    if args[0] == CHROMEDRIVER:
+        return "browser"
     if Path(args[0]).name == "ray" and "start" in args[1:2]:
         return "ray"
     clis = TOOLS / "node_modules" / ".bin"
@@ -251,6 +258,16 @@ def module_ssh_pool() -> Iterator[Pool]:
         yield pool
     finally:
         pool.close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    """A real headless Chromium, offline, with its console and network logs
+    (tests/browser.py); skips without Chromium, but under CI."""
+    from browser import started
+
+    with started(tmp_path) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """The suite's tiers: cost markers follow the fixtures a test uses (tests/conftest.py),
 a case that names a place or an agent carries what that starts, and a test that starts
-sshd, a Ray node or an agent CLI without its marker fails."""
+sshd, a Ray node, an agent CLI or chromedriver without its marker fails."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from conftest import (
     _TRIPPED,
+    CHROMEDRIVER,
     COSTS,
     SSHD,
     TOOLS,
@@ -37,6 +38,7 @@ def test_a_test_using_a_costly_fixture_itself_or_through_another_carries_its_mar
         Item("codex_cli", "codex_mock", "mock_api"),
         Item("bwrap", "gemini_cli"),
         Item("tmp_path", "mock_api", "chdir_tmp"),
+        Item("browser", "tmp_path"),
     ]
     pytest_collection_modifyitems(items)  # type: ignore[arg-type]
     assert [sorted(item.marks) for item in items] == [
@@ -47,6 +49,7 @@ def test_a_test_using_a_costly_fixture_itself_or_through_another_carries_its_mar
         ["agent"],
         ["agent", "bwrap"],
         [],
+        ["browser"],
     ]
 
 
@@ -89,6 +92,7 @@ def test_what_a_command_starts() -> None:
     assert spawn_cost(["sh", "-c", "claude"], "/usr/bin") is None  # a stand-in
     assert spawn_cost([f"{clis}/eslint", "bad.js"], "/usr/bin") is None
     assert spawn_cost(["ssh", "-p", "22", "h1"], "/usr/bin") is None
+    assert spawn_cost([CHROMEDRIVER, "--port=4444"], "/usr/bin") == "browser"
     assert spawn_cost([], "/usr/bin") is None
 
 
@@ -98,5 +102,17 @@ def test_starting_sshd_without_its_marker_fails_the_test(request: pytest.Fixture
         subprocess.Popen([SSHD, "-t"])
     # The test's teardown fails it for that too (the code under test may have caught it);
     # this test expected it.
+    assert len(request.node.stash[_TRIPPED]) == 1
+    request.node.stash[_TRIPPED].clear()
+
+
+def test_starting_chromedriver_without_its_marker_fails_the_test(
+    request: pytest.FixtureRequest,
+) -> None:
+    assert request.node.get_closest_marker("browser") is None
+    with pytest.raises(
+        CostTripwire, match=r"started /usr/bin/chromedriver without the 'browser' marker"
+    ):
+        subprocess.Popen([CHROMEDRIVER, "--version"])
     assert len(request.node.stash[_TRIPPED]) == 1
     request.node.stash[_TRIPPED].clear()
