@@ -188,6 +188,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.history",
             # What a job's units took in its earlier runs (the next run's estimate).
             "journal.past",
+            # A run's latest stretch read back, for the spans traces exports.
+            "journal.stretches",
             "journal",
             "transports.preflight",
         ),
@@ -229,6 +231,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Publishing a run's changes: launch hands the run a Publisher (``Runner.ended``,
     # ``Runner.refuse``), which reads the run's applied files (``journal``) and runs git.
     ("publish", ("publish.process", "publish.git", "publish.changes", "publish")),
+    # Spans of a run for an OpenTelemetry collector: launch hands the run a Tracer
+    # (``Runner.ended``), which reads the stretch that ended (``journal``); otlp alone
+    # imports opentelemetry.
+    ("traces", ("traces.otlp", "traces")),
     ("run", ("run.applying", "run.kept", "run.lock", "run.job")),
     # The scheduler knows when to fire, not how a run starts: the CLI hands it
     # ``launch.run_fire`` as a callback, and launch reads the scheduler's ``Fire``.

@@ -14,6 +14,7 @@ next run; ``queries`` the read-only queries of resume, status and the report;
 ``reuse`` fingerprints across runs: reused results, quarantine streaks;
 ``history`` a job over time: its runs one row each, its quarantined units;
 ``past`` what a job's units took in its earlier runs, for the next run's estimate;
+``stretches`` a run's latest stretch and its attempts, for the spans ``traces`` exports;
 ``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
 connection.
 """
@@ -36,6 +37,7 @@ from .reuse import (
 )
 from .runs import Runs
 from .store import no_state
+from .stretches import Stretch, StretchAttempt, Stretches
 from .tables import KeptCeiling, RunRow, UnitRow, new_run_id
 from .usage import Usage
 from .worktime import Compute
@@ -51,6 +53,8 @@ __all__ = [
     "Settled",
     "SettledWriter",
     "Streak",
+    "Stretch",
+    "StretchAttempt",
     "Success",
     "Successes",
     "UnitRow",
@@ -59,5 +63,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse, History, Past):
+class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse, History, Past, Stretches):
     """One SQLite file per state directory, shared by every job that uses it."""

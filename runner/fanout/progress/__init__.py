@@ -194,6 +194,15 @@ class Display:
             "yellow",
         )
 
+    def _on_traces_exported(self, event: dict[str, Any]) -> None:
+        self._line(f"exported {event['spans']} span(s) to {event['to']}")
+
+    def _on_traces_failed(self, event: dict[str, Any]) -> None:
+        self._line(
+            f"could not export spans to {event['to']}: {event['reason']} (the run's result stands)",
+            "yellow",
+        )
+
     def _on_publish_published(self, event: dict[str, Any]) -> None:
         self._line(
             f"published {event['files']} file(s) in {event['commits']} commit(s) to"

@@ -60,6 +60,15 @@ def runner_for(
         from ..notify import secrets_of
 
         told = secrets_of(job, environ)
+    # Spans of the run for an OpenTelemetry collector (the otel extra), read before the
+    # job's secrets leave the environment: its headers may be one of them.
+    tracer = None
+    if "OTEL_EXPORTER_OTLP_ENDPOINT" in environ or "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in environ:
+        from ..traces import Tracer, settings_of
+
+        traced = settings_of(environ)
+        if traced is not None:
+            tracer = Tracer(traced, journal_path=journal.path, events=events)
     # Each limit starts from what the job's last runs learned of it (``kept``).
     seeds, api_seeds = kept.seeds(journal, job)
     gateway = None
@@ -132,8 +141,8 @@ def runner_for(
         gateway=gateway,
         workers=commands.local_workers(job, environ),
         # Published before notified: the message then tells of a run whose pull
-        # request is up to date.
-        ended=_in_turn(publisher, notifier),
+        # request is up to date.  Spans last: a dead collector delays neither.
+        ended=_in_turn(publisher, notifier, tracer),
         refuse=publisher.refuse if publisher is not None else None,
     )
     return runner
