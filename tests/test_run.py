@@ -375,7 +375,7 @@ def test_retry_failed_reruns_only_the_failed_units(tmp_path: Path) -> None:
         [*FANOUT, "report", run_id], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
     assert "### Failed: needs a human" in report
-    assert "<code>u02</code>: worker exited with status 1" in report
+    assert "#### 1 unit(s): worker exited with status 1\n\n- <code>u02</code>: round 1" in report
     (gates / "fail-u02").unlink()
     again = subprocess.run([*FANOUT, "retry", run_id], capture_output=True, text=True, cwd=tmp_path)
     assert again.returncode == 0, again.stderr

@@ -367,6 +367,9 @@ class Proxy:
         resume = max(loop.time(), route.limiter.paused_until)
         if resume >= grant.deadline:
             return False
+        # The pause as the limiter decided it, from the instant it read its clock: a
+        # clock read later, on a loaded machine, said 1.499 for a Retry-After of 1.5.
+        begun = pause.until - pause.seconds if pause is not None else loop.time()
         self.events.emit(
             "api.throttled",
             api=route.api.name,
@@ -374,7 +377,7 @@ class Proxy:
             attempt=grant.attempt,
             status=answer.status,
             retryAfter=wait,
-            pause=round(resume - loop.time(), 3),
+            pause=round(max(begun, route.limiter.paused_until) - begun, 3),
             episode="new" if pause is not None and pause.new_episode else "same",
         )
         return True
