@@ -9,9 +9,12 @@ import hashlib
 import json
 import re
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fanout.journal import Journal
 from fanout.view import data as view_data
@@ -142,6 +145,13 @@ def test_serve_answers_on_loopback_with_the_policy(tmp_path: Path, monkeypatch: 
         with urllib.request.urlopen(server.url + "data.json", timeout=10) as answer:
             fresh = json.loads(answer.read())
         assert fresh["summary"]["totals"] == {"failed": 1, "succeeded": 3}
+        # Another name for the same address (a rebound DNS name) is refused.
+        rebound = urllib.request.Request(
+            server.url + "data.json", headers={"Host": f"evil.example:{server.server_address[1]}"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(rebound, timeout=10)
+        assert refused.value.code == 421
     finally:
         server.shutdown()
         server.server_close()

@@ -1,7 +1,8 @@
 """``fanout view --serve``: the page on 127.0.0.1, its data read afresh for each
 ``/data.json`` so the page follows a run in progress.  The server sends the page's
 policy as a header too, with ``connect-src 'self'``: the page may fetch its data and
-nothing else."""
+nothing else.  It answers only a request that names it by its loopback address (the
+``Host`` header), so a web page cannot read a run by DNS rebinding."""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ class _Handler(BaseHTTPRequestHandler):
     server: Server
 
     def do_GET(self) -> None:
+        port = self.server.server_address[1]
+        if self.headers.get("Host", "") not in {f"127.0.0.1:{port}", f"localhost:{port}"}:
+            # DNS rebinding: a page on another site that points its own name at
+            # 127.0.0.1 would otherwise read the run's logs and prompts.
+            self.send_error(HTTPStatus.MISDIRECTED_REQUEST)
+            return
         path = self.path.split("?", 1)[0]
         if path == "/":
             body = page.render(self.server.fresh(), connect=CONNECT).encode("utf-8")
