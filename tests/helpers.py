@@ -392,3 +392,20 @@ def assert_parked_then_continued(job: Path, ran: Ran, kind: str, said: str) -> N
     assert report["totals"] == {"succeeded": 1}
     (unit,) = report["units"]
     assert unit["rung"] == "default"
+
+
+def only_run(directory: Path) -> Any:
+    """The one run the journal under ``directory/.fanout`` holds."""
+    journal = Journal(directory / ".fanout" / "journal.sqlite", read_only=True)
+    try:
+        (run,) = journal.runs()
+        return run
+    finally:
+        journal.close()
+
+
+def events_of(directory: Path, run_id: str, kind: str) -> list[dict[str, Any]]:
+    """The run's events of ``kind`` from its events.jsonl, without their times."""
+    log = directory / ".fanout" / "runs" / run_id / "events.jsonl"
+    found = [json.loads(line) for line in log.read_text().splitlines()]
+    return [{k: v for k, v in e.items() if k != "time"} for e in found if e["event"] == kind]

@@ -105,6 +105,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "isolation.inodes",
             "isolation.removal",
             # What an agent CLI's attempt came to (read by verdict).
+            "agents.jsonlines",
             "agents.taxonomy",
             "agents.usagewindows",
             "agents.providers",

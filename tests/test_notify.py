@@ -34,7 +34,7 @@ from fanout.schedule.scheduler import Fire
 from fanout.spec import NotifyEvent
 
 from fakes import FakeTransport
-from helpers import cli, make_runner, write_job
+from helpers import cli, events_of, make_runner, only_run, write_job
 
 HOST = socket.gethostname()
 
@@ -114,21 +114,6 @@ def notify_job(directory: Path, notify: str, *, items: tuple[str, ...] = ("ok", 
         '[runtime]\nsandbox = "none"\n[notify]\n' + notify.strip() + "\n"
     )
     return write_job(directory, text)
-
-
-def only_run(directory: Path) -> Any:
-    journal = Journal(directory / ".fanout" / "journal.sqlite", read_only=True)
-    try:
-        (run,) = journal.runs()
-        return run
-    finally:
-        journal.close()
-
-
-def events_of(directory: Path, run_id: str, kind: str) -> list[dict[str, Any]]:
-    log = directory / ".fanout" / "runs" / run_id / "events.jsonl"
-    found = [json.loads(line) for line in log.read_text().splitlines()]
-    return [{k: v for k, v in e.items() if k != "time"} for e in found if e["event"] == kind]
 
 
 def failed_run_message(directory: Path, run: Any, *, events: list[str]) -> dict[str, Any]:

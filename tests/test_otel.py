@@ -24,7 +24,7 @@ from fanout.journal import Journal
 from fanout.outcome import ApiUsage, StopReason, Summary
 from fanout.traces import BOUND_S, Tracer, settings_of, trace_id
 
-from helpers import cli, write_job
+from helpers import cli, events_of, only_run, write_job
 
 trace_service_pb2 = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
@@ -129,21 +129,6 @@ def closed_port() -> int:
 @pytest.fixture
 def traced_job(chdir_tmp: Path) -> Path:
     return write_job(chdir_tmp, JOB.format())
-
-
-def only_run(directory: Path) -> Any:
-    journal = Journal(directory / ".fanout" / "journal.sqlite", read_only=True)
-    try:
-        (run,) = journal.runs()
-        return run
-    finally:
-        journal.close()
-
-
-def events_of(directory: Path, run_id: str, kind: str) -> list[dict[str, Any]]:
-    log = directory / ".fanout" / "runs" / run_id / "events.jsonl"
-    found = [json.loads(line) for line in log.read_text().splitlines()]
-    return [{k: v for k, v in e.items() if k != "time"} for e in found if e["event"] == kind]
 
 
 def tree(spans: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -22,12 +22,12 @@ retried stream broke, or a budget stopped the turn, `usage` holds only the last 
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from typing import Any
 
 from ..values.safetext import one_line
+from . import jsonlines
 from .providers import stated_window
 from .taxonomy import Kind, Reading
 from .usagewindows import find
@@ -115,17 +115,8 @@ def _from_text(exit_code: int, output: str, now: datetime) -> Reading:
 
 def _result(output: str) -> dict[str, Any] | None:
     """The last `{"type": "result", ...}` object on a line of its own, if any."""
-    for line in reversed(output.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict) and value.get("type") == "result":
-            return value
-    return None
+    found = (value for value in jsonlines.objects(output, from_end=True))
+    return next((value for value in found if value.get("type") == "result"), None)
 
 
 def _usage(result: dict[str, Any]) -> dict[str, Any]:

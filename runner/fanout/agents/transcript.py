@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from . import jsonlines
 from .turns import MAX_TURNS, Draft, ToolCall, Turn, bounded, json_text
 
 __all__ = ["ToolCall", "Turn", "parse"]
@@ -268,16 +269,7 @@ def _gemini_json(output: str) -> Iterator[Turn]:
 
 def _events(output: str) -> Iterator[dict[str, Any]]:
     """Each line of `output` that is a whole JSON object with a string `type`."""
-    for line in output.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict) and isinstance(value.get("type"), str):
-            yield value
+    return (value for value in jsonlines.objects(output) if isinstance(value.get("type"), str))
 
 
 def _object(value: object) -> dict[str, Any]:
