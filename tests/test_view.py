@@ -155,3 +155,21 @@ def test_serve_answers_on_loopback_with_the_policy(tmp_path: Path, monkeypatch: 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_symlink_in_the_workspace_is_not_read_into_the_diff(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    run_dir = _run(tmp_path, monkeypatch)
+    # After the run, a.txt becomes a link to a file the run never touched.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("hunter2-do-not-paste\n")
+    (tmp_path / "a.txt").unlink()
+    (tmp_path / "a.txt").symlink_to(outside / "secret.txt")
+    made = cli("view", run_dir.name)
+    assert made.code == 0, made.err
+    page_text = (run_dir / "report.html").read_text()
+    assert "hunter2" not in page_text
+    diffs = [d["diff"]["text"] for d in _embedded(page_text)["details"].values()]
+    assert any("+changed" in text for text in diffs)  # the collected copy is still shown

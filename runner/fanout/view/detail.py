@@ -204,10 +204,10 @@ def _diff(
     for change in files:
         if used >= DIFF_CHARS:
             break
-        new = _text(run_dir / "units" / folder / change["path"])
+        new = _text(run_dir / "units" / folder / change["path"], run_dir / "units" / folder)
         if new is None:
             continue
-        old = _text(workspace / change["path"]) if workspace is not None else None
+        old = _text(workspace / change["path"], workspace) if workspace is not None else None
         lines = difflib.unified_diff(
             (old or "").splitlines(keepends=True),
             new.splitlines(keepends=True),
@@ -220,8 +220,13 @@ def _diff(
     return {"files": files, "text": "".join(chunks), "cut": used >= DIFF_CHARS}
 
 
-def _text(path: Path) -> str | None:
+def _text(path: Path, root: Path) -> str | None:
+    """The file's text for the diff, None where it is not a small UTF-8 regular file
+    under ``root``: a symlink in the workspace (or the collected copy) could point at
+    a file the run never touched, and the page is meant to be pasted."""
     try:
+        if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
+            return None
         if not path.is_file() or path.stat().st_size > DIFF_FILE:
             return None
         return path.read_bytes().decode("utf-8")
