@@ -1,10 +1,12 @@
 """The Gemini CLI's classifier (fanout.agents.gemini) against golden outputs of the real
-CLI, and a live re-capture: the real gemini in bwrap against tests/mockapi.py in each
-situation of the goldens, read to the same Reading.
+CLI in both its output formats, and a live re-capture: the real gemini in bwrap against
+tests/mockapi.py in each situation of the goldens, read to the same Reading.
 
-Each golden `tests/data/agents/gemini/<case>.out` is the real CLI's stdout then stderr,
-byte for byte; `<case>.json` says how it was captured (argv, env, settings, the mock's
-fault, the requests the mock saw), the exit code and the expected Reading."""
+Each golden `tests/data/agents/gemini/<case>.out` (`--output-format json`) and
+`tests/data/agents/gemini/stream-json/<case>.out` (the preset's `stream-json`) is the
+real CLI's stdout then stderr, byte for byte; `<case>.json` says how it was captured
+(argv, env, settings, the mock's fault, the requests the mock saw), the exit code and
+the expected Reading."""
 
 from __future__ import annotations
 
@@ -23,14 +25,17 @@ from helpers import run_agent
 from mockapi import Fault, MockApi, Usage
 
 GOLDEN = Path(__file__).parent / "data" / "agents" / "gemini"
+# Each output format's goldens: the same situations, captured the same way.
+FORMATS = {"stream-json": GOLDEN / "stream-json", "json": GOLDEN}
 CASES = sorted(p.stem for p in GOLDEN.glob("*.out"))
 TOKEN = "tok-gemini-7f3a"
 NOW = datetime(2026, 12, 1, 16, 30, tzinfo=UTC)
 
 
-def _golden(case: str) -> tuple[dict[str, Any], str]:
-    doc = json.loads((GOLDEN / f"{case}.json").read_text())
-    return doc, (GOLDEN / f"{case}.out").read_bytes().decode()
+def _golden(case: str, output_format: str = "stream-json") -> tuple[dict[str, Any], str]:
+    folder = FORMATS[output_format]
+    doc = json.loads((folder / f"{case}.json").read_text())
+    return doc, (folder / f"{case}.out").read_bytes().decode()
 
 
 def _expected(doc: dict[str, Any]) -> Reading:
@@ -38,7 +43,9 @@ def _expected(doc: dict[str, Any]) -> Reading:
     return Reading(**{**fields, "kind": Kind(fields["kind"])})
 
 
-def test_the_goldens_cover_every_situation_the_mock_can_drive() -> None:
+@pytest.mark.parametrize("output_format", sorted(FORMATS))
+def test_the_goldens_cover_every_situation_the_mock_can_drive(output_format: str) -> None:
+    assert sorted(p.stem for p in FORMATS[output_format].glob("*.out")) == CASES
     assert CASES == [
         "daily_quota",
         "false_success",
@@ -50,7 +57,7 @@ def test_the_goldens_cover_every_situation_the_mock_can_drive() -> None:
         "unauthorized",
         "untrusted",
     ]
-    kinds = {case: _golden(case)[0]["reading"]["kind"] for case in CASES}
+    kinds = {case: _golden(case, output_format)[0]["reading"]["kind"] for case in CASES}
     assert kinds == {
         "daily_quota": "daily-quota",
         "false_success": "false-success",
@@ -64,9 +71,11 @@ def test_the_goldens_cover_every_situation_the_mock_can_drive() -> None:
     }
 
 
+@pytest.mark.parametrize("output_format", sorted(FORMATS))
 @pytest.mark.parametrize("case", CASES)
-def test_each_golden_reads_to_its_reading(case: str) -> None:
-    doc, output = _golden(case)
+def test_each_golden_reads_to_its_reading(case: str, output_format: str) -> None:
+    doc, output = _golden(case, output_format)
+    assert doc["argv"][doc["argv"].index("--output-format") + 1] == output_format
     now = datetime.fromisoformat(doc["now"])
     reading = gemini.read(exit_code=doc["exit_code"], output=output, now=now)
     assert reading == _expected(doc)
@@ -74,9 +83,10 @@ def test_each_golden_reads_to_its_reading(case: str) -> None:
     assert read("gemini", exit_code=doc["exit_code"], output=output, now=now) == reading
 
 
-def test_the_exit_codes_are_the_http_status_modulo_256() -> None:
+@pytest.mark.parametrize("output_format", sorted(FORMATS))
+def test_the_exit_codes_are_the_http_status_modulo_256(output_format: str) -> None:
     # What the real CLI did (the docs say 1 for an API failure): the goldens pin it.
-    codes = {case: _golden(case)[0]["exit_code"] for case in CASES}
+    codes = {case: _golden(case, output_format)[0]["exit_code"] for case in CASES}
     assert codes == {
         "daily_quota": 429 % 256,
         "false_success": 0,
@@ -90,8 +100,9 @@ def test_the_exit_codes_are_the_http_status_modulo_256() -> None:
     }
 
 
-def test_success_reports_the_tokens_of_both_turns() -> None:
-    _, output = _golden("success")
+@pytest.mark.parametrize("output_format", sorted(FORMATS))
+def test_success_reports_the_tokens_of_both_turns(output_format: str) -> None:
+    _, output = _golden("success", output_format)
     assert gemini.read(exit_code=0, output=output, now=NOW) == Reading(
         kind=Kind.SUCCESS,
         detail="All done.",
@@ -102,8 +113,9 @@ def test_success_reports_the_tokens_of_both_turns() -> None:
     )
 
 
-def test_the_daily_quota_resets_at_midnight_pacific() -> None:
-    _, output = _golden("daily_quota")
+@pytest.mark.parametrize("output_format", sorted(FORMATS))
+def test_the_daily_quota_resets_at_midnight_pacific(output_format: str) -> None:
+    _, output = _golden("daily_quota", output_format)
     reading = gemini.read(exit_code=173, output=output, now=NOW)
     assert datetime.fromtimestamp(reading.reset_at or 0, UTC) == datetime(
         2026, 12, 2, 8, 0, tzinfo=UTC
@@ -177,7 +189,7 @@ SETTINGS: dict[str, Any] = {
 
 
 def _gemini(
-    gemini_cli: Path, api: MockApi, tmp_path: Path, live: dict[str, Any]
+    gemini_cli: Path, api: MockApi, tmp_path: Path, live: dict[str, Any], output_format: str
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run `gemini -p` once in a bwrap sandbox (network on: the mock is on the host's
     loopback), the prompt on stdin, nothing in its environment but what is named here."""
@@ -195,15 +207,16 @@ def _gemini(
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
     environment.pop(live.get("env_drop", ""), None)
-    args = ["-p", "", "--output-format", "json", "-m", "gemini-2.5-flash", "--yolo"]
+    args = ["-p", "", "--output-format", output_format, "-m", "gemini-2.5-flash", "--yolo"]
     done = run_agent(gemini_cli, args, base, environment, stdin="Write done to out.txt.")
     return done, base / "work"
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("output_format", sorted(FORMATS))
 @pytest.mark.parametrize("case", CASES)
 def test_the_real_cli_still_gives_each_golden_reading(
-    gemini_cli: Path, mock_api: MockApi, tmp_path: Path, case: str
+    gemini_cli: Path, mock_api: MockApi, tmp_path: Path, case: str, output_format: str
 ) -> None:
     live = LIVE[case]
     mock_api.configure(
@@ -215,9 +228,9 @@ def test_the_real_cli_still_gives_each_golden_reading(
     if "fault" in live:
         fault, retry_after = live["fault"]
         mock_api.script(fault, 20, retry_after=retry_after)
-    done, work = _gemini(gemini_cli, mock_api, tmp_path, live)
+    done, work = _gemini(gemini_cli, mock_api, tmp_path, live, output_format)
 
-    doc, _ = _golden(case)
+    doc, _ = _golden(case, output_format)
     assert done.returncode == doc["exit_code"], (done.stdout, done.stderr)
     reading = gemini.read(exit_code=done.returncode, output=done.stdout + done.stderr, now=NOW)
     assert dataclasses.asdict(reading) == dataclasses.asdict(_expected(doc))
@@ -278,6 +291,70 @@ def test_the_gateway_stopping_the_api_for_money_is_a_spend_cap() -> None:
     body = json.dumps({"error": {"code": 400, "message": said, "status": "INVALID_ARGUMENT"}})
     error = {"type": "Error", "message": body, "code": 400}
     output = json.dumps({"session_id": "s", "error": error}, indent=2) + "\n"
+    assert gemini.read(exit_code=144, output=output, now=NOW) == Reading(
+        kind=Kind.SPEND_CAP, detail=said
+    )
+
+
+def _stream(*events: dict[str, Any]) -> str:
+    return "".join(json.dumps({"timestamp": "t", **event}) + "\n" for event in events)
+
+
+def test_stream_json_counts_thoughts_from_the_total_and_takes_the_model_it_started() -> None:
+    # stream-json's stats name no role and leave thinking out of output_tokens; the
+    # total holds them (prompt + candidates + thoughts).
+    def model(inputs: int, candidates: int, cached: int, thoughts: int) -> dict[str, int]:
+        prompt = inputs + cached
+        return {
+            "total_tokens": prompt + candidates + thoughts,
+            "input_tokens": prompt,
+            "output_tokens": candidates,
+            "cached": cached,
+            "input": inputs,
+        }
+
+    models = {
+        "gemini-3.5-flash-lite": model(150, 35, 20, 0),
+        "gemini-3.1-pro-preview": model(30, 7, 4, 11),
+    }
+    output = _stream(
+        {"type": "init", "session_id": "s", "model": "gemini-3.1-pro-preview"},
+        {"type": "message", "role": "assistant", "content": "o", "delta": True},
+        {"type": "message", "role": "assistant", "content": "k", "delta": True},
+        {"type": "result", "status": "success", "stats": {"models": models}},
+    )
+    expected = Reading(
+        kind=Kind.SUCCESS,
+        detail="ok",
+        input_tokens=180,
+        output_tokens=53,
+        cache_read_tokens=24,
+        model="gemini-3.1-pro-preview",
+    )
+    assert gemini.read(exit_code=0, output=output, now=NOW) == expected
+    # Started as "auto" (no model of that name answered): the last one that did.
+    auto = output.replace('"model": "gemini-3.1-pro-preview"', '"model": "auto"')
+    assert gemini.read(exit_code=0, output=auto, now=NOW) == expected
+
+
+def test_stream_json_without_its_result_reads_by_the_exit_code() -> None:
+    started = _stream(
+        {"type": "init", "session_id": "s", "model": "gemini-2.5-flash"},
+        {"type": "message", "role": "assistant", "content": "All", "delta": True},
+    )
+    assert gemini.read(exit_code=0, output=started, now=NOW) == Reading(
+        kind=Kind.SUCCESS, detail="exit 0, no JSON result"
+    )
+    assert gemini.read(exit_code=173, output=started + "[fanout: cut]\n", now=NOW) == Reading(
+        kind=Kind.RATE_LIMITED, detail="[fanout: cut]"
+    )
+
+
+def test_stream_json_unwraps_the_gateways_spent_budget_from_its_api_error() -> None:
+    said = "api gemini: the run's budget of $5.00 is spent ($5.01 used); raise [[apis]] budget"
+    body = json.dumps({"error": {"code": 400, "message": said, "status": "INVALID_ARGUMENT"}})
+    error = {"type": "unknown", "message": f"[API Error: {body}]"}
+    output = _stream({"type": "result", "status": "error", "error": error, "stats": {}})
     assert gemini.read(exit_code=144, output=output, now=NOW) == Reading(
         kind=Kind.SPEND_CAP, detail=said
     )

@@ -124,7 +124,7 @@ def test_what_each_preset_fills_in() -> None:
             (Style.OPENAI,),
         ),
         "gemini": (
-            ("gemini", "-p", "", "--output-format", "json"),
+            ("gemini", "-p", "", "--output-format", "stream-json"),
             {"GEMINI_CLI_TRUST_WORKSPACE": "true"},
             {},
             ".gemini",

@@ -110,6 +110,17 @@ def test_geminis_json_names_the_tools_it_called_but_not_their_input() -> None:
             DATA / "agents" / "codex" / "rate-limit.out",
             "exceeded retry limit, last status: 429 Too Many Requests",
         ),
+        (
+            "gemini",
+            DATA / "agents" / "gemini" / "stream-json" / "overloaded.out",
+            "[API Error: The model is overloaded. Please try again later.]",
+        ),
+        (
+            "gemini",
+            DATA / "agents" / "gemini" / "stream-json" / "false_success.out",
+            "The model returned an empty response with no text or thoughts. This may be a"
+            " transient API issue; please try again.",
+        ),
     ],
 )
 def test_a_failed_attempt_ends_in_the_clis_error(agent: str, path: Path, said: str) -> None:

@@ -14,9 +14,10 @@ the other one each CLI has):
   command_execution, file_change, mcp_tool_call, web_search) and `turn.completed` with
   the usage of the whole exec.  Codex does not say where one API response ends: a turn
   here is a message (and the reasoning before it) with the tool calls after it.
-- gemini `--output-format stream-json`: `message` deltas, `tool_use`, `tool_result`
-  and a `result` with the totals; `--output-format json` (the preset's) is one object
-  with the response and statistics, whose tools are counted by name only.
+- gemini `--output-format stream-json` (the preset's): `message` deltas, `tool_use`,
+  `tool_result`, an `error` event for an empty or blocked answer, and a `result` with
+  the totals (and the error, if any); `--output-format json` is one object with the
+  response and statistics, whose tools are counted by name only.
 Every transcript ends in a `result` turn holding the CLI's last word and the attempt's
 totals (tokens, and cost where the CLI prices it), so it is not a turn of its own to sum.
 
@@ -182,6 +183,7 @@ def _gemini(output: str) -> Iterator[Turn]:
         return
     drafts: list[Draft] = []
     calls: dict[str, list[str]] = {}
+    failed = ""
     for event in events:
         kind = event["type"]
         if kind == "message" and event.get("role") == "assistant":
@@ -208,19 +210,33 @@ def _gemini(output: str) -> Iterator[Turn]:
             # The next words are the model's answer to the results: a turn of their own.
             if drafts:
                 drafts[-1].key = "answered"
+        elif kind == "error" and event.get("severity") == "error":
+            # An empty or blocked answer: said here, the result after it says only "error".
+            failed = str(event.get("message") or "")
         elif kind == "result":
-            stats = _object(event.get("stats"))
-            said = event.get("error")
-            draft = Draft(role="result", texts=[json_text(said) if said else ""])
-            # `input` is the uncached input; `input_tokens` counts the cached too.
-            draft.input_tokens = _int(stats.get("input"))
-            if draft.input_tokens is None and _int(stats.get("input_tokens")) is not None:
-                cached = _int(stats.get("cached")) or 0
-                draft.input_tokens = (_int(stats.get("input_tokens")) or 0) - cached
-            draft.output_tokens = _int(stats.get("output_tokens"))
-            drafts.append(draft)
+            drafts.append(_gemini_result(event, failed))
     for draft in drafts:
         yield draft.turn()
+
+
+def _gemini_result(event: dict[str, Any], failed: str) -> Draft:
+    error = event.get("error")
+    said = _object(error).get("message") if error is not None else None
+    if said is None and event.get("status") == "error":
+        said = failed
+    draft = Draft(role="result", texts=[said if isinstance(said, str) else json_text(said)])
+    stats = _object(event.get("stats"))
+    # `input` is the uncached input; `input_tokens` counts the cached too.
+    draft.input_tokens = _int(stats.get("input"))
+    if draft.input_tokens is None and _int(stats.get("input_tokens")) is not None:
+        cached = _int(stats.get("cached")) or 0
+        draft.input_tokens = (_int(stats.get("input_tokens")) or 0) - cached
+    draft.output_tokens = _int(stats.get("output_tokens"))
+    total, prompt = _int(stats.get("total_tokens")), _int(stats.get("input_tokens"))
+    if draft.output_tokens is not None and total is not None and prompt is not None:
+        # output_tokens leaves the thoughts out (billed as output, as agents.gemini counts).
+        draft.output_tokens = max(draft.output_tokens, total - prompt)
+    return draft
 
 
 _GEMINI_TRIES = 20

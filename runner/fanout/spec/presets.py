@@ -101,9 +101,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             agent="gemini",
             # Checked against the real CLI by tests/test_agents_gemini.py (the argv of
             # its goldens).  -p "" runs headless with the prompt read from stdin (-p is
-            # appended to it).  --yolo (tools without asking) only when the job says
-            # (task.args), as claude's --allowedTools.
-            argv=("gemini", "-p", "", "--output-format", "json"),
+            # appended to it).  stream-json, not json: only it holds the tool calls, for
+            # the transcript, and its result event says all that json's object does.
+            # --yolo (tools without asking) only when the job says (task.args), as
+            # claude's --allowedTools.
+            argv=("gemini", "-p", "", "--output-format", "stream-json"),
             # A sandbox's work directory is no folder the user trusted; headless gemini
             # refuses an untrusted one.  Telemetry, usage statistics and the update
             # check are off in its settings file (config_file).
