@@ -191,6 +191,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "journal.past",
             # A run's latest stretch read back, for the spans traces exports.
             "journal.stretches",
+            "journal.pages",
             "journal",
             "transports.preflight",
         ),

@@ -14,6 +14,7 @@ next run; ``queries`` the read-only queries of resume, status and the report;
 ``reuse`` fingerprints across runs: reused results, quarantine streaks;
 ``history`` a job over time: its runs one row each, its quarantined units;
 ``past`` what a job's units took in its earlier runs, for the next run's estimate;
+``pages`` what a run's page reads (``view``);
 ``stretches`` a run's latest stretch and its attempts, for the spans ``traces`` exports;
 ``tables`` the schema and the rows it returns.  ``Journal`` is all of them over one
 connection.
@@ -24,8 +25,9 @@ from __future__ import annotations
 from .attempts import Attempts
 from .ceilings import Ceilings
 from .history import History, NeedsPerson, RunHistory
+from .pages import Pages
 from .past import Past
-from .queries import FailedUnit, Queries
+from .queries import FailedUnit
 from .reuse import (
     Earlier,
     Reuse,
@@ -63,5 +65,5 @@ __all__ = [
 ]
 
 
-class Journal(Runs, Attempts, Queries, Usage, Compute, Ceilings, Reuse, History, Past, Stretches):
+class Journal(Runs, Attempts, Pages, Usage, Compute, Ceilings, Reuse, History, Past, Stretches):
     """One SQLite file per state directory, shared by every job that uses it."""

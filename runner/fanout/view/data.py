@@ -36,14 +36,6 @@ ATTEMPT_KEYS = (
 # A reason longer than this is cut in the table row; the unit's detail has it whole.
 REASON_CHARS = 300
 
-# A unit counts in the latest round that selected its id, as report.json's totals.
-_UNITS = (
-    "SELECT id, round, state, COALESCE(json_extract(last, '$.rung'), '') AS rung,"
-    " attempts, worker_seconds, reason FROM units WHERE run = ?"
-    " AND NOT EXISTS (SELECT 1 FROM units later WHERE later.run = units.run"
-    " AND later.id = units.id AND later.round > units.round) ORDER BY round, idx"
-)
-
 Transcripts = Callable[[str | None, bytes], list[dict[str, Any]]]
 
 
@@ -98,11 +90,7 @@ def build(
 
 
 def _attempts(journal: Journal, run_id: str) -> list[list[Any]]:
-    rows = journal.db.execute(
-        "SELECT unit, round, n, rung, host, started, finished, status, exit_code, kind, reason"
-        " FROM attempts WHERE run = ? ORDER BY started, unit, n",
-        (run_id,),
-    )
+    rows = journal.attempt_rows(run_id)
     return [
         [
             r["unit"],
@@ -126,16 +114,8 @@ def _units(
 ) -> tuple[list[list[Any]], list[tuple[int, str, str]]]:
     """The unit rows, and (round, id, state) of each in the order details are chosen:
     the units that did not succeed first (what a reader opens), then the rest."""
-    costs: dict[tuple[int, str], float] = {}
-    for r in journal.db.execute(
-        "SELECT round, unit, SUM(cost_usd) AS usd FROM usage WHERE run = ? GROUP BY round, unit",
-        (run_id,),
-    ):
-        costs[(r["round"], r["unit"])] = r["usd"]
-    rows = journal.db.execute(
-        _UNITS,
-        (run_id,),
-    )
+    costs = journal.unit_costs(run_id)
+    rows = journal.latest_units(run_id)
     units = []
     for r in rows:
         key = (r["round"], r["id"])

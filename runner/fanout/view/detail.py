@@ -80,17 +80,10 @@ def unit_detail(
     job: Any,
     transcript_of: Transcripts,
 ) -> dict[str, Any]:
-    row = journal.db.execute(
-        "SELECT idx, data, last, reason, tail, collected FROM units"
-        " WHERE run = ? AND round = ? AND id = ?",
-        (run_id, number, unit_id),
-    ).fetchone()
+    row = journal.unit_page_row(run_id, number, unit_id)
     folder = staging.unit_folder_name(unit_id)
     attempts = []
-    for a in journal.db.execute(
-        "SELECT * FROM attempts WHERE run = ? AND round = ? AND unit = ? ORDER BY n",
-        (run_id, number, unit_id),
-    ):
+    for a in journal.unit_attempts(run_id, number, unit_id):
         log_path = run_dir / "logs" / folder / f"r{number}-a{a['n']}.log"
         output = _tail(log_path)
         agent = None if job is None else job.task.agent

@@ -86,9 +86,7 @@ def api_windows(
     where the run recorded them."""
     spans = {(a[1], a[0], a[2]): (a[5], a[6] if a[6] is not None else a[5]) for a in attempts}
     per_api: dict[str, list[tuple[float, float, int]]] = {}
-    for r in journal.db.execute(
-        "SELECT round, unit, n, api, requests FROM usage WHERE run = ?", (run_id,)
-    ):
+    for r in journal.attempt_requests(run_id):
         span = spans.get((r["round"], r["unit"], r["n"]))
         if span is not None and r["requests"]:
             per_api.setdefault(r["api"], []).append((span[0], span[1], r["requests"]))
