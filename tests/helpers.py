@@ -409,3 +409,23 @@ def events_of(directory: Path, run_id: str, kind: str) -> list[dict[str, Any]]:
     log = directory / ".fanout" / "runs" / run_id / "events.jsonl"
     found = [json.loads(line) for line in log.read_text().splitlines()]
     return [{k: v for k, v in e.items() if k != "time"} for e in found if e["event"] == kind]
+
+
+# A nightly job of three units; "b" fails every run, and two runs in a row quarantine
+# it (the recurring-job tests: attention, history).
+NIGHTLY = """\
+version = 1
+name = "nightly"
+[inputs]
+items = [{id = "a", status = "good"}, {id = "b", status = "bad"}, {id = "c", status = "good"}]
+[units]
+quarantineAfter = 2
+[task]
+command = ["test", "{{ unit.record.status }}", "!=", "bad"]
+[runtime]
+sandbox = "none"
+"""
+
+# 2026-11-30 03:00 UTC, and a day.
+NIGHT = 1796007600.0
+DAY = 86400.0

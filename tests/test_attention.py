@@ -22,23 +22,8 @@ from fanout.report import attention, skipped
 from fanout.report import document as report
 from fanout.run.reusing import quarantined
 
-from helpers import cli, write_job
+from helpers import DAY, NIGHT, NIGHTLY, cli, write_job
 
-NIGHTLY = """\
-version = 1
-name = "nightly"
-[inputs]
-items = [{id = "a", status = "good"}, {id = "b", status = "bad"}, {id = "c", status = "good"}]
-[units]
-quarantineAfter = 2
-[task]
-command = ["test", "{{ unit.record.status }}", "!=", "bad"]
-[runtime]
-sandbox = "none"
-"""
-# 2026-11-30 03:00 UTC, and a day.
-NIGHT = 1796007600.0
-DAY = 86400.0
 FAILED = "worker exited with status 1"
 DATA = Path(__file__).parent / "data"
 

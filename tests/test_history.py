@@ -17,25 +17,7 @@ from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
 from fanout.outcome import ApiUsage, AttemptResult, Outcome, RunState, Status, UnitState
 
-from helpers import cli, write_job
-
-# Three units; "b" fails every run, and two runs in a row quarantine it.
-NIGHTLY = """\
-version = 1
-name = "nightly"
-[inputs]
-items = [{id = "a", status = "good"}, {id = "b", status = "bad"}, {id = "c", status = "good"}]
-[units]
-quarantineAfter = 2
-[task]
-command = ["test", "{{ unit.record.status }}", "!=", "bad"]
-[runtime]
-sandbox = "none"
-"""
-
-# 2026-11-30 03:00 UTC, and a day.
-NIGHT = 1796007600.0
-DAY = 86400.0
+from helpers import DAY, NIGHT, NIGHTLY, cli, write_job
 
 
 @pytest.fixture
