@@ -18,6 +18,11 @@ class Gone(Exception):
 # file's first piece (which creates it), and its bytes (b"" for an empty file).
 Piece = tuple[str, int, bool, bytes]
 
+# How a step ended, as the node answers: its exit status, the control file as it left
+# it (None if absent), whether the sandbox was removed with it (a final step), and
+# what the node has to tell the user of that removal.
+Ended = tuple[int, bytes | None, bool, tuple[str, ...]]
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Opening:
@@ -33,8 +38,9 @@ class Opening:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Opened:
-    """A node's answer: its fanout's version and, when it matches the coordinator's,
-    the sandbox's place (its directory is ``place.base``)."""
+    """A node's answer to a new actor: its fanout's version and, when it matches the
+    coordinator's, the place of its sandboxes (``place.base`` is the directory each
+    attempt's is made in, ``sandbox_name``)."""
 
     version: str
     node: str  # the node's name in reports: "<address>/<node id, 8 hex>"
@@ -62,3 +68,10 @@ class NodeReport:
 
 def node_name(address: str, node_id: str) -> str:
     return f"{address}/{node_id[:8]}"
+
+
+def sandbox_name(pid: int, token: str) -> str:
+    """An attempt's sandbox directory on a node: its actor's process and a token the
+    coordinator chose, named as the local transport names its own (``fanout-<pid>-*``),
+    so a killed actor's leftover is swept like a killed run's."""
+    return f"fanout-{pid}-{token}"

@@ -12,14 +12,14 @@ with it; ``remove`` (a task Ray pins to the node) then removes what was left.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+import re
 import stat
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ... import __version__
 from ...attempt import collecting, staging
@@ -29,8 +29,10 @@ from ...attempt.model import LAYOUT
 from ...attempt.sandbox import Command, Sandbox
 from ...isolation import escapees
 from ...isolation import tools as sandbox
+from ...isolation.place import Place
 from ..local import LocalTransport, clear
-from .facts import Opened, Opening, Piece, node_name
+from ..local import _LocalSandbox as local_sandbox
+from .facts import Ended, Opened, Opening, Piece, node_name, sandbox_name
 
 if TYPE_CHECKING:
     from ...attempt.model import Attempt
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
 CHUNK = 1 << 20
 # What may wait on a node for the coordinator to take it (see ``Relay``).
 MOST_PENDING = 16 << 20
+# How long a step call waits for its step to end before it answers with what it has
+# and the coordinator follows the rest as a stream (``NodeSandbox.step``): most no-op
+# and short units end within it, in one call.
+WINDOW = 0.5
 # Files go back in pieces of this size, one at a time (never a whole file in memory).
 PIECE = 4 << 20
 
@@ -54,6 +60,7 @@ class Relay(OutputCapture):
         super().__init__(Path(os.devnull), log_limit=0, tail_limit=0)
         self.pending = bytearray()
         self.arrived = asyncio.Event()
+        self.full = asyncio.Event()  # a chunk's worth waits
         self._most = most
         self._dropped = 0  # bytes dropped since the coordinator last took some
 
@@ -64,6 +71,8 @@ class Relay(OutputCapture):
             del self.pending[:excess]
             self._dropped += excess
         self.arrived.set()
+        if len(self.pending) >= CHUNK:
+            self.full.set()
 
     def close(self) -> None:
         return None
@@ -73,6 +82,8 @@ class Relay(OutputCapture):
         del self.pending[:CHUNK]
         if not self.pending:
             self.arrived.clear()
+        if len(self.pending) < CHUNK:
+            self.full.clear()
         if self._dropped:
             said = f"\n[fanout: the node dropped {self._dropped} bytes of output here: the"
             said += " coordinator had not taken them yet]\n"
@@ -83,26 +94,37 @@ class Relay(OutputCapture):
 class NodeSandbox:
     """The sandboxes an actor holds, one attempt's at a time: an actor serves attempt
     after attempt (a Ray worker process costs about a second to start), and its local
-    transport (the sandbox tool chosen, the PID namespace probed) is set up once."""
+    transport (the sandbox tool chosen, the PID namespace probed) is set up once.
+
+    An attempt's sandbox is made by the attempt's first call (``stage`` or ``step``) at
+    the name the coordinator chose (``sandbox_name``), so the coordinator knows its
+    place without a call of its own, and removed by the step the coordinator marks
+    ``final`` (the last one, when nothing is to be collected) before it answers, or by
+    ``close``."""
 
     def __init__(self, node_id: str, address: str) -> None:
         self._node_id = node_id
         self._address = address
-        self._stack = contextlib.AsyncExitStack()
         self._local: LocalTransport | None = None
         self._warnings: list[str] = []
+        self._root: Path | None = None
         self._box: Sandbox | None = None
         self._base: Path | None = None
+        self._place: Place | None = None
+        # The step running (between ``step`` and ``follow``), its output, and whether
+        # the sandbox goes with its end.
+        self._running: asyncio.Future[int] | None = None
+        self._relay = Relay()
+        self._final = False
 
     async def open(self, opening: Opening) -> Opened:
-        """A fresh sandbox, if this node runs the coordinator's fanout (else only the
-        version, which the coordinator refuses)."""
+        """The node's facts for this actor's sandboxes (``Opened.place``, whose ``base``
+        is the directory they are made in), if this node runs the coordinator's fanout
+        (else only the version, which the coordinator refuses).  Once per actor."""
         name = node_name(self._address, self._node_id)
         opened = Opened(version=__version__, node=name, node_id=self._node_id, pid=os.getpid())
         if opening.version != __version__:
             return opened
-        if self._box is not None:  # the last attempt's, left uncleanly: never reused
-            await self.close()
         if self._local is None:
             root = Path(opening.root)
             await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
@@ -117,65 +139,125 @@ class NodeSandbox:
                 network=opening.network,
             )
             await local.start()
+            # One sandbox the local transport's own way, for its place: every attempt's
+            # is the same but for its directory.  The local sandbox reads nothing of the
+            # attempt (every step comes with its command), and the attempt, with its
+            # secrets, never leaves the coordinator.
+            async with local.sandbox(cast("Attempt", None)) as box:
+                place = box.place
             self._local = local
-        # The local sandbox reads nothing of the attempt (every step comes with its
-        # command), and the attempt, with its secrets, never leaves the coordinator.
-        box = await self._stack.enter_async_context(self._local.sandbox(cast("Attempt", None)))
-        self._box = box
-        self._base = Path(box.place.base)
-        return replace(opened, place=replace(box.place, host=name), warnings=tuple(self._warnings))
+            self._root = Path(place.base).parent
+            self._place = replace(place, base=str(self._root))
+        assert self._place is not None
+        place = replace(self._place, host=name)
+        return replace(opened, place=place, warnings=tuple(self._warnings))
 
-    def _sandbox(self) -> Sandbox:
-        if self._box is None:
+    def _sandbox(self, token: str | None = None) -> Sandbox:
+        """The attempt's sandbox; made (``token``: by the attempt's first call) if none
+        is open."""
+        if self._box is not None:
+            return self._box
+        if token is None or self._local is None or self._root is None or self._place is None:
             raise RuntimeError("the sandbox is not open")
+        if not _TOKEN.fullmatch(token):
+            raise ValueError(f"not a sandbox token: {token!r}")
+        base = self._root / sandbox_name(os.getpid(), token)
+        os.mkdir(base, 0o700)  # as mkdtemp makes it: the unit's alone
+        for name in LAYOUT.directories:
+            (base / name).mkdir()
+        place = replace(self._place, base=str(base))
+        self._box = local_sandbox(place, base, self._local.containment)
+        self._base = base
         return self._box
 
-    async def stage(self, files: Sequence[Piece]) -> None:
+    async def stage(self, token: str, files: Sequence[Piece]) -> None:
         """Pieces of workspace files, in order, each file with its permission bits."""
-        work = self._base_dir() / LAYOUT.work
-        await asyncio.to_thread(_write, work, files)
+        self._sandbox(token)
+        await asyncio.to_thread(_write, self._base_dir() / LAYOUT.work, files)
 
     def _base_dir(self) -> Path:
         if self._base is None:
             raise RuntimeError("the sandbox is not open")
         return self._base
 
-    async def run(
-        self, command: Command, backstop: float
-    ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
-        """The step's output as it comes, then its exit status with the control file
-        as the step left it (``attempt`` reads it after the last step, and nothing runs
-        in between: one round trip less per unit).  ``backstop``: the
-        node kills the step by itself that long after it started, should the
-        coordinator stop hearing from it (Ray kills the actor when the coordinator
-        dies; this covers a coordinator that is only unreachable)."""
-        relay = Relay()
-        box = self._sandbox()
+    async def step(
+        self,
+        token: str,
+        command: Command,
+        backstop: float,
+        files: Sequence[Piece],
+        final: bool,
+    ) -> tuple[bytes, Ended | None]:
+        """Start a step (the sandbox made and ``files`` staged first, if this is the
+        attempt's first call) and wait for it up to ``WINDOW``: what it printed, and how
+        it ended if it did (a no-op unit is one call).  A step still running, or that
+        printed a chunk's worth, goes on through ``follow``.  ``backstop``: the node
+        kills the step by itself that long after it started, should the coordinator
+        stop hearing from it (Ray kills the actor when the coordinator dies; this covers
+        a coordinator that is only unreachable).  ``final``: the sandbox is removed as
+        the step ends (the coordinator reads nothing else of it)."""
+        box = self._sandbox(token)
+        if files:
+            await asyncio.to_thread(_write, self._base_dir() / LAYOUT.work, files)
+        relay = self._relay = Relay()
+        self._final = final
 
         async def step() -> int:
             async with asyncio.timeout(backstop):
                 return await box.run(command, relay, backstop=backstop)
 
-        running = asyncio.ensure_future(step())
+        running = self._running = asyncio.ensure_future(step())
+        full: asyncio.Future[Any] = asyncio.ensure_future(relay.full.wait())
+        await asyncio.wait(
+            [cast("asyncio.Future[Any]", running), full],
+            timeout=WINDOW,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        full.cancel()
+        if running.done() and len(relay.pending) <= CHUNK:
+            return relay.take(), await self._ended()
+        return relay.take(), None
+
+    async def follow(self) -> AsyncIterator[bytes | Ended]:
+        """The rest of the running step's output as it comes, then how it ended
+        (``Ended``); cancelled, it kills the step."""
+        running, relay = self._running, self._relay
+        if running is None:
+            raise RuntimeError("no step is running")
         try:
             while True:
                 if not relay.pending and not running.done():
-                    waiter = asyncio.ensure_future(relay.arrived.wait())
-                    await asyncio.wait([waiter, running], return_when=asyncio.FIRST_COMPLETED)
+                    waiter: asyncio.Future[Any] = asyncio.ensure_future(relay.arrived.wait())
+                    await asyncio.wait(
+                        [waiter, cast("asyncio.Future[Any]", running)],
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
                     waiter.cancel()
                 if relay.pending:
                     yield relay.take()
                 elif running.done():
                     break
-            try:
-                code = running.result()
-            except TimeoutError:
-                code = 137  # the backstop: the coordinator timed the unit out long ago
-            yield code, await box.read(LAYOUT.control)
+            yield await self._ended()
         finally:
             if not running.done():
                 running.cancel()
                 await asyncio.wait([running])
+
+    async def _ended(self) -> Ended:
+        """The step's exit status, the control file as it left it (the driver reads it
+        after the last step, and nothing runs in between), and, for a final step, the
+        sandbox removed (what to tell the user of that)."""
+        running, self._running = self._running, None
+        assert running is not None
+        try:
+            code = running.result()
+        except TimeoutError:
+            code = 137  # the backstop: the coordinator timed the unit out long ago
+        control = await self._sandbox().read(LAYOUT.control)
+        said: tuple[str, ...] = ()
+        if self._final:
+            said = tuple(await self.close())
+        return code, control, self._final, said
 
     async def read(self, name: str) -> bytes | None:
         return await self._sandbox().read(name)
@@ -198,13 +280,32 @@ class NodeSandbox:
                     yield index, piece
             yield index, b""
 
-    async def close(self) -> None:
-        """Remove the sandbox (its steps are over: ``run`` waits for each); the actor
-        then serves the next attempt."""
-        self._box = None
-        self._base = None
-        stack, self._stack = self._stack, contextlib.AsyncExitStack()
-        await stack.aclose()
+    async def close(self) -> list[str]:
+        """Remove the sandbox (its steps are over: ``step`` and ``follow`` wait for
+        each): as made, two rmdirs; else what the worker left, killed and removed as
+        locally (``local.clear``).  What to tell the user; the actor then serves the
+        next attempt."""
+        base, self._box, self._base = self._base, None, None
+        if base is None:
+            return []
+        if _unmade(base):
+            return []
+        return await asyncio.to_thread(clear, [base])
+
+
+# A token the coordinator chooses for each attempt's sandbox (``sandbox_name``).
+_TOKEN = re.compile(r"[0-9a-f]{12}")
+
+
+def _unmade(base: Path) -> bool:
+    """Remove ``base`` if it is as it was made (its folders empty): whether it is gone."""
+    try:
+        for name in LAYOUT.directories:
+            os.rmdir(base / name)
+        os.rmdir(base)
+    except OSError:
+        return False
+    return True
 
 
 def _write(work: Path, pieces: Sequence[Piece]) -> None:

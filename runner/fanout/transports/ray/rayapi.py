@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ...attempt.collecting import Entry, PathRefused
 from ...attempt.sandbox import Command
 from . import node
-from .facts import Gone, NodeReport, Opened, Opening, Piece, node_name
+from .facts import Ended, Gone, NodeReport, Opened, Opening, Piece, node_name
 
 # Ray's API through an untyped name: some of its functions have no annotations, and
 # mypy must pass the same with ray installed or not (no ignores that go stale).
@@ -71,7 +71,7 @@ IN_FLIGHT = 8
 
 @ray.remote(max_restarts=0, max_task_retries=0)
 class SandboxActor:
-    """One attempt's sandbox on the node Ray placed the actor on (``node``)."""
+    """Attempts' sandboxes on the node Ray placed the actor on (``node``)."""
 
     def __init__(self) -> None:
         context = ray.get_runtime_context()
@@ -80,17 +80,26 @@ class SandboxActor:
     async def open(self, opening: Opening) -> Opened:
         return await self._box.open(opening)
 
-    async def stage(self, files: Sequence[Piece]) -> None:
-        await self._box.stage(files)
+    async def stage(self, token: str, files: Sequence[Piece]) -> None:
+        await self._box.stage(token, files)
+
+    async def step(
+        self,
+        token: str,
+        command: Command,
+        stdin: bytes,
+        backstop: float,
+        files: Sequence[Piece],
+        final: bool,
+    ) -> tuple[bytes, Ended | None]:
+        return await self._box.step(token, replace(command, stdin=stdin), backstop, files, final)
 
     # At most this many chunks of output on their way to a coordinator that has not
     # taken them: beyond, the generator waits, and the node's relay keeps (and, past its
     # bound, drops) the rest, so a chatty step never grows a node's memory unbounded.
     @ray.method(_generator_backpressure_num_objects=IN_FLIGHT)
-    async def run(
-        self, command: Command, stdin: bytes, backstop: float
-    ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
-        async for item in self._box.run(replace(command, stdin=stdin), backstop):
+    async def follow(self) -> AsyncIterator[bytes | Ended]:
+        async for item in self._box.follow():
             yield item
 
     async def read(self, name: str) -> bytes | None:
@@ -103,8 +112,8 @@ class SandboxActor:
         async for item in self._box.fetch(names):
             yield item
 
-    async def close(self) -> None:
-        await self._box.close()
+    async def close(self) -> list[str]:
+        return await self._box.close()
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -242,20 +251,27 @@ class Actor:
             opened: Opened = await self._handle.open.remote(opening)
         return opened
 
-    async def stage(self, files: Sequence[Piece]) -> None:
+    async def stage(self, token: str, files: Sequence[Piece]) -> None:
         with _mapped():
-            await self._handle.stage.remote(list(files))
+            await self._handle.stage.remote(token, list(files))
 
-    async def run(
-        self, command: Command, backstop: float
-    ) -> AsyncIterator[bytes | tuple[int, bytes | None]]:
+    async def step(
+        self, token: str, command: Command, backstop: float, files: Sequence[Piece], final: bool
+    ) -> tuple[bytes, Ended | None]:
         # The step's stdin (the prompt) as an argument of its own: an argument over
         # Ray's 100 KiB goes through the object store (shared memory, spilled to disk
         # under pressure), and the command, which carries the secrets, must never.
         with _mapped():
-            async for ref in self._handle.run.remote(
-                replace(command, stdin=b""), command.stdin, backstop
-            ):
+            answer: tuple[bytes, Ended | None] = await self._handle.step.remote(
+                token, replace(command, stdin=b""), command.stdin, backstop, list(files), final
+            )
+        return answer
+
+    async def follow(self) -> AsyncGenerator[bytes | Ended]:
+        """The running step's output, then how it ended: the caller stops there, and
+        never waits for the stream's end (a round trip more)."""
+        with _mapped():
+            async for ref in self._handle.follow.remote():
                 yield await ref
 
     async def read(self, name: str) -> bytes | None:
@@ -273,9 +289,10 @@ class Actor:
             async for ref in self._handle.fetch.remote(list(names)):
                 yield await ref
 
-    async def close(self) -> None:
+    async def close(self) -> list[str]:
         with _mapped():
-            await self._handle.close.remote()
+            said: list[str] = await self._handle.close.remote()
+        return said
 
     def kill(self) -> None:
         """Kill the actor now, with force (its process exits, its steps with it)."""

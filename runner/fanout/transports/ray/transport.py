@@ -40,14 +40,14 @@ from ... import __version__
 from ...attempt import collecting
 from ...attempt.capture import OutputCapture
 from ...attempt.collecting import Entry
-from ...attempt.driver import execute
+from ...attempt.driver import execute, last_look
 from ...attempt.model import LAYOUT, Attempt
 from ...attempt.sandbox import Command, Lost, Sandbox, StagedFile
 from ...errors import EnvironmentProblem, HostsUnavailable
 from ...isolation.exposure import NOTHING, Handed
 from ...isolation.place import Place
 from ...outcome import AttemptResult
-from .facts import Gone, NodeReport, Opened, Opening, Piece
+from .facts import Gone, NodeReport, Opened, Opening, Piece, sandbox_name
 
 if TYPE_CHECKING:
     from ...spec import Ray
@@ -119,7 +119,7 @@ class RayTransport:
         self._warned: set[str] = set()
         # Actors a clean attempt left, waiting for the next one (the last one first),
         # with the memory Ray gave each (an attempt takes one that has its own).
-        self._idle: list[tuple[Actor, int | None, asyncio.TimerHandle]] = []
+        self._idle: list[tuple[Actor, int | None, Opened, asyncio.TimerHandle]] = []
 
     @property
     def capacity(self) -> int:
@@ -224,7 +224,7 @@ class RayTransport:
             )
 
     async def close(self) -> None:
-        for actor, _, timer in self._idle:
+        for actor, _, _, timer in self._idle:
             timer.cancel()
             actor.kill()
         self._idle = []
@@ -261,22 +261,13 @@ class RayTransport:
     @contextlib.asynccontextmanager
     async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
         """A sandbox in an idle actor (the last one left), or in a new one that Ray
-        places.  Left cleanly, the actor waits (``IDLE_KEEP``) for the next attempt;
-        otherwise it is killed and its node cleaned."""
-        opening = Opening(
-            version=__version__,
-            sandbox=self._kind,
-            root=self._ray.sandbox_root,
-            hidden=self._hidden,
-            network=self._network,
-        )
+        places.  The sandbox is made by the attempt's first call, at a name chosen
+        here, so a warm actor's attempt costs no call before its first step; its final
+        step removes it (``driver.last_look``), so leaving cleanly costs none after.
+        Left cleanly, the actor waits (``IDLE_KEEP``) for the next attempt; otherwise
+        it is killed and its node cleaned."""
         memory = attempt.invocation.memory
-        actor, opened = await self._open(opening, memory)
-        if opened.place is None:
-            actor.kill()
-            raise HostsUnavailable(_mismatch(opened.node, opened.version))
-        for warning in opened.warnings:
-            self._warn(opened.node, warning)
+        actor, opened = await self._open(memory)
         if self._emit is not None:
             self._emit(
                 "attempt.placed",
@@ -285,57 +276,72 @@ class RayTransport:
                 attempt=attempt.number,
                 host=opened.node,
             )
-        place = replace(opened.place, gateway=self._gateway)
-        box = RaySandbox(actor, opened, place, warn=self._warn)
+        assert opened.place is not None
+        token = os.urandom(6).hex()
+        base = f"{opened.place.base}/{sandbox_name(opened.pid, token)}"
+        place = replace(opened.place, base=base, gateway=self._gateway)
+        box = RaySandbox(
+            actor, opened, place, token=token, final=last_look(attempt), warn=self._warn
+        )
         clean = False
         try:
             yield box
             clean = True
         finally:
-            reusable = False
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(LEAVE_TIMEOUT):
-                    reusable = await asyncio.shield(box.leave(clean))
+            reusable = box.removed and not box.killed
+            if not reusable:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(LEAVE_TIMEOUT):
+                        reusable = await asyncio.shield(box.leave(clean))
             if reusable:
-                self._keep(actor, memory)
+                self._keep(actor, memory, opened)
             else:
                 actor.kill()
 
-    async def _open(self, opening: Opening, memory: int | None) -> tuple[Actor, Opened]:
-        """An actor with a fresh sandbox and ``memory`` (bytes) from Ray.  An idle actor
-        that turns out gone (its node died while it waited) is dropped for another: the
-        attempt had not started."""
+    async def _open(self, memory: int | None) -> tuple[Actor, Opened]:
+        """An actor with ``memory`` (bytes) from Ray: an idle one (no call), or a new
+        one, asked for its node's facts (one call).  An idle actor found gone by the
+        attempt's first call makes the attempt lost (it runs again, no rung used)."""
+        match = [n for n, (_, held, _, _) in enumerate(self._idle) if held == memory]
+        if match:
+            actor, _, opened, timer = self._idle.pop(match[-1])
+            timer.cancel()
+            return actor, opened
+        opening = Opening(
+            version=__version__,
+            sandbox=self._kind,
+            root=self._ray.sandbox_root,
+            hidden=self._hidden,
+            network=self._network,
+        )
         api = self._rayapi()
-        while True:
-            match = [n for n, (_, held, _) in enumerate(self._idle) if held == memory]
-            reused = bool(match)
-            if reused:
-                actor, _, timer = self._idle.pop(match[-1])
-                timer.cancel()
-            else:
-                actor = api.Actor(
-                    api.Placement(
-                        cpus=self._ray.cpus,
-                        resources=self._ray.resources,
-                        labels=self._ray.labels,
-                        memory=memory,
-                    )
-                )
-            try:
-                return actor, await actor.open(opening)
-            except Gone as exc:
-                actor.kill()
-                if not reused:
-                    lost = f"lost the unit's Ray actor before it started: {exc}"
-                    raise Lost(lost, host="ray") from None
-            except BaseException:  # a cancellation while Ray places it
-                actor.kill()
-                raise
+        actor = api.Actor(
+            api.Placement(
+                cpus=self._ray.cpus,
+                resources=self._ray.resources,
+                labels=self._ray.labels,
+                memory=memory,
+            )
+        )
+        try:
+            opened = await actor.open(opening)
+        except Gone as exc:
+            actor.kill()
+            raise Lost(f"lost the unit's Ray actor before it started: {exc}", host="ray") from None
+        except BaseException:  # a cancellation while Ray places it
+            actor.kill()
+            raise
+        if opened.place is None:
+            actor.kill()
+            raise HostsUnavailable(_mismatch(opened.node, opened.version))
+        for warning in opened.warnings:
+            self._warn(opened.node, warning)
+        return actor, opened
 
-    def _keep(self, actor: Actor, memory: int | None) -> None:
+    def _keep(self, actor: Actor, memory: int | None, opened: Opened) -> None:
         loop = asyncio.get_running_loop()
         timer = loop.call_later(IDLE_KEEP, self._retire, actor)
-        self._idle.append((actor, memory, timer))
+        self._idle.append((actor, memory, opened, timer))
 
     def _warn(self, node: str, warning: str) -> None:
         """What a node said, once per run."""
@@ -351,18 +357,34 @@ class RayTransport:
 
 
 class RaySandbox:
-    """One attempt's sandbox, through its actor (see ``transport.Sandbox``)."""
+    """One attempt's sandbox, through its actor (see ``transport.Sandbox``).  The
+    staged files and the making of the sandbox ride with the first step's call, the
+    control file and (for the final step) the removal with its answer."""
 
     def __init__(
-        self, actor: Actor, opened: Opened, place: Place, *, warn: Callable[[str, str], None]
+        self,
+        actor: Actor,
+        opened: Opened,
+        place: Place,
+        *,
+        token: str,
+        final: int | None,
+        warn: Callable[[str, str], None],
     ) -> None:
         self.place = place
         self._actor = actor
         self._opened = opened
+        self._token = token  # the sandbox's name on the node (``node.sandbox_name``)
+        self._final = final  # the step (index) whose end removes the sandbox
+        self._steps = 0  # the steps run so far
         self._warn = warn  # (node, what happened there)
+        # Staged pieces not sent yet: they go with the first step.
+        self._pieces: list[Piece] = []
         # A command's answer did not arrive whole (a cancellation, a deadline, a lost
         # actor): the actor is killed, and the node's clean-up removes the directory.
-        self._killed = False
+        self.killed = False
+        # The final step's end removed the sandbox: nothing is left to leave.
+        self.removed = False
         # The control file as the last step left it, which came with its answer.
         self._control: tuple[bytes | None] | None = None
 
@@ -381,13 +403,14 @@ class RaySandbox:
             raise
 
     def _kill(self) -> None:
-        if not self._killed:
-            self._killed = True
+        if not self.killed:
+            self.killed = True
             self._actor.kill()
 
     async def stage(self, files: Sequence[StagedFile]) -> None:
         """Each file in pieces of at most ``STAGE_BATCH`` bytes, sent in batches of
-        about that size: the coordinator never holds more of a workspace in memory."""
+        about that size, the last batch with the first step: the coordinator never
+        holds more of a workspace in memory."""
         batch: list[Piece] = []
         size = 0
         for item in files:
@@ -406,35 +429,57 @@ class RaySandbox:
                         batch, size = [], 0
                     if not data:
                         break
-        if batch:
-            await self._stage(batch)
+        self._pieces = batch
 
     async def _stage(self, batch: list[Piece]) -> None:
         with self._calling():
-            await self._actor.stage(batch)
+            await self._actor.stage(self._token, batch)
 
     async def run(self, command: Command, capture: OutputCapture, *, backstop: float) -> int:
-        """The step on the node, its output fed to ``capture`` as it arrives."""
-        code = 0
+        """The step on the node, its output fed to ``capture`` as it arrives: one call
+        for a step that ends within the node's window, then a stream for the rest."""
+        final = self._steps == self._final
+        self._steps += 1
+        pieces, self._pieces = self._pieces, []
         with self._calling():
-            async for item in self._actor.run(command, backstop):
-                if isinstance(item, bytes):
-                    capture.feed(item)
-                else:
-                    code, control = item
-                    self._control = (control,)
+            output, ended = await self._actor.step(self._token, command, backstop, pieces, final)
+            if output:
+                capture.feed(output)
+            if ended is None:
+                async with contextlib.aclosing(self._actor.follow()) as stream:
+                    async for item in stream:
+                        if isinstance(item, bytes):
+                            capture.feed(item)
+                        else:
+                            ended = item
+                            break
+        if ended is None:
+            self._kill()
+            raise Lost(f"lost node {self._opened.node}: the step's end never came")
+        code, control, self.removed, said = ended
+        self._control = (control,)
+        for warning in said:
+            self._warn(self._opened.node, warning)
         return code
 
+    async def _flush(self) -> None:
+        """Staged pieces no step took (none ran): sent before the sandbox is read."""
+        if self._pieces:
+            pieces, self._pieces = self._pieces, []
+            await self._stage(pieces)
+
     async def read(self, name: str) -> bytes | None:
-        if self._killed:
+        if self.killed:
             return None  # after a deadline: the sandbox is being removed
         if name == LAYOUT.control and self._control is not None:
             return self._control[0]
+        await self._flush()
         with self._calling():
             data: bytes | None = await self._actor.read(name)
         return data
 
     async def listing(self, roots: Sequence[str]) -> list[Entry]:
+        await self._flush()
         with self._calling():
             found: list[Entry] = await self._actor.listing(roots)
         return found
@@ -466,12 +511,14 @@ class RaySandbox:
         Otherwise (or if that fails) it is killed at once and a task pinned to its node
         removes what is left, once the actor's process is gone.  Never raises."""
         opened = self._opened
-        if clean and not self._killed:
+        if clean and not self.killed:
             try:
-                await self._actor.close()
+                said = await self._actor.close()
             except Gone:
                 pass
             else:
+                for warning in said:
+                    self._warn(opened.node, warning)
                 return True
         self._kill()
         # A node that is gone, or cannot run the clean-up, keeps the directory: the
