@@ -1,124 +1,189 @@
-"""1,000 no-op units through Ray, beside the local and SSH paths, on this machine.
+"""No-op units on a two-node Ray cluster: fanout beside raw Ray doing the least it can.
 
 A real two-node Ray cluster on loopback (``tests/raycluster.py``: 4 CPUs a node, so 8
-units at once), a loopback sshd host with 8 slots (``tests/sshd.py``) and local
-sandboxes at concurrency 8, each through fanout's whole path (``Runner``: selection,
-journal, events, report), sandbox none.  "slot ms/unit" is wall time x slots / units:
-what one no-op unit costs a slot, which is the transport's overhead per unit (a real
-unit adds its own run time to it).
+at once), or the one at ``--address``.  Three ways to get UNITS no-op units done, 8 at
+once, interleaved round after round on the same cluster:
 
-Usage: .venv/bin/python bench/ray.py [UNITS]
+- fanout on Ray: fanout's whole path (``Runner``: selection, journal, events, report)
+  through ``RayTransport``, sandbox none, each unit ``true`` in a sandbox on a node;
+- raw Ray tasks: ``@ray.remote`` tasks each running ``true`` (a subprocess), no sandbox;
+- one actor call: 8 actors, one call of a method that does nothing per unit.
+
+"units/s" is units over the wall time of the whole batch (fanout's includes joining,
+probing the nodes and starting its 8 actors, about a second); "steady" is the rate
+from the 100th unit's end to the last's.  The ratio is fanout's over raw tasks'.
+
+Usage: .venv/bin/python bench/ray.py [UNITS] [ROUNDS] [--address HOST:PORT]
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import raycluster
-
-from fanout import spec
-from fanout.attempt.seam import Transport
-from fanout.events import Events
-from fanout.journal import Journal
-from fanout.run.job import Options, Runner
-from fanout.spec import Host, Ray
-from fanout.transports.local import LocalTransport
-from fanout.transports.ray import RayTransport
-from fanout.transports.ssh import SshTransport
-
-from sshd import make_pool
-
 SLOTS = 8
+SKIP = 100  # units before the steady rate counts
 
 
-def _job(workdir: Path, name: str, units: int) -> spec.Spec:
+def _job(workdir: Path, units: int) -> Any:
+    from fanout import spec
+
     workdir.mkdir(parents=True)
     (workdir / "job.toml").write_text(
-        f'version = 1\nname = "{name}"\n[inputs]\ncommand = ["seq", "{units}"]\n'
+        f'version = 1\nname = "ray"\n[inputs]\ncommand = ["seq", "{units}"]\n'
         f'format = "lines"\n[task]\ncommand = ["true"]\n[runtime]\n'
         f'maxConcurrentTasks = {SLOTS}\nsandbox = "none"\n'
     )
     return spec.load(workdir / "job.toml")
 
 
-def _timed(job: spec.Spec, transport: Transport, units: int) -> float:
-    async def run() -> float:
-        runner = Runner(
-            spec=job,
-            transport=transport,
-            journal=Journal(job.runtime.state_dir / "journal.sqlite"),
-            environ={"PATH": "/usr/bin:/bin"},
-            events=Events(),
-        )
-        start = time.perf_counter()
-        summary = await runner.execute(Options())
-        elapsed = time.perf_counter() - start
-        assert summary.counts == {"succeeded": units}, summary.counts
-        return elapsed
+class _Timed:
+    """A transport that notes when each attempt ended."""
 
-    return asyncio.run(run())
+    def __init__(self, inner: Any, ends: list[float]) -> None:
+        self._inner = inner
+        self._ends = ends
+
+    @property
+    def capacity(self) -> int:
+        return int(self._inner.capacity)
+
+    async def start(self) -> None:
+        await self._inner.start()
+
+    async def run(self, attempt: Any) -> Any:
+        result = await self._inner.run(attempt)
+        self._ends.append(time.perf_counter())
+        return result
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _rates(start: float, ends: list[float]) -> tuple[float, float]:
+    ends = sorted(ends)
+    whole = len(ends) / (ends[-1] - start)
+    steady = (len(ends) - SKIP) / (ends[-1] - ends[SKIP - 1])
+    return whole, steady
+
+
+async def _fanout(address: str, root: Path, workdir: Path, units: int) -> tuple[float, float]:
+    from fanout.events import Events
+    from fanout.journal import Journal
+    from fanout.run.job import Options, Runner
+    from fanout.spec import Ray
+    from fanout.transports.ray import RayTransport
+
+    job = _job(workdir, units)
+    ends: list[float] = []
+    ray = Ray(address=address, sandbox_root=str(root))
+    runner = Runner(
+        spec=job,
+        transport=_Timed(RayTransport(ray, slots=SLOTS, sandbox_kind="none"), ends),
+        journal=Journal(job.runtime.state_dir / "journal.sqlite"),
+        environ={"PATH": "/usr/bin:/bin"},
+        events=Events(),
+    )
+    start = time.perf_counter()
+    summary = await runner.execute(Options())
+    assert summary.counts == {"succeeded": units}, summary.counts
+    return _rates(start, ends)
+
+
+async def _many(units: int, call: Any) -> tuple[float, float]:
+    """``units`` awaits of ``call(slot)``, ``SLOTS`` at once."""
+    left = list(range(units))
+    ends: list[float] = []
+
+    async def slot(n: int) -> None:
+        while left:
+            left.pop()
+            await call(n)
+            ends.append(time.perf_counter())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(slot(n) for n in range(SLOTS)))
+    return _rates(start, ends)
 
 
 def main() -> None:
-    units = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    scratch = Path(tempfile.mkdtemp(prefix="fanout-bench-"))
-    rows: list[tuple[str, float]] = []
-    try:
-        local = _job(scratch / "local", "local", units)
-        rows.append(
-            (
-                "local",
-                _timed(
-                    local, LocalTransport(slots=SLOTS, sandbox_kind="none", root=scratch), units
-                ),
-            )
-        )
-        pool = make_pool()
-        try:
-            server = pool.add("h1")
-            root = pool.base / "sandboxes"
-            root.mkdir(mode=0o777, exist_ok=True)
-            root.chmod(0o777)
-            host = Host(
-                name="h1",
-                address="127.0.0.1",
-                port=server.port,
-                user=pool.user,
-                identity=str(pool.client_key),
-                slots=SLOTS,
-                sandbox_root=str(root),
-            )
-            job = _job(scratch / "ssh", "ssh", units)
-            transport = SshTransport([host], known_hosts=[pool.known_hosts], sandbox_kind="none")
-            rows.append(("SSH, one loopback host", _timed(job, transport, units)))
-        finally:
-            pool.close()
+    args = [a for a in sys.argv[1:] if not a.startswith("--address")]
+    address = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--address=")), "")
+    units = int(args[0]) if args else 1000
+    rounds = int(args[1]) if len(args) > 1 else 3
+    import ray
+    import raycluster
+
+    from fanout.transports.ray import rayapi
+
+    cluster = None
+    if not address:
         cluster = raycluster.start()
-        try:
-            job = _job(scratch / "ray", "ray", units)
-            ray = Ray(address=cluster.address, sandbox_root=str(cluster.root))
-            rows.append(
-                ("Ray, two loopback nodes", _timed(job, RayTransport(ray, slots=SLOTS), units))
-            )
-        finally:
-            cluster.stop()
+        address = cluster.address
+    scratch = Path(tempfile.mkdtemp(prefix="fanout-bench-"))
+    root = scratch / "boxes"
+    root.mkdir()
+    rows: dict[str, list[tuple[float, float]]] = {
+        "fanout on Ray": [],
+        "raw Ray tasks running `true`": [],
+        "one actor call": [],
+    }
+    try:
+        rayapi.connect(address)  # fanout's transport joins this connection and leaves it
+
+        @ray.remote
+        def true() -> int:
+            return subprocess.run(["true"], check=False).returncode
+
+        @ray.remote
+        class Nop:
+            def call(self) -> None:
+                return None
+
+        async def measure(round_: int) -> None:
+            actors = [Nop.remote() for _ in range(SLOTS)]  # type: ignore[attr-defined]
+            await asyncio.gather(*(actor.call.remote() for actor in actors))
+            await _many(SKIP, lambda n: true.remote())  # warm the task workers
+            rows["raw Ray tasks running `true`"].append(await _many(units, lambda n: true.remote()))
+            rows["one actor call"].append(await _many(units, lambda n: actors[n].call.remote()))
+            for actor in actors:
+                ray.kill(actor)
+            workdir = scratch / f"round{round_}"
+            rows["fanout on Ray"].append(await _fanout(address, root, workdir, units))
+
+        for round_ in range(rounds):
+            asyncio.run(measure(round_))
+            print(f"round {round_ + 1}: " + ", ".join(f"{v[-1][0]:.0f}" for v in rows.values()))
+        left = sorted(path.name for path in root.iterdir())
+        assert not left, f"sandboxes left on the nodes: {left}"
     finally:
+        rayapi.disconnect()
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"{units} no-op units, {SLOTS} at once, sandbox none, fanout's whole path\n")
-    print("| transport | wall s | units/s | slot ms/unit | vs local |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    base = rows[0][1]
-    for name, wall in rows:
+        if cluster is not None:
+            cluster.stop()
+    print(
+        f"\n{units} no-op units, {SLOTS} at once, a two-node loopback Ray cluster,"
+        f" {rounds} rounds interleaved (median, range)\n"
+    )
+    print("| way | units/s | steady units/s | vs raw tasks |")
+    print("| --- | ---: | ---: | ---: |")
+    raw = statistics.median(w for w, _ in rows["raw Ray tasks running `true`"])
+    for name, measured in rows.items():
+        whole = [w for w, _ in measured]
+        steady = [s for _, s in measured]
         print(
-            f"| {name} | {wall:.2f} | {units / wall:.0f} | {wall * SLOTS * 1000 / units:.0f}"
-            f" | {wall / base:.1f}x |"
+            f"| {name} | {statistics.median(whole):.0f} ({min(whole):.0f}-{max(whole):.0f})"
+            f" | {statistics.median(steady):.0f} ({min(steady):.0f}-{max(steady):.0f})"
+            f" | {statistics.median(whole) / raw:.2f}x |"
         )
 
 

@@ -29,7 +29,7 @@ from fanout.isolation.place import Place
 from fanout.run import where
 from fanout.spec import Ray
 from fanout.transports.ray import RayTransport
-from fanout.transports.ray.facts import NodeReport, Opened, Opening
+from fanout.transports.ray.facts import NodeReport, Opened
 
 from helpers import cli
 from mockapi import MockApi, Usage
@@ -329,6 +329,70 @@ class _Actor:
         pass
 
 
+class _NodeActor:
+    """An actor as the coordinator speaks to it (``rayapi.Actor``), served by a real
+    ``node.NodeSandbox`` in this process (no Ray): each call is counted."""
+
+    calls: ClassVar[list[str]] = []
+
+    def __init__(self, placement: Any) -> None:
+        from fanout.transports.ray.node import NodeSandbox
+
+        self._node = NodeSandbox("0123abcd", "127.0.0.1")
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._node, name)
+        self.calls.append(name)
+        return method
+
+    def kill(self) -> None:
+        self.calls.append("kill")
+
+
+async def test_a_warm_actor_runs_an_attempt_in_one_call_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    # A logic test at the seam (the node's side is the real one, in this process): an
+    # attempt on a warm actor is one call, its step's, which makes the sandbox, stages
+    # the files, runs the step, brings back the control file and removes the sandbox
+    # before it answers; a new actor adds the call that asks its node's facts.  Today's
+    # code made three (open, run, close).
+    from fanout.attempt.sandbox import StagedFile
+
+    from helpers import make_attempt
+
+    root = tmp_path / "boxes"
+    transport = RayTransport(Ray(sandbox_root=str(root)), slots=1, sandbox_kind="none")
+    transport._api = types.SimpleNamespace(  # type: ignore[assignment]
+        Actor=_NodeActor, Placement=types.SimpleNamespace
+    )
+    (tmp_path / "in.txt").write_text("staged\n")
+    staged = (StagedFile(path="in.txt", source=tmp_path / "in.txt"),)
+    script = 'cat in.txt; echo \'{"throttle": true}\' > "$FANOUT_CONTROL"'
+    _NodeActor.calls = []
+    try:
+        for n in range(2):
+            attempt = make_attempt(tmp_path / f"a{n}", ["sh", "-c", script], staged=staged)
+            result = await transport.run(attempt)
+            assert (result.output_tail, sorted(p.name for p in root.iterdir())) == (
+                "staged\n",
+                [],
+            )
+        assert _NodeActor.calls == ["open", "step", "step"]
+        # A verify is a call of its own; files to collect ask for the listing, the
+        # files and the sandbox's removal after the last step.
+        _NodeActor.calls = []
+        attempt = make_attempt(
+            tmp_path / "a2", ["sh", "-c", "echo hi > out.txt"], verify=["true"], collect=["*.txt"]
+        )
+        result = await transport.run(attempt)
+        assert [c.path for c in result.collected] == ["out.txt"]
+        assert _NodeActor.calls == ["step", "step", "listing", "fetch", "close"]
+        assert sorted(p.name for p in root.iterdir()) == []
+    finally:
+        await transport.close()
+
+
 async def test_each_attempt_asks_ray_for_its_own_memory() -> None:
     # A logic test (Ray's own placement is the real clusters' business): an attempt's
     # actor asks Ray for the attempt's memory (task.memory, or its rung's), and an idle
@@ -338,11 +402,10 @@ async def test_each_attempt_asks_ray_for_its_own_memory() -> None:
     transport._api = types.SimpleNamespace(  # type: ignore[assignment]
         Actor=_Actor, Placement=types.SimpleNamespace
     )
-    opening = Opening(version=fanout.__version__, sandbox="none", root="/tmp")
-    small, _ = await transport._open(opening, 1 << 30)
-    transport._keep(small, 1 << 30)
-    await transport._open(opening, 4 << 30)  # the next rung's: a new actor
-    again, _ = await transport._open(opening, 1 << 30)  # the small one, idle
+    small, opened = await transport._open(1 << 30)
+    transport._keep(small, 1 << 30, opened)
+    await transport._open(4 << 30)  # the next rung's: a new actor
+    again, _ = await transport._open(1 << 30)  # the small one, idle
     assert again is small
     assert _Actor.placed == [1 << 30, 4 << 30]
     await transport.close()
@@ -451,18 +514,26 @@ def test_staged_files_go_to_the_node_in_pieces_whole_and_with_their_bits(
     )
     from fanout.transports.ray import rayapi
 
-    sent: list[int] = []  # the bytes of each call's pieces, as the coordinator sends them
-    stage = rayapi.Actor.stage
+    # The bytes of each call's pieces, as the coordinator sends them: the last batch
+    # rides with the step's call.
+    sent: list[tuple[str, int]] = []
+    stage, step = rayapi.Actor.stage, rayapi.Actor.step
 
-    async def counted(self: Any, pieces: Any) -> None:
-        sent.append(sum(len(piece[-1]) for piece in pieces))
-        await stage(self, pieces)
+    async def staged(self: Any, token: str, pieces: Any) -> None:
+        sent.append(("stage", sum(len(piece[-1]) for piece in pieces)))
+        await stage(self, token, pieces)
 
-    monkeypatch.setattr(rayapi.Actor, "stage", counted)
+    async def stepped(self: Any, token: str, command: Any, *rest: Any) -> Any:
+        sent.append(("step", sum(len(piece[-1]) for piece in rest[1])))
+        return await step(self, token, command, *rest)
+
+    monkeypatch.setattr(rayapi.Actor, "stage", staged)
+    monkeypatch.setattr(rayapi.Actor, "step", stepped)
     monkeypatch.chdir(tmp_path)
     ran = cli("run", str(job))
     assert ran.code == 0, ran.out + ran.err
-    assert sent == [1000, 1000, 1000, 1000, 19]  # 2,500 + 1,500 + 0 + 19 bytes, by 1,000
+    # 2,500 + 1,500 + 0 + 19 bytes, by 1,000.
+    assert sent == [("stage", 1000)] * 4 + [("step", 19)]
     (out,) = (tmp_path / ".fanout" / "runs").glob("*/units/*/out.txt")
     sums = [f"{hashlib.sha256(data).hexdigest()}  {name}" for name, data in files.items()]
     assert out.read_text().splitlines() == [*sums, "444", "ran"]
