@@ -72,6 +72,8 @@ class _Timed:
 def _rates(start: float, ends: list[float]) -> tuple[float, float]:
     ends = sorted(ends)
     whole = len(ends) / (ends[-1] - start)
+    if len(ends) <= SKIP:
+        return whole, whole
     steady = (len(ends) - SKIP) / (ends[-1] - ends[SKIP - 1])
     return whole, steady
 

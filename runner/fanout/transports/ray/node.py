@@ -110,6 +110,7 @@ class NodeSandbox:
         self._root: Path | None = None
         self._box: Sandbox | None = None
         self._base: Path | None = None
+        self._token = ""  # the open sandbox's
         self._place: Place | None = None
         # The step running (between ``step`` and ``follow``), its output, and whether
         # the sandbox goes with its end.
@@ -156,6 +157,8 @@ class NodeSandbox:
         """The attempt's sandbox; made (``token``: by the attempt's first call) if none
         is open."""
         if self._box is not None:
+            if token is not None and token != self._token:
+                raise RuntimeError("another attempt's sandbox is open")  # never left
             return self._box
         if token is None or self._local is None or self._root is None or self._place is None:
             raise RuntimeError("the sandbox is not open")
@@ -167,7 +170,7 @@ class NodeSandbox:
             (base / name).mkdir()
         place = replace(self._place, base=str(base))
         self._box = local_sandbox(place, base, self._local.containment)
-        self._base = base
+        self._base, self._token = base, token
         return self._box
 
     async def stage(self, token: str, files: Sequence[Piece]) -> None:

@@ -4,23 +4,30 @@ Each running unit holds one Ray actor (``rayapi.SandboxActor``) asked for the jo
 resources (``runtime.ray``: cpus, custom resources, node labels, and ``task.memory`` as
 Ray's ``memory``), so Ray (and its autoscaler, which sees pending actors as demand)
 decides where units run, while fanout's own dispatcher still decides when each one
-starts (at most ``maxConcurrentTasks`` actors exist at once).  The actor opens a local
-sandbox on its node (``node``) and serves the attempt's commands one by one as
-``attempt.execute`` drives them: staged files in, each step's output streamed back as
-it comes (a Ray generator; the coordinator's capture redacts it and caps the log), the
-control file with the step's answer, the listing, the collected files back a piece at
-a time.  An actor serves one attempt at a time, attempt after attempt, like an SSH
-agent per slot: a Ray worker process costs about a second to start, a unit on a warm
-actor a few round trips.
+starts (at most ``maxConcurrentTasks`` actors exist at once).  The actor makes a local
+sandbox on its node (``node``) and serves the attempt's commands as
+``attempt.execute`` drives them, in as few calls as the attempt allows: a new actor's
+first call asks its node's facts (``Opened``: the place every sandbox of it gets, but
+for its directory); then each step is one call, the first one making the sandbox at a
+name chosen here (so the coordinator knows its place without asking) with the staged
+files, and the final one (``driver.last_look``) removing it before it answers, the
+control file in its answer.  A no-op unit on a warm actor is one call.  A step that
+runs past the node's window (or prints a chunk) streams the rest of its output (a Ray
+generator; the coordinator's capture redacts it and caps the log).  Collecting files
+adds the listing, the files back a piece at a time, and the removal.  An actor serves
+one attempt at a time, attempt after attempt, like an SSH agent per slot: a Ray worker
+process costs about a second to start.
 
-Leaving the sandbox: cleanly, the actor removes the directory and waits ``IDLE_KEEP``
-for the next attempt (then it is killed, freeing its node); after a cancellation or
-deadline (or anything unsure), the actor is killed with force at once (``ray.kill``:
-its process exits and every step dies with it by the parent-death signal) and a task
-pinned to its node removes the directory, awaited (bounded), so a unit's next rung or
-a resumed run never starts beside its leftovers.  A node, worker or actor Ray reports
-gone makes the attempt ``lost``: it runs again elsewhere, no rung used; its actor is
-killed, so nothing of it can report late.
+Leaving the sandbox: cleanly, the sandbox is gone (or the actor removes it) and the
+actor waits ``IDLE_KEEP`` for the next attempt (then it is killed, freeing its node);
+after a cancellation or deadline (or anything unsure), the actor is killed with force
+at once (``ray.kill``: its process exits and every step dies with it by the
+parent-death signal) and a task pinned to its node removes the directory, awaited
+(bounded), so a unit's next rung or a resumed run never starts beside its leftovers.
+A node, worker or actor Ray reports gone makes the attempt ``lost``: it runs again
+elsewhere, no rung used; its actor is killed, so nothing of it can report late.  (An
+idle actor whose node died while it waited is found so by the attempt's first call:
+that attempt is lost too, before anything of it ran.)
 """
 
 from __future__ import annotations
