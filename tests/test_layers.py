@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "isolation.hidden",
             "isolation.exposure",
             "isolation.place",
+            "isolation.roots",
             "pacing.slots",
             "pacing.backoff",
             "pacing.signals",
