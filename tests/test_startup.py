@@ -70,11 +70,29 @@ def test_version_among_other_arguments_is_the_app_s_option(tmp_path: Path) -> No
     assert "typer" in modules
 
 
-def test_validate_imports_the_job_language_but_no_run_machinery(tmp_path: Path) -> None:
+def test_validate_of_a_valid_job_imports_neither_jsonschema_nor_run_machinery(
+    tmp_path: Path,
+) -> None:
     printed, modules = fanout(tmp_path, "validate", "fanout.toml.example")
     assert printed == "1 job file(s) valid\n"
-    assert {"typer", "jsonschema", "jinja2"} <= modules
-    assert not modules & RUN_MACHINERY
+    assert {"typer", "jinja2", "fanout.spec.conformance"} <= modules
+    assert not modules & {"jsonschema", *RUN_MACHINERY}
+
+
+def test_validate_of_a_bad_job_asks_jsonschema_what_is_wrong(tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text('version = 1\nname = "x"\n[inputs]\nitems = ["a"]\n[task]\ncommand = "true"\n')
+    out = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, "validate", str(job)],
+        env={**os.environ, "MODULES_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (2, "1 problem(s) in 1 of 1 file(s)")
+    assert "task.command: expected an array, got a string" in done.stderr
+    assert "jsonschema" in json.loads(out.read_text())
 
 
 def test_report_json_reads_the_journal_without_the_job_language(tmp_path: Path) -> None:
