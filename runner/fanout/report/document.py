@@ -164,7 +164,7 @@ def unit_records(
     budget = journal.unit_budget(run_id)
     if with_memory is None:
         with_memory = journal.compute_totals(run_id)["memory_max"] is not None
-    settled = (UnitState.SUCCEEDED, UnitState.REUSED)
+    settled = frozenset({str(UnitState.SUCCEEDED), str(UnitState.REUSED)})
     for page in _pages(journal.unit_summaries(run_id, with_memory=with_memory), 500):
         keys = [(row[1], row[0]) for row in page]
         usage = journal.usage_of(run_id, keys) if with_usage else {}
@@ -243,14 +243,15 @@ def write_json(journal: Journal, run_id: str, out: TextIO) -> None:
 def _encoder() -> Callable[[Any], str]:
     """One encoder for every unit: ``json.dumps`` with an option builds a new one per
     call, and ``JSONEncoder.encode`` a new C encoder per call (a fifth of 100k units'
-    report), so the C encoder it would make is made once, with the same arguments.
-    Reused, it clears what it marks (``markers``, the check for cycles) per value."""
+    report), so the C encoder it would make is made once, with the same arguments but
+    one: no check for cycles (``markers``), which a record made of journal rows cannot
+    have, and which cost a dict insert and delete per list and dict."""
     options = json.JSONEncoder(ensure_ascii=False)
     make = getattr(json_encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython has the C encoder
         return options.encode
     encode = make(
-        {},
+        None,
         options.default,
         json_encoder.encode_basestring,
         None,
