@@ -72,6 +72,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "spec.templates.rendering",
             "spec.templates.analysis",
             "spec.templates",
+            "spec.conformance",
             "spec.schema",
         ),
     ),
