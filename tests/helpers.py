@@ -179,9 +179,10 @@ def wrapped(kind: Kind, argv: list[str], base: Path, *, tools: tuple[Path, ...] 
         path=os.environ.get("PATH", os.defpath),
         tools=tuple(str(tool) for tool in tools),
         namespace=sandbox.pid_namespace() if kind == "none" else (),
+        lifeline=os.getpid(),
         root=os.geteuid() == 0,
     )
-    return sandbox.guarded(sandbox.command(place, argv, network=False), argv[0])
+    return sandbox.guarded(sandbox.command(place, argv, network=False), argv[0], place)
 
 
 def run_agent(

@@ -4,6 +4,7 @@ the job allocates them, for every transport; and report.md's "Compute" section."
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 from pathlib import Path
@@ -211,6 +212,20 @@ def _pinned_journal(path: Path, clock: _Clock, *, memory: int | None = GIB // 2)
 
 
 IDS = ("u1", "u2", "u3")
+
+
+def test_report_json_bills_each_unit_as_report_md_s_records_do(tmp_path: Path) -> None:
+    """report.json's units (read as tuples, the attempts summed by SQLite) are, key for
+    key and in the same order, the records report.md makes of the units' rows."""
+    journal = _pinned_journal(tmp_path / "journal.sqlite", _Clock())
+    out = io.StringIO()
+    report.write_json(journal, RUN, out)
+    rows = map(report._row_record, journal.units(RUN))
+    expected = list(report._records(journal, RUN, rows))
+    assert [list(u.items()) for u in json.loads(out.getvalue())["units"]] == [
+        list(u.items()) for u in expected
+    ]
+    assert [u["gibSeconds"] for u in expected] == [7.375, 8.625, 1.5]
 
 
 def test_retries_lost_throttled_and_interrupted_attempts_are_all_billed(tmp_path: Path) -> None:

@@ -865,6 +865,30 @@ async def test_a_named_directory_is_collected_whole_without_links_or_fifos(
     }
 
 
+async def test_nothing_in_a_git_folder_is_collected(harness: Harness, tmp_path: Path) -> None:
+    """A hook or a config a worker planted in a .git folder would run its code on the
+    workspace once applied: a directory taken whole leaves .git folders out, and a
+    named path into one fails the unit."""
+    script = (
+        "mkdir -p results/.git/hooks results/sub/.GIT .git; echo 1 > results/a.md;"
+        " echo evil > results/.git/hooks/post-checkout; echo evil > results/sub/.GIT/config;"
+        " echo evil > .git/config"
+    )
+    taken = await harness.transport.run(_attempt(tmp_path, _sh(script), collect=["results"]))
+    assert _outcome(taken) == (Status.SUCCEEDED, "ok", 0, "")
+    assert _collected(tmp_path) == {"results/a.md": "1\n"}
+    named = await harness.transport.run(
+        _attempt(tmp_path / "again", _sh(script), collect=[".git/config"])
+    )
+    assert _outcome(named) == (
+        Status.FAILED,
+        "collect: '.git/config' is in a .git folder; fanout never collects git's own files"
+        " (a hook or a config a worker wrote there would run on the workspace)",
+        0,
+        "",
+    )
+
+
 async def test_a_named_fifo_fails_the_unit(harness: Harness, tmp_path: Path) -> None:
     """A path named in collect that is no regular file or folder would collect nothing
     in silence, and the unit would pass without its result."""

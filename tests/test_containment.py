@@ -174,7 +174,7 @@ def test_a_non_root_user_gets_a_pid_namespace_through_a_user_namespace(tmp_path:
         "place = Place(host='local', kind='none', base='/', path='/usr/bin:/bin', "
         "namespace=sandbox.pid_namespace()); "
         "argv = sandbox.guarded(sandbox.command(place, ['sh', '-c', 'echo $$ $(id -un)'], "
-        "network=False), 'sh'); "
+        "network=False), 'sh', place); "
         "import subprocess; sys.stdout.flush(); subprocess.run(argv, check=True)"
     )
     # The system's python: the test's own may live under root's 0700 home.

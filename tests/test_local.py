@@ -652,3 +652,32 @@ def test_a_deep_tree_is_collected_applied_staged_and_collected_again(
     finally:
         _scrub(tmp_path / "d")
         _scrub(tmp_path / ".fanout")
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="the guard is setpriv's")
+def test_in_a_pid_namespace_setpriv_execs_unshare_and_the_init_checks_the_lifeline(
+    tmp_path: Path,
+) -> None:
+    # One shell per step (the namespace's init), not two: the init checks that unshare's
+    # parent is fanout, as the guard shell did (issue 26).
+    from fanout.isolation import tools
+
+    if not tools.pid_namespace():
+        pytest.skip("no PID namespace for workers here")
+    ran = tmp_path / "ran"
+    argv = wrapped("none", ["touch", str(ran)], tmp_path)
+    assert argv[: len(tools.pid_namespace()) + 4] == [
+        tools.SETPRIV,
+        "--pdeathsig",
+        "KILL",
+        "--",
+        *tools.pid_namespace(),
+    ]
+    assert argv.count("/bin/sh") == 1
+    # Another process's lifeline: unshare's parent (this test) is not it.
+    other = [str(os.getppid()) if arg == str(os.getpid()) else arg for arg in argv]
+    assert other != argv
+    refused = subprocess.run(other, check=False)
+    assert (refused.returncode, ran.exists()) == (137, False)
+    assert subprocess.run(argv, check=False).returncode == 0
+    assert ran.exists()

@@ -3,6 +3,7 @@ report.json lists every unit as it streams, report.md stays bounded."""
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 from pathlib import Path
@@ -380,6 +381,17 @@ def test_report_md_of_a_fixed_journal_reads_as_its_golden_file(tmp_path: Path) -
     markdown = report.write(journal, RUN, tmp_path / "out")
     expected = (DATA / "golden" / "report.md").read_text(encoding="utf-8")
     assert markdown.read_text(encoding="utf-8") == expected
+
+
+def test_report_json_of_a_fixed_journal_reads_as_its_golden_file(tmp_path: Path) -> None:
+    """report.json byte for byte, as fanout wrote it before its units were read as
+    tuples and encoded by one reused encoder (the golden file was made then)."""
+    journal = _fixed_journal(tmp_path / "state")
+    out = io.StringIO()
+    report.write_json(journal, RUN, out)
+    assert out.getvalue() == (DATA / "golden" / "report.json").read_text(encoding="utf-8")
+    written = report.write(journal, RUN, tmp_path / "out").with_name("report.json")
+    assert written.read_text(encoding="utf-8") == out.getvalue()
 
 
 def test_the_report_shows_what_each_limit_learned_and_a_dash_where_none(tmp_path: Path) -> None:

@@ -237,7 +237,7 @@ def test_every_schema_default_is_the_models_default() -> None:
             assert model == _in_model_units(prop), (cls.__name__, key)
             assert type(model) is type(_in_model_units(prop)), (cls.__name__, key)
         checked.append(f"{cls.__name__}.{item.name}")
-    assert len(checked) == 47
+    assert len(checked) == 48
 
 
 def test_every_model_default_is_declared_in_the_schema() -> None:
@@ -327,6 +327,7 @@ def test_defaults_fill_a_copy_and_only_keys_that_have_one() -> None:
     assert document == before
     assert filled["runtime"] == {
         "sandbox": "none",
+        "sandboxRoot": "auto",
         "maxConcurrentTasks": 4,
         "unsandboxedSecrets": False,
         "network": False,

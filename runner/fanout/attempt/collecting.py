@@ -12,7 +12,12 @@ once, with the one glob compiler (``globs``):
   it, fanout never follows one, and where it leads is the worker's choice (``/etc``,
   ``~/.ssh``), so saying so beats collecting nothing in silence;
 - a name that is not UTF-8 fails the attempt (a journal, a report and a workspace
-  write-back all need text), naming the file.
+  write-back all need text), naming the file;
+- nothing in a ``.git`` folder is collected: a directory taken whole leaves its
+  ``.git`` folders out, and a plain path into one fails the attempt.  A hook or a
+  config (``core.fsmonitor``, ``core.hooksPath``) a worker wrote there would run the
+  worker's code on the workspace the next time anyone there runs git.  (A glob never
+  matches a name starting with a dot.)
 
 Names are checked as paths, never as globs: ``notes[draft.md`` is a file name like
 any other.  ``target`` is the one way a collected name becomes a path under the unit
@@ -115,6 +120,12 @@ class Collect:
                         chosen[_text(path)] = None
                 continue
             parts = pattern.text.split("/")
+            if _in_git(pattern.text):
+                raise PathRefused(
+                    f"collect: {pattern.text!r} is in a .git folder; fanout never collects"
+                    " git's own files (a hook or a config a worker wrote there would run on"
+                    " the workspace)"
+                )
             for depth in range(1, len(parts) + 1):
                 on_the_way = "/".join(parts[:depth])
                 if kinds.get(on_the_way) is Kind.LINK:
@@ -133,9 +144,15 @@ class Collect:
             elif named is Kind.DIR:
                 below = pattern.text + "/"
                 for path, inner in kinds.items():
-                    if inner is Kind.FILE and path.startswith(below):
+                    if inner is Kind.FILE and path.startswith(below) and not _in_git(path):
                         chosen[_text(path)] = None
         return list(chosen)
+
+
+def _in_git(path: str) -> bool:
+    """Whether ``path`` is, or is inside, a ``.git`` folder (in any case: git refuses
+    ``.GIT`` too, for the filesystems that fold case)."""
+    return any(part.casefold() == ".git" for part in path.split("/"))
 
 
 def _text(name: str) -> str:

@@ -33,6 +33,10 @@ class Place:
     hidden: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()  # PATH directories under /tmp that bwrap binds back
     namespace: tuple[str, ...] = ()  # the unshare prefix for sandbox none, () if none
+    # The process a step's unshare must be the child of, which its init checks: on this
+    # machine fanout's PID (``sandbox.guarded``); None on a host, whose agent has a
+    # lifeline of its own.
+    lifeline: int | None = None
     image: str | None = None  # podman only
     root: bool = False  # the sandbox's user is root there: bwrap drops capabilities
     containment: Containment = Containment.GROUP

@@ -58,16 +58,22 @@ _PR_SET_PDEATHSIG = 1
 # after the fork, so a fanout SIGKILLed in between (taking unshare with it) leaves the
 # child orphaned with nothing armed: like the guard, the init first checks that its
 # parent is still unshare (by the host's /proc, which is why the namespace keeps it:
-# no --mount-proc) and gives up otherwise.  It then checks the worker exists (the guard
-# only sees unshare), and runs it as a child rather than exec'ing it, so the worker is
-# not PID 1 (which ignores signals it has no handler for, and inherits every orphan to
-# reap), as under bwrap, whose own init plays this part.  Builtins only: no process.
-# dash, the init, reports a worker killed by a signal on the step's output ("Killed"):
-# keeping that off the output costs a fork per step (a subshell: 0.5 ms, measured, a
-# sixth of a no-op unit here), so it stays, and says truly what happened.
+# no --mount-proc) and gives up otherwise.  Given a lifeline (its first argument: on this
+# machine fanout's PID, empty on a host, whose agent has a lifeline of its own), it also
+# checks that unshare's parent is still that process: the guard's check, so that on this
+# machine setpriv execs unshare directly and a step costs one exec of sh fewer
+# (``guarded``).  It then checks the worker exists, and runs it as a child rather than
+# exec'ing it, so the worker is not PID 1 (which ignores signals it has no handler for,
+# and inherits every orphan to reap), as under bwrap, whose own init plays this part.
+# Builtins only: no process.  dash, the init, reports a worker killed by a signal on the
+# step's output ("Killed"): keeping that off the output costs a fork per step (a
+# subshell: 0.5 ms, measured, a sixth of a no-op unit here), so it stays, and says truly
+# what happened.
 _INIT = (
     'read -r _ _ _ parent _ < /proc/self/stat && read -r name < "/proc/$parent/comm"'
-    ' && [ "$name" = unshare ] || exit 137; command -v "$1" > /dev/null'
+    ' && [ "$name" = unshare ] || exit 137; [ -z "$1" ] || {'
+    ' read -r _ _ _ lifeline _ < "/proc/$parent/stat" && [ "$lifeline" = "$1" ]; }'
+    ' || exit 137; shift; command -v "$1" > /dev/null'
     ' || { echo "fanout: cannot start $1: command not found" >&2; exit 127; };'
     ' "$@"; exit $?'
 )
@@ -251,7 +257,8 @@ def command(
     if place.kind == "none":
         if not place.namespace:
             return list(argv)
-        return [*place.namespace, "--", "/bin/sh", "-c", _INIT, "fanout-init", *argv]
+        lifeline = "" if place.lifeline is None else str(place.lifeline)
+        return [*place.namespace, "--", "/bin/sh", "-c", _INIT, "fanout-init", lifeline, *argv]
     if place.kind == "podman":
         command = ["podman", "run", "--rm", "-i", "--network", "host" if network else "none"]
         command += ["-v", f"{base}:{base}", "-w", work]
@@ -319,17 +326,21 @@ def hidden_entries(paths: Iterable[Path]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def guarded(argv: Sequence[str], program: str) -> list[str]:
-    """``argv`` behind the guard, on this machine (a remote executor has its lifeline
-    instead: see ``ssh/agent.sh``).  The guard also checks that the step's ``program``
-    (its own argv[0], inside whatever ``command`` wrapped it in) can start: a missing
-    one is exit 127 with fanout's words under every sandbox kind, where bwrap would
-    report it as its own exit 1 (what this machine's PATH has, the sandbox shows, but
-    below the private /tmp, which the start check covers).  setpriv sets the signal
-    without a preexec_fn (which would force a slow fork instead of vfork for every
-    worker); without setpriv, ``preexec`` does the same in Python."""
+def guarded(argv: Sequence[str], program: str, place: Place) -> list[str]:
+    """``argv`` (``command``'s for ``place``) behind the guard, on this machine (a
+    remote executor has its lifeline instead: see ``ssh/agent.sh``).  The guard also
+    checks that the step's ``program`` (its own argv[0], inside whatever ``command``
+    wrapped it in) can start: a missing one is exit 127 with fanout's words under every
+    sandbox kind, where bwrap would report it as its own exit 1 (what this machine's
+    PATH has, the sandbox shows, but below the private /tmp, which the start check
+    covers).  setpriv sets the signal without a preexec_fn (which would force a slow
+    fork instead of vfork for every worker); without setpriv, ``preexec`` does the same
+    in Python.  In a PID namespace of unshare's with a lifeline, the init makes both
+    checks itself (``_INIT``), and setpriv execs unshare directly."""
     if SETPRIV is None:
         return list(argv)
+    if place.kind == "none" and place.namespace and place.lifeline is not None:
+        return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
     return [
         SETPRIV,
         "--pdeathsig",

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..backlog.units import Unit
 from ..outcome import AttemptResult, Outcome, UnitState
 from .store import Store
 from .tables import SETTLED_SQL, unit_data
+
+if TYPE_CHECKING:
+    # Annotations only: the backlog imports the spec (see tables.unit_row).
+    from ..backlog.units import Unit
 
 
 class Attempts(Store):

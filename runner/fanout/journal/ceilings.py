@@ -12,17 +12,23 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from ..pacing.ceiling import Learned
-from ..pacing.limits import ALL
 from .store import Store
 from .tables import KeptCeiling
+
+if TYPE_CHECKING:
+    # Imported where used: pacing imports the spec (a fifth of a second), which a
+    # journal read (`fanout report`, `status`) never needs.
+    from ..pacing.ceiling import Learned
 
 API = "api:"
 
 
 def label(name: str) -> str:
     """How output names a kept name: ``all dispatch``, ``api anthropic``, ``search``."""
+    from ..pacing.limits import ALL
+
     if name == ALL:
         return "all dispatch"
     if name.startswith(API):
@@ -66,6 +72,8 @@ class Ceilings(Store):
             ).fetchall()
         except sqlite3.OperationalError:
             return []
+        from ..pacing.ceiling import Learned
+
         found = []
         for row in rows:
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .store import Store, unit_pages
 from .tables import SETTLED_SQL, UnitRow, unit_row
@@ -74,33 +75,52 @@ class Queries(Store):
                     break
                 after = rows[-1]["idx"]
 
-    def unit_summaries(self, run_id: str, *, batch: int = 500) -> Iterator[sqlite3.Row]:
-        """What a report lists of each unit, in the order of ``units``: id, round, idx,
-        state, rung, attempts, worker_seconds, reason, origin, collected (JSON text),
-        tail and reused_from.  SQLite extracts the rung and origin, so a unit's records,
-        last context and staged hashes are never parsed: ``unit_row`` was most of a
-        100k-unit report."""
+    def unit_summaries(
+        self, run_id: str, *, with_memory: bool = True, batch: int = 500
+    ) -> Iterator[tuple[Any, ...]]:
+        """What report.json lists of each unit, in the order of ``units``, as plain
+        tuples: its row's id, round, state, rung, attempts, worker_seconds, reason,
+        origin, collected (JSON text), tail and reused_from; the sums of its attempts
+        (as ``Compute.compute_of`` has them): active seconds (0 without attempts) and
+        byte-seconds (NULL if one that ran had no memory; None without ``with_memory``,
+        a run none of whose attempts declared one); last, its idx.  SQLite
+        extracts the rung and origin and sums the attempts, one index seek a unit, so
+        a unit's records, last context and staged hashes are never parsed and no page
+        costs a second query: ``unit_row`` was most of a 100k-unit report."""
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
+        memory = "a.memory" if "memory" in columns else "NULL"  # an older fanout's journal
+        attempts = "FROM attempts a WHERE a.run = u.run AND a.round = u.round AND a.unit = u.id"
+        byte_seconds = (
+            f"(SELECT CASE WHEN SUM({memory} IS NULL AND a.duration > 0) > 0 THEN NULL"
+            f" ELSE COALESCE(SUM(a.duration * {memory}), 0) END {attempts})"
+            if with_memory
+            else "NULL"
+        )
+        sql = (
+            "SELECT u.id, u.round, u.state, COALESCE(json_extract(u.last, '$.rung'), ''),"  # noqa: S608 - constant SQL
+            " u.attempts, u.worker_seconds, u.reason, json_extract(u.data, '$.origin'),"
+            " u.collected, u.tail, u.reused_from,"
+            f" (SELECT COALESCE(SUM(a.duration), 0) {attempts}),"
+            f" {byte_seconds}, u.idx"
+            " FROM units u WHERE u.run = ? AND u.round = ? AND u.idx > COALESCE(?, -1)"
+            " ORDER BY u.idx LIMIT ?"
+        )
+        cursor = self.db.cursor()
+        cursor.row_factory = None  # tuples: a name lookup per field was a tenth of a report
         numbers = [
-            r["round"]
-            for r in self.db.execute(
+            r[0]
+            for r in cursor.execute(
                 "SELECT DISTINCT round FROM units WHERE run = ? ORDER BY round", (run_id,)
             )
         ]
         for number in numbers:
             after = None
             while True:
-                rows = self.db.execute(
-                    "SELECT id, round, idx, state, COALESCE(json_extract(last, '$.rung'), '')"
-                    " AS rung, attempts, worker_seconds, reason,"
-                    " json_extract(data, '$.origin') AS origin, collected, tail, reused_from"
-                    " FROM units WHERE run = ? AND round = ?"
-                    " AND idx > COALESCE(?, -1) ORDER BY idx LIMIT ?",
-                    (run_id, number, after, batch),
-                ).fetchall()
+                rows = cursor.execute(sql, (run_id, number, after, batch)).fetchall()
                 yield from rows
                 if len(rows) < batch:
                     break
-                after = rows[-1]["idx"]
+                after = rows[-1][-1]
 
     def units_with_files(
         self, run_id: str, round_number: int, batch: int = 500
@@ -129,9 +149,15 @@ class Queries(Store):
     )
 
     def unit_counts(self, run_id: str) -> dict[str, int]:
-        """Units of the run's latest round of each unit id, counted by state."""
+        """Units of the run's latest round of each unit id, counted by state.  A run of
+        one round (most runs) has no later rows to look for: its units are counted in
+        the index alone, a quarter of the time at 100k units."""
+        (last,) = self.db.execute(
+            "SELECT MAX(round) FROM units WHERE run = ?", (run_id,)
+        ).fetchone()
+        latest = f"AND {self._LATEST}" if last is not None and last > 1 else ""
         rows = self.db.execute(
-            f"SELECT state, COUNT(*) AS n FROM units WHERE run = ? AND {self._LATEST}"  # noqa: S608 - constant SQL
+            f"SELECT state, COUNT(*) AS n FROM units WHERE run = ? {latest}"  # noqa: S608 - constant SQL
             " GROUP BY state",
             (run_id,),
         )

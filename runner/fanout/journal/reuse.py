@@ -27,12 +27,15 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..backlog.units import Unit
 from ..outcome import CollectedFile, UnitState
 from .store import Store
 from .tables import unit_data
+
+if TYPE_CHECKING:
+    # Annotations only: the backlog imports the spec (see tables.unit_row).
+    from ..backlog.units import Unit
 
 
 class Success(NamedTuple):

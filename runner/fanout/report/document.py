@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import itertools
 import json
-import sqlite3
-from collections.abc import Iterable, Iterator
+import json.encoder as json_encoder
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from ..journal import Journal, UnitRow
 from ..journal.ceilings import label
 from ..outcome import UnitState
-from ..pacing.ceiling import Learned
 from ..values import safetext
 from ..values.quantities import format_duration
 from . import accounting, attention, budget, compute, failures, fleet, skipped
 
+if TYPE_CHECKING:
+    from ..pacing.ceiling import Learned
+
 SHOWN_UNITS = 200
+
+T = TypeVar("T")
 
 
 def unit_record(row: UnitRow) -> dict[str, Any]:
@@ -51,6 +55,7 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
     aggregate queries: its cost does not grow with the units held in memory."""
     run = journal.run(run_id)
     worker = journal.worker_seconds(run_id)
+    counts = journal.unit_counts(run_id)
     return {
         "run": run.id,
         "job": run.job,
@@ -74,9 +79,9 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
             for r in journal.rounds(run_id)
         ],
         "limits": run.limits,
-        "totals": dict(sorted(journal.unit_counts(run_id).items())),
+        "totals": dict(sorted(counts.items())),
         # Active seconds x allocated memory, the seeds' cost model (``compute``).
-        "compute": compute.totals(journal, run_id),
+        "compute": compute.totals(journal, run_id, counts=counts),
         # What the units' requests through the gateway used, per API (none without one).
         "apis": [usage.as_dict() for usage in journal.usage_totals(run_id)],
         "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
@@ -89,24 +94,6 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         ),
         # The job's quarantined units: a count to alert on, and the first of them.
         **attention.summary(journal, run_id),
-    }
-
-
-def _summary_record(row: sqlite3.Row) -> dict[str, Any]:
-    """``unit_record`` with the output tail, of a ``Journal.unit_summaries`` row."""
-    collected = row["collected"]
-    return {
-        "unit": row["id"],
-        "round": row["round"],
-        "state": row["state"],
-        "rung": row["rung"],
-        "attempts": row["attempts"],
-        "workerSeconds": round(row["worker_seconds"], 3),
-        "reason": row["reason"],
-        "origin": row["origin"],
-        "collected": [] if collected == "[]" else [c["path"] for c in json.loads(collected)],
-        **({"reusedFrom": row["reused_from"]} if row["reused_from"] else {}),
-        "tail": row["tail"],
     }
 
 
@@ -127,17 +114,7 @@ def _records(
         compute.annotate(journal, run_id, page, with_memory=with_memory)
         keys = [(r["round"], r["unit"]) for r in page]
         usage = journal.usage_of(run_id, keys) if with_usage else {}
-        by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
-        if with_changes:
-            for change in journal.changes(run_id, keys):
-                by_unit.setdefault((change["round"], change["unit"]), []).append(
-                    {
-                        "path": change["path"],
-                        "added": change["added"],
-                        "removed": change["removed"],
-                        "state": change["state"],
-                    }
-                )
+        by_unit = _changes(journal, run_id, keys) if with_changes else {}
         for record in page:
             tail = record.pop("tail")
             key = (record["round"], record["unit"])
@@ -151,15 +128,91 @@ def _records(
             yield record
 
 
-def _pages(records: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+def _changes(
+    journal: Journal, run_id: str, keys: list[tuple[int, str]]
+) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """The changed files of a page of units, by (round, unit id)."""
+    by_unit: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for change in journal.changes(run_id, keys):
+        by_unit.setdefault((change["round"], change["unit"]), []).append(
+            {
+                "path": change["path"],
+                "added": change["added"],
+                "removed": change["removed"],
+                "state": change["state"],
+            }
+        )
+    return by_unit
+
+
+def _pages(records: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(records)
     while page := list(itertools.islice(iterator, size)):
         yield page
 
 
-def unit_records(journal: Journal, run_id: str) -> Iterator[dict[str, Any]]:
-    """Every unit of every round of the run, in order, as report.json lists them."""
-    return _records(journal, run_id, map(_summary_record, journal.unit_summaries(run_id)))
+def unit_records(
+    journal: Journal, run_id: str, *, with_memory: bool | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every unit of every round of the run, in order, as report.json lists them: each
+    record is what ``_records`` makes of the unit's row (report.md's units), built in
+    one pass from a ``Journal.unit_summaries`` tuple, which carries the attempts' sums
+    too; changes and usage are read a page at a time.  ``with_memory``: whether an
+    attempt of the run declared a memory (``gibSeconds``), read here unless given."""
+    with_changes = journal.has_changes(run_id)
+    with_usage = journal.has_usage(run_id)
+    budget = journal.unit_budget(run_id)
+    if with_memory is None:
+        with_memory = journal.compute_totals(run_id)["memory_max"] is not None
+    settled = frozenset({str(UnitState.SUCCEEDED), str(UnitState.REUSED)})
+    for page in _pages(journal.unit_summaries(run_id, with_memory=with_memory), 500):
+        keys = [(row[1], row[0]) for row in page]
+        usage = journal.usage_of(run_id, keys) if with_usage else {}
+        by_unit = _changes(journal, run_id, keys) if with_changes else {}
+        for (
+            unit,
+            number,
+            state,
+            rung,
+            attempts,
+            worker_seconds,
+            reason,
+            origin,
+            collected,
+            tail,
+            reused_from,
+            active_seconds,
+            byte_seconds,
+            _,
+        ) in page:
+            record = {
+                "unit": unit,
+                "round": number,
+                "state": state,
+                "rung": rung,
+                "attempts": attempts,
+                "workerSeconds": round(worker_seconds, 3),
+                "reason": reason,
+                "origin": origin,
+                "collected": []
+                if collected == "[]"
+                else [c["path"] for c in json.loads(collected)],
+            }
+            if reused_from:
+                record["reusedFrom"] = reused_from
+            record["activeSeconds"] = round(float(active_seconds), 3)
+            if with_memory:
+                record["gibSeconds"] = (
+                    None if byte_seconds is None else round(byte_seconds / compute.GIB, 3)
+                )
+            record["changes"] = by_unit.get((number, unit), [])
+            if with_usage:
+                record["usage"] = [u.as_dict() for u in usage.get((number, unit), [])]
+            if budget is not None:  # task.budget: the most the unit could spend
+                record["budget"] = {"usd": budget}
+            if state not in settled:
+                record["outputTail"] = tail
+            yield record
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
@@ -177,16 +230,41 @@ def write_json(journal: Journal, run_id: str, out: TextIO) -> None:
     memory of one page of units.  The run's fields are indented; each unit (and each
     failed id) is one line, which keeps 100k units greppable and lets the C encoder
     write them (an indented dump is pure Python and was half the time)."""
-    head = json.dumps(summary(journal, run_id), indent=2, ensure_ascii=False)
+    run = summary(journal, run_id)
+    head = json.dumps(run, indent=2, ensure_ascii=False)
     out.write(head[: -len("\n}")] + ',\n  "units": ')
-    _write_list(out, unit_records(journal, run_id))
+    with_memory = run["compute"]["memoryBytes"] is not None
+    _write_list(out, unit_records(journal, run_id, with_memory=with_memory))
     out.write(',\n  "failed": ')
     _write_list(out, journal.failed_ids(run_id))
     out.write("\n}\n")
 
 
-# One encoder for every unit: ``json.dumps`` with an option builds a new one per call.
-_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+def _encoder() -> Callable[[Any], str]:
+    """One encoder for every unit: ``json.dumps`` with an option builds a new one per
+    call, and ``JSONEncoder.encode`` a new C encoder per call (a fifth of 100k units'
+    report), so the C encoder it would make is made once, with the same arguments but
+    one: no check for cycles (``markers``), which a record made of journal rows cannot
+    have, and which cost a dict insert and delete per list and dict."""
+    options = json.JSONEncoder(ensure_ascii=False)
+    make = getattr(json_encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has the C encoder
+        return options.encode
+    encode = make(
+        None,
+        options.default,
+        json_encoder.encode_basestring,
+        None,
+        options.key_separator,
+        options.item_separator,
+        options.sort_keys,
+        options.skipkeys,
+        options.allow_nan,
+    )
+    return lambda value: "".join(encode(value, 0))
+
+
+_ENCODE = _encoder()
 
 
 def _write_list(out: TextIO, values: Iterable[Any]) -> None:
@@ -425,6 +503,8 @@ def _limit_lines(found: dict[str, dict[str, Any]]) -> list[str]:
         "| limit | configured starts/min | achieved starts/min | throttled | paused | learned |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
+    from ..pacing.ceiling import Learned  # here: pacing imports the spec, report.json never
+
     learned_lines = []
     for name, stats in found.items():
         configured = stats.get("configuredPerMinute")

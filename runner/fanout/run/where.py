@@ -104,6 +104,8 @@ def _local(job: Spec, wiring: Wiring) -> Transport:
         slots=job.runtime.max_concurrent_tasks,
         sandbox_kind=job.runtime.sandbox,
         image=job.runtime.image,
+        sandbox_root=job.runtime.sandbox_root,
+        environ=wiring.environ,
         path=wiring.environ.get("PATH", ""),
         # Workers never see fanout's own state (this job's, other jobs'), its
         # configuration, its secrets or the user's keys.

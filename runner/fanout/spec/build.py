@@ -201,6 +201,7 @@ def _runtime(
     return Runtime(
         max_concurrent_tasks=raw["maxConcurrentTasks"],
         sandbox=raw["sandbox"],
+        sandbox_root=raw["sandboxRoot"],
         unsandboxed_secrets=raw["unsandboxedSecrets"],
         image=raw.get("image"),
         network=raw["network"],

@@ -156,6 +156,8 @@ class Ray:
 class Runtime:
     max_concurrent_tasks: int = _default(_RUNTIME, "maxConcurrentTasks")
     sandbox: Literal["auto", "bwrap", "podman", "none"] = _default(_RUNTIME, "sandbox")
+    # "auto" or an absolute path: where local sandboxes are made (``isolation.roots``).
+    sandbox_root: str = _default(_RUNTIME, "sandboxRoot")
     # True: workers may get tokens and secrets in sandboxes that do not hide the other
     # units from them (``exposure``).
     unsandboxed_secrets: bool = _default(_RUNTIME, "unsandboxedSecrets")

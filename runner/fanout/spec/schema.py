@@ -13,7 +13,8 @@ value.  A default here is a value the user could have written; an absent optiona
 
 Friendly messages for a failed ``pattern`` are keyed by the JSON Pointer of the schema
 node that holds the pattern (``#/definitions/duration``), not by a copy of its regex.
-This is the only module that imports jsonschema.
+This is the only module that imports jsonschema, and only to say what is wrong (or
+where ``conformance`` cannot tell): a valid job is checked without it.
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem, did_you_mean
 from ..values.quantities import parse_duration, parse_size
 from ..values.tomlpos import KeyPath, Positions
+from . import conformance
+
+if TYPE_CHECKING:
+    import jsonschema
 
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -102,12 +104,15 @@ def _fill(value: Any, node: Mapping[str, Any]) -> Any:
 
 @functools.cache
 def _definition_validator(name: str) -> Any:
-    return _Validator(subschema(name))
+    return _validator_class()(subschema(name))
 
 
 def conforms(definition: str, value: object) -> bool:
     """Whether ``value`` is valid as the schema's ``definition`` (e.g. ``duration``)."""
-    return bool(_definition_validator(definition).is_valid(value))
+    try:
+        return conformance.conforms(value, subschema(definition))
+    except conformance.Unknown:
+        return bool(_definition_validator(definition).is_valid(value))
 
 
 def subschema(name: str) -> dict[str, Any]:
@@ -136,7 +141,12 @@ def check(
     positions: Positions,
 ) -> list[Problem]:
     """Every schema violation in ``document`` as a located Problem."""
-    validator = _Validator(schema)
+    try:
+        if conformance.conforms(document, schema):
+            return []
+    except conformance.Unknown:
+        pass
+    validator = _validator_class()(schema)
     problems: list[Problem] = []
     seen: set[tuple[KeyPath, str]] = set()
     for error in validator.iter_errors(document):
@@ -151,25 +161,18 @@ def check(
     return problems
 
 
-def _is_integer(checker: object, instance: object) -> bool:
-    # JSON Schema counts 10.0 (and 1e308) as an integer; TOML tells them apart, and code
-    # reading a count must get an int.
-    return isinstance(instance, int) and not isinstance(instance, bool)
+@functools.cache
+def _validator_class() -> Any:
+    """Draft 7 with the schema's integer and number (``conformance``'s)."""
+    import jsonschema
 
-
-def _is_number(checker: object, instance: object) -> bool:
-    # TOML's inf and nan are numbers no fanout setting can mean.
-    if isinstance(instance, float):
-        return math.isfinite(instance)
-    return _is_integer(checker, instance)
-
-
-_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft7Validator,
-    type_checker=jsonschema.Draft7Validator.TYPE_CHECKER.redefine_many(
-        {"integer": _is_integer, "number": _is_number}
-    ),
-)
+    checker = jsonschema.Draft7Validator.TYPE_CHECKER.redefine_many(
+        {
+            "integer": lambda _, instance: conformance.is_integer(instance),
+            "number": lambda _, instance: conformance.is_number(instance),
+        }
+    )
+    return jsonschema.validators.extend(jsonschema.Draft7Validator, type_checker=checker)  # type: ignore[no-untyped-call]
 
 
 def _quote_list(values: Iterable[object]) -> str:

@@ -31,7 +31,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -43,7 +43,7 @@ from ..attempt.driver import execute
 from ..attempt.model import LAYOUT, Attempt
 from ..attempt.sandbox import Command, Sandbox, StagedFile
 from ..errors import EnvironmentProblem
-from ..isolation import escapees, removal
+from ..isolation import escapees, removal, roots
 from ..isolation import tools as sandbox
 from ..isolation.exposure import network_refusal
 from ..isolation.place import Place
@@ -65,6 +65,8 @@ class LocalTransport:
         sandbox_kind: str = "auto",
         image: str | None = None,
         root: Path | None = None,
+        sandbox_root: str = "auto",
+        environ: Mapping[str, str] | None = None,
         path: str = os.defpath,
         hidden: Sequence[Path] = (),
         warn: Callable[[str], None] = lambda message: None,
@@ -75,7 +77,13 @@ class LocalTransport:
         self._slots = slots
         self._requested = sandbox_kind
         self._image = image
+        # ``root`` (a test's, a Ray node's) or else runtime.sandboxRoot, chosen at start.
+        self._requested_root = str(root) if root is not None else sandbox_root
+        self._environ = os.environ if environ is None else environ
         self.root = root or Path(tempfile.gettempdir())
+        # On a tmpfs a sandbox's mkdirs and rmdirs take microseconds, and are done on
+        # the loop; on a disk each costs a journal commit, and a thread does them.
+        self._memory = False
         self._path = path
         self._hidden = tuple(hidden)
         self._tools = sandbox.bound_tools(path)
@@ -104,8 +112,13 @@ class LocalTransport:
             watcher = asyncio.PidfdChildWatcher()
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
-        for said in await removal.off_loop(functools.partial(sweep, self.root)):
-            self._warn(said)
+        chosen = roots.choose(self._requested_root, self._slots, self._environ)
+        self.root, self._memory = chosen.path, chosen.memory
+        # Every root a run may have chosen (auto's choice changes with free space and
+        # TMPDIR): a killed run's leftovers are swept wherever they are.
+        for place in roots.candidates(self.root, self._environ):
+            for said in await removal.off_loop(functools.partial(sweep, place)):
+                self._warn(said)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
         if self._network == "apis":
             refusal = network_refusal(choice.kind)
@@ -125,6 +138,7 @@ class LocalTransport:
             hidden=sandbox.hidden_entries(self._hidden),
             tools=tuple(str(tool) for tool in self._tools),
             namespace=sandbox.pid_namespace() if choice.kind == "none" else (),
+            lifeline=os.getpid(),
             image=self._image,
             containment=choice.containment,
             root=os.geteuid() == 0,
@@ -145,30 +159,45 @@ class LocalTransport:
 
     @contextlib.asynccontextmanager
     async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
-        base = Path(tempfile.mkdtemp(prefix=f"fanout-{os.getpid()}-", dir=self.root))
+        make = functools.partial(_make, self.root)
+        base = make() if self._memory else await asyncio.to_thread(make)
         try:
-            for name in LAYOUT.directories:
-                (base / name).mkdir()
             yield _LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
         finally:
             await self._remove(base)
 
     async def _remove(self, base: Path) -> None:
         """Remove a sandbox directory.  Most are left as they were made (a no-op unit):
-        two rmdirs here, where a walk opens and scans each directory first (a sixth of
-        a no-op unit's cost).  The others off the loop (``removal.off_loop``)."""
-        try:
-            for name in LAYOUT.directories:
-                os.rmdir(base / name)
-            os.rmdir(base)
+        their few rmdirs first, where a walk opens and scans each directory (a sixth
+        of a no-op unit's cost); the others by ``removal`` (off the loop)."""
+        unmade = functools.partial(_unmake, base)
+        if unmade() if self._memory else await asyncio.to_thread(unmade):
             return
-        except OSError:
-            pass
         await removal.off_loop(functools.partial(_dispose, base), then=self._tell)
 
     def _tell(self, said: str | None) -> None:
         if said is not None:
             self._warn(said)
+
+
+def _make(root: Path) -> Path:
+    """A fresh sandbox directory in ``root``, laid out as ``LAYOUT`` (0700: mkdtemp)."""
+    base = Path(tempfile.mkdtemp(prefix=f"fanout-{os.getpid()}-", dir=root))
+    for name in LAYOUT.directories:
+        (base / name).mkdir()
+    return base
+
+
+def _unmake(base: Path) -> bool:
+    """Remove ``base`` if it is as ``_make`` left it (its folders empty): whether it is
+    gone."""
+    try:
+        for name in LAYOUT.directories:
+            os.rmdir(base / name)
+        os.rmdir(base)
+    except OSError:
+        return False
+    return True
 
 
 def sweep(root: Path) -> list[str]:
@@ -271,7 +300,11 @@ class _LocalSandbox:
         status = _status_pipe(inner) if kind == "bwrap" else None
         if status is not None:  # bwrap names its namespace's init (steps.SandboxInit)
             inner = (inner[0], "--json-status-fd", str(status[1]), *inner[1:])
-        argv = inner if kind == "podman" else tuple(sandbox.guarded(inner, command.program))
+        argv = (
+            inner
+            if kind == "podman"
+            else tuple(sandbox.guarded(inner, command.program, self.place))
+        )
         starting = asyncio.ensure_future(
             steps.spawn(
                 argv,

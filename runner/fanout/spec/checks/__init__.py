@@ -336,6 +336,11 @@ def _check_runtime(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
         problems.append(ctx.at_value(("runtime", "sandbox"), "podman needs runtime.image"))
     if "image" in runtime and runtime.get("sandbox") != "podman":
         problems.append(ctx.at_key(("runtime", "image"), "only applies with sandbox = 'podman'"))
+    root = runtime.get("sandboxRoot")
+    if isinstance(root, str) and root != "auto" and not root.startswith("/"):
+        problems.append(
+            ctx.at_value(("runtime", "sandboxRoot"), 'must be "auto" or an absolute path')
+        )
     hosts = runtime.get("hosts")
     if isinstance(hosts, list):
         seen: dict[str, int] = {}

@@ -32,7 +32,6 @@ of the bounds; docs/guides/backlog.md ("Templates") states them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import io
@@ -189,6 +188,8 @@ async def render_off_loop(work: Callable[[], T], budget: Budget | None = None) -
     new one unless given): a slow render never stalls the event loop (the gateway, the
     display, a signal), and a cancel stops the render at its next step, then waits for
     the thread."""
+    import asyncio  # here: `fanout validate` and `plan` never render off a loop
+
     budget = budget if budget is not None else Budget()
 
     def spend() -> T:

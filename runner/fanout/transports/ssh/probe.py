@@ -49,7 +49,7 @@ _PROBE_CONTAINMENT = (
     "for tool in bwrap timeout head tar find grep unshare python3; do command -v $tool; done;"
     ' for user in "" "--user --map-user=$(id -u) --map-group=$(id -g)" "--user --map-root-user";'
     f' do flags="${{user:+$user }}{PID_NAMESPACE}";'
-    ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init true\' sh "$flags"'
+    ' if unshare $flags sh -c \'unshare $1 -- /bin/sh -c "$2" fanout-init "" true\' sh "$flags"'
     f" {shlex.quote(_INIT)} </dev/null >/dev/null 2>&1;"
     ' then echo "unshare $flags"; break; fi; done;'
     ' printf "uid %s\\n" "$(id -u)"; printf "home %s\\n" "$HOME";'
