@@ -393,6 +393,28 @@ async def test_a_warm_actor_runs_an_attempt_in_one_call_and_leaves_nothing(
         await transport.close()
 
 
+async def test_an_auto_sandbox_root_is_chosen_on_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # runtime.ray.sandboxRoot = "auto" (the default): each node chooses as a local run
+    # does, by its own environment (here its TMPDIR); before, the nodes used /tmp.
+    from helpers import make_attempt
+
+    chosen = tmp_path / "node-tmp"
+    chosen.mkdir()
+    monkeypatch.setenv("TMPDIR", str(chosen))
+    transport = RayTransport(Ray(), slots=1, sandbox_kind="none")
+    assert transport._ray.sandbox_root == "auto"
+    transport._api = types.SimpleNamespace(  # type: ignore[assignment]
+        Actor=_NodeActor, Placement=types.SimpleNamespace
+    )
+    try:
+        result = await transport.run(make_attempt(tmp_path / "a", ["sh", "-c", "pwd -P"]))
+        assert Path(result.output_tail.strip()).parent.parent == chosen.resolve()
+    finally:
+        await transport.close()
+
+
 async def test_each_attempt_asks_ray_for_its_own_memory() -> None:
     # A logic test (Ray's own placement is the real clusters' business): an attempt's
     # actor asks Ray for the attempt's memory (task.memory, or its rung's), and an idle

@@ -393,9 +393,11 @@ def _check_ray(runtime: Mapping[str, Any], ctx: Context) -> list[Problem]:
             )
         )
     root = ray.get("sandboxRoot")
-    if isinstance(root, str) and not root.startswith("/"):
+    if isinstance(root, str) and root != "auto" and not root.startswith("/"):
         problems.append(
-            ctx.at_value(("runtime", "ray", "sandboxRoot"), "must be an absolute path on the nodes")
+            ctx.at_value(
+                ("runtime", "ray", "sandboxRoot"), 'must be "auto" or an absolute path on the nodes'
+            )
         )
     return problems
 

@@ -127,13 +127,16 @@ class NodeSandbox:
         if opening.version != __version__:
             return opened
         if self._local is None:
-            root = Path(opening.root)
-            await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+            # "auto": the node chooses as a local run does (``isolation.roots``).
+            root = None if opening.root == "auto" else Path(opening.root)
+            if root is not None:
+                await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
             hidden = [Path(path) for path in opening.hidden] + [Path.home() / ".ssh"]
             local = LocalTransport(
                 slots=1,
                 sandbox_kind=opening.sandbox,
                 root=root,
+                sandbox_root="auto",
                 path=os.environ.get("PATH", os.defpath),
                 hidden=hidden,
                 warn=self._warnings.append,
