@@ -154,9 +154,8 @@ class SshSandbox:
             if not self._opened:
                 self._pool.idle(self._state, agent)  # nothing reached the host
                 return
-            sweep = self.place.containment is Containment.GROUP
             try:
-                await self._send(wire.close(sweep))
+                await self._send(wire.close(_ENDING[self.place.containment]))
                 left = await wire.done(agent.process.stdout)
             except (Lost, wire.Closed, wire.Refused, OSError, asyncssh.Error, EOFError):
                 pass
@@ -212,6 +211,17 @@ class SshSandbox:
                 raise Lost(stopped, host=state.name) from None
             await self._pool.lost(state, reason)
             raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
+
+
+# What a step's end leaves to wait for (``wire.close``): a PID namespace that unshare
+# ended is empty when unshare returns; bwrap returns on its init's word, maybe before
+# the kernel has emptied it; a process group holds nothing a setsid'd process left.
+_ENDING: dict[Containment, wire.Ending] = {
+    Containment.GROUP: "sweep",
+    Containment.BWRAP: "settle",
+    Containment.UNSHARE: "ended",
+    Containment.PODMAN: "settle",  # not on SSH hosts
+}
 
 
 def _begin(files: Sequence[StagedFile]) -> tuple[wire.StagedTar, Iterator[bytes], bytes]:

@@ -123,6 +123,7 @@ class SshTransport(HostPool):
         if self._requested == "auto" and sandbox == "none" and not state.warned:
             self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
         state.unshare = offered.unshare
+        state.python = offered.python
         root, place = host_place(state.name, state.host.sandbox_root, sandbox, offered)
         if sandbox == "bwrap":
             unseen = await unseen_commands(connection.conn, root, place, self._commands)

@@ -16,7 +16,11 @@ memory and the step's environment only: never argv, never disk.
     cat LIMIT CODE           CODE: set -- NAME        a regular file of the sandbox
     list CODE                CODE: set -- ROOT...     find -P ROOT... under work/
     get CODE                 CODE: set -- NAME...     a tar of those regular files
-    close SWEEP              kill what is left (SWEEP 1: search /proc), remove, say so
+    close HOW                wait for what is left to die, remove, say so; HOW:
+                             sweep   kill what is left first (by /proc), then settle
+                             settle  wait until nothing carries the sandbox's control
+                             ended   the steps' PID namespaces ended with them: settle
+                                     only after a step that did not end by itself
 
 The agent answers on its stdout: ``error MESSAGE`` (the host cannot run units: it
 exits), ``ran STATUS`` after a step (whose output came on stderr up to an end mark no
@@ -35,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Literal, Protocol
 
 from ...attempt import collecting
 from ...attempt.capture import OutputCapture
@@ -58,6 +62,11 @@ def agent_script() -> str:
     text = resources.files("fanout.transports.ssh").joinpath("agent.sh").read_text(encoding="utf-8")
     lines = (line.strip() for line in text.splitlines())
     return "\n".join(line for line in lines if line and not line.startswith("#")) + "\n"
+
+
+def keeper_script() -> str:
+    """The agent's keeper (``keeper.py``) as sent: run by the host's python3."""
+    return resources.files("fanout.transports.ssh").joinpath("keeper.py").read_text("utf-8")
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -113,8 +122,11 @@ def get(names: Sequence[str]) -> bytes:
     return f"get {_set(names)}\n".encode()
 
 
-def close(sweep: bool) -> bytes:
-    return f"close {int(sweep)}\n".encode()
+Ending = Literal["sweep", "settle", "ended"]
+
+
+def close(how: Ending) -> bytes:
+    return f"close {how}\n".encode()
 
 
 def end_mark(mark: str) -> bytes:
