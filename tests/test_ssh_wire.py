@@ -322,3 +322,27 @@ async def test_what_the_keeper_cannot_remove_the_agent_removes(tmp_path: Path) -
     await _stop(agent)
     assert set(log.read_text().split()) <= {"rm"}
     assert list(root.iterdir()) == []
+
+
+async def test_the_last_step_closes_its_sandbox_in_its_answer(agent: Agent, tmp_path: Path) -> None:
+    """The attempt's last step with nothing to collect: its answer, the control file
+    and the sandbox's end come back together, and the agent serves the next one."""
+    for number, script in enumerate(["echo out", "echo '{}' > ../control.json; exit 3"]):
+        if number:  # the first: the fixture's
+            agent.base = agent.base.parent / "fanout-00000000000000c1"
+            await agent.send(wire.open_sandbox("00000000000000c1", ("work",)))
+        command = _command(agent, ["sh", "-c", script])
+        assert agent.process.stderr is not None
+        await agent.send(
+            wire.run(
+                command, backstop=30, mark="abc123", then=(100, "control.json"), ending="ended"
+            )
+        )
+        assert await wire.status(agent.stdout) == 3 * number
+        assert await wire.data(agent.stdout) == (b"{}\n" if number else None)
+        assert await wire.done(agent.stdout) is None
+        assert not agent.base.exists()
+        capture = OutputCapture(tmp_path / f"{number}.log", log_limit=1 << 20, tail_limit=1 << 20)
+        await wire.read_output(agent.process.stderr, "abc123", capture)
+        capture.close()
+        assert capture.tail == ("out\n" if number == 0 else "")

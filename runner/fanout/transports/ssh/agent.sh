@@ -144,16 +144,28 @@ start_step() {
 }
 
 # hand LIMIT NAME: the sandbox's regular file NAME, never through a symlink (the steps
-# that could swap one in are gone), as "data LENGTH" and at most LIMIT bytes; or "none".
+# that could swap one in are gone), as "data LENGTH" and at most LIMIT bytes; or false
+# when there is none (the caller says "none").
 hand() {
     case $2 in ''|*/*|.|..) exit 72 ;; esac
-    if [ -f "$base/$2" ] && [ ! -L "$base/$2" ]; then
-        head -c "$1" "$base/$2" > "$base/.answer" 2>/dev/null
-        say "data $(wc -c < "$base/.answer")"
-        cat "$base/.answer" >&4
-    else
-        say none
-    fi
+    [ -f "$base/$2" ] && [ ! -L "$base/$2" ] || return 1
+    head -c "$1" "$base/$2" > "$base/.answer" 2>/dev/null
+    say "data $(wc -c < "$base/.answer")"
+    cat "$base/.answer" >&4
+}
+
+# finish HOW: the sandbox's end (close's HOW), and its answer in $answer.
+finish() {
+    case $1 in
+    sweep) sweep; settle ;;
+    settle) settle ;;
+    ended) [ -z "$killed" ] || settle ;;
+    *) exit 72 ;;
+    esac
+    remove
+    base=''
+    answer=closed
+    [ -z "$left" ] || answer="closed left $left"
 }
 
 while IFS=' ' read -r verb rest <&3; do
@@ -188,6 +200,7 @@ while IFS=' ' read -r verb rest <&3; do
         length=${rest%% *} rest=${rest#* }
         limit=${rest%% *} rest=${rest#* }
         then=${rest%% *} rest=${rest#* }
+        ending=${rest%% *} rest=${rest#* }
         case $backstop$length$limit in ''|*[!0-9]*) exit 72 ;; esac
         case $mark in ''|*[!0-9a-f]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
@@ -226,17 +239,32 @@ while IFS=' ' read -r verb rest <&3; do
         lifeline=''
         # The end of this step's output; MARK is never shown to the step.
         printf '\n\036fanout-end %s\n' "$mark"
-        say "ran $rc"
-        # A file fanout reads after a step (its control file), sent along: one round
-        # trip less.
-        [ "$limit" -gt 0 ] && hand "$limit" "$then"
+        # A file fanout reads after a step (its control file), and for the attempt's
+        # last step (ENDING is not "-") the sandbox's end, sent along: two round trips
+        # less, and where there is no control file, one write (one packet) for all.
+        told="ran $rc"
+        if [ "$limit" -gt 0 ]; then
+            case $then in ''|*/*|.|..) exit 72 ;; esac
+            if [ -f "$base/$then" ] && [ ! -L "$base/$then" ]; then
+                say "$told"
+                told=''
+                hand "$limit" "$then"
+            else
+                told="$told${nl}none"
+            fi
+        fi
+        if [ "$ending" != - ]; then
+            finish "$ending"
+            told="${told:+$told$nl}$answer"
+        fi
+        [ -z "$told" ] || say "$told"
         ;;
     cat)
         limit=${rest%% *}
         case $limit in ''|*[!0-9]*) exit 72 ;; esac
         [ -n "$base" ] || exit 72
         eval "${rest#* }"  # set -- NAME
-        hand "$limit" "$1"
+        hand "$limit" "$1" || say none
         ;;
     list)
         [ -n "$base" ] || exit 72
@@ -257,15 +285,8 @@ while IFS=' ' read -r verb rest <&3; do
         ;;
     close)
         [ -n "$base" ] || exit 72
-        case $rest in
-        sweep) sweep; settle ;;
-        settle) settle ;;
-        ended) [ -z "$killed" ] || settle ;;
-        *) exit 72 ;;
-        esac
-        remove
-        base=''
-        if [ -n "$left" ]; then say "closed left $left"; else say closed; fi
+        finish "$rest"
+        say "$answer"
         ;;
     *)
         exit 72

@@ -174,7 +174,15 @@ class SshTransport(HostPool):
                 # The forward of the connection the agent runs on: it dies with the
                 # attempt's own channel, never under a running attempt on its own.
                 place = agent.connection.forward.apply(place)
-            box = SshSandbox(self, state, agent, token, place)
+            box = SshSandbox(
+                self,
+                state,
+                agent,
+                token,
+                place,
+                steps=len(attempt.steps),
+                collects=bool(attempt.collect),
+            )
             clean = False
             try:
                 yield box

@@ -10,9 +10,9 @@ memory and the step's environment only: never argv, never disk.
 
     open TOKEN CODE          CODE: set -- DIR...      make $root/fanout-TOKEN and DIRs
     put LENGTH               + LENGTH bytes of tar    extracted into work/
-    run BACKSTOP MARK LENGTH LIMIT NAME CODE   + LENGTH bytes of stdin (and a '.')
+    run BACKSTOP MARK LENGTH LIMIT NAME ENDING CODE   + LENGTH bytes of stdin (and a '.')
                              CODE: cd, exports, program=, set -- ARGV; LIMIT > 0:
-                             then cat NAME
+                             then cat NAME; ENDING (not "-"): then close ENDING
     cat LIMIT CODE           CODE: set -- NAME        a regular file of the sandbox
     list CODE                CODE: set -- ROOT...     find -P ROOT... under work/
     get CODE                 CODE: set -- NAME...     a tar of those regular files
@@ -25,7 +25,12 @@ memory and the step's environment only: never argv, never disk.
 The agent answers on its stdout: ``error MESSAGE`` (the host cannot run units: it
 exits), ``ran STATUS`` after a step (whose output came on stderr up to an end mark no
 worker knows), ``data LENGTH`` + bytes or ``none`` for ``cat`` and ``get``,
-NUL-terminated ``KIND PATH`` entries and an empty one for ``list``, ``closed``.
+NUL-terminated ``KIND PATH`` entries and an empty one for ``list``, ``closed``.  A
+``run`` that also cats and closes answers ``ran``, ``none`` and ``closed`` in one write.
+
+A no-op attempt is one write each way: ``open`` and ``run`` (which cats the control
+file and closes the sandbox), then ``ran``, ``none`` and ``closed`` (with the step's
+output and end mark on stderr).
 """
 
 from __future__ import annotations
@@ -82,16 +87,26 @@ def _set(words: Sequence[str]) -> str:
     return "set -- " + " ".join(quote(word) for word in words)
 
 
+# How a sandbox ends (``close``): what its steps may have left to wait for.
+Ending = Literal["sweep", "settle", "ended"]
+
+
 def open_sandbox(token: str, directories: Sequence[str]) -> bytes:
     return f"open {token} {_set(directories)}\n".encode()
 
 
 def run(
-    command: Command, *, backstop: int, mark: str, then: tuple[int, str] | None = None
+    command: Command,
+    *,
+    backstop: int,
+    mark: str,
+    then: tuple[int, str] | None = None,
+    ending: Ending | None = None,
 ) -> bytes:
     """A step for the agent: its line, then its stdin; ``then``: (LIMIT, NAME) of a
-    file to ``cat`` right after the step's answer.  Raises ValueError for an
-    environment name the shell cannot export (the schema allows none)."""
+    file to ``cat`` right after the step's answer; ``ending``: ``close`` the sandbox
+    that way after that.  Raises ValueError for an environment name the shell cannot
+    export (the schema allows none)."""
     # cd sets (and dash exports) PWD and OLDPWD: the step gets exactly ``env``.
     words = [f"cd {quote(command.cwd)} || exit 126", "unset OLDPWD PWD"]
     for name, value in command.env.items():
@@ -103,7 +118,7 @@ def run(
     limit, name = then or (0, "-")
     if not _FILE_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a name of the sandbox's layout")
-    head = f"run {backstop} {mark} {len(command.stdin)} {limit} {name} "
+    head = f"run {backstop} {mark} {len(command.stdin)} {limit} {name} {ending or '-'} "
     line = head + "; ".join(words) + "\n"
     # The agent reads stdin with $(...), which drops trailing newlines: a '.' keeps them.
     return line.encode() + (command.stdin + b"." if command.stdin else b"")
@@ -120,9 +135,6 @@ def listing(roots: Sequence[str]) -> bytes:
 
 def get(names: Sequence[str]) -> bytes:
     return f"get {_set(names)}\n".encode()
-
-
-Ending = Literal["sweep", "settle", "ended"]
 
 
 def close(how: Ending) -> bytes:
