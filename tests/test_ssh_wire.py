@@ -5,9 +5,11 @@ streamed as the files are read."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import io
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,7 +26,7 @@ from fanout.attempt.collecting import Entry, Kind
 from fanout.attempt.sandbox import Command, StagedFile
 from fanout.transports.ssh import wire
 
-from procs import pids_with
+from procs import pids_with, wait_until_gone
 
 TOKEN = "0123456789abcdef"
 
@@ -63,7 +65,7 @@ async def _start(root: Path, python: str, path: str = os.environ["PATH"]) -> Age
         wire.agent_script(),
         "fanout",
         str(root),
-        "fedcba9876543210",
+        secrets.token_hex(8),  # names the keeper's FIFOs in /tmp: one per agent
         python,
         wire.keeper_script() if python else "",
         stdin=asyncio.subprocess.PIPE,
@@ -270,15 +272,29 @@ async def _stop(agent: Agent) -> None:
     await asyncio.wait_for(agent.process.wait(), 10)
 
 
+def _keeper(agent: Agent, root: Path) -> int:
+    (keeper,) = [pid for pid in pids_with(str(root)) if pid != agent.process.pid]
+    return keeper
+
+
+def agent_token(keeper: int) -> str:
+    """The agent's token, from its keeper's argv (its FIFOs' paths)."""
+    argv = Path(f"/proc/{keeper}/cmdline").read_bytes().split(b"\0")
+    return argv[-2].decode().removeprefix("/tmp/fanout-keeper-").removesuffix("-in")
+
+
 async def test_with_a_keeper_a_unit_costs_the_host_no_mkdir_rm_or_grep(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
     path, log = _logging_path(tmp_path)
     agent = await _start(root, sys.executable, path)
     await _units(agent, tmp_path, [f"{n:016x}" for n in range(3)])
+    fifos = f"/tmp/fanout-keeper-{agent_token(_keeper(agent, root))}-*"
+    assert glob.glob(fifos) == []  # unlinked before the keeper's first answer
     await _stop(agent)
     assert not log.exists()
     assert list(root.iterdir()) == []
+    assert wait_until_gone(str(root)) == []  # the keeper exited with its agent
 
 
 async def test_without_python3_the_agent_makes_and_removes_sandboxes_itself(
@@ -301,8 +317,7 @@ async def test_a_keeper_gone_leaves_the_agent_to_do_its_work(tmp_path: Path) -> 
     path, log = _logging_path(tmp_path)
     agent = await _start(root, sys.executable, path)
     await _units(agent, tmp_path, ["00000000000000a1"])
-    (keeper,) = [pid for pid in pids_with(str(root)) if pid != agent.process.pid]
-    os.kill(keeper, signal.SIGKILL)
+    os.kill(_keeper(agent, root), signal.SIGKILL)
     await _units(agent, tmp_path, ["00000000000000a2", "00000000000000a3"])
     await _stop(agent)
     assert log.read_text().split() == ["mkdir", "rm"] * 2

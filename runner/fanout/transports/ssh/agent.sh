@@ -42,22 +42,23 @@ base='' step='' lifeline='' killed='' keeping='' said=''
 
 # The keeper (keeper.py, where the host has python3) makes and removes the sandbox
 # directories: a mkdir and an rm process less for each unit.  It talks on two FIFOs
-# (fds 5 and 6), which it unlinks before its first answer; a keeper that does not
-# start leaves the agent to do its work itself, as it does without one.
-if [ -n "$python" ] && mkfifo -m 600 "$root/.fanout-keeper-$agent-in" \
-    "$root/.fanout-keeper-$agent-out" 2>/dev/null; then
-    "$python" -I -S -c "$keeper" "$root" "$root/.fanout-keeper-$agent-in" \
-        "$root/.fanout-keeper-$agent-out" < "$root/.fanout-keeper-$agent-in" \
-        > "$root/.fanout-keeper-$agent-out" 2>/dev/null 3<&- 4>&- &
-    exec 5> "$root/.fanout-keeper-$agent-in" 6< "$root/.fanout-keeper-$agent-out"
+# (fds 5 and 6), which it unlinks before its first answer; they are made in /tmp,
+# which bwrap's sandboxes do not see (theirs is private), never in the sandbox root.
+# A keeper that does not start leaves the agent to do its work itself, as it does
+# without one.
+fifo=/tmp/fanout-keeper-$agent
+if [ -n "$python" ] && mkfifo -m 600 "$fifo-in" "$fifo-out" 2>/dev/null; then
+    "$python" -I -S -c "$keeper" "$root" "$fifo-in" "$fifo-out" < "$fifo-in" > "$fifo-out" \
+        2>/dev/null 3<&- 4>&- &
+    exec 5> "$fifo-in" 6< "$fifo-out"
     if printf 'hello\n' >&5 2>/dev/null && IFS= read -r said <&6; then
         keeping=1
     else
         exec 5>&- 6<&-
-        rm -f "$root/.fanout-keeper-$agent-in" "$root/.fanout-keeper-$agent-out"
+        rm -f "$fifo-in" "$fifo-out"
     fi
 fi
-unset keeper
+unset keeper fifo
 # keep VERB TOKEN [DIR...]: true once the keeper did it; false: the agent's turn.
 keep() {
     [ -n "$keeping" ] || return 1
