@@ -6,17 +6,28 @@ keepalives, to notice that a host froze under a running unit (``Sshd.freeze``: S
 on sshd and everything under it), for three hosts frozen at once.  Needs root (it starts
 sshd and a test user) and the test helpers in tests/sshd.py.
 
-Usage: .venv/bin/python bench/ssh.py [UNITS] [SLOTS]
+Usage: .venv/bin/python bench/ssh.py [UNITS] [SLOTS] [ROUNDS] [--quick]
+
+ROUNDS (1) runs every row that many times, interleaved, and shows each row's median;
+--quick measures only fanout with sandbox none and parallel -S with a warm
+ControlMaster, and skips the frozen hosts.  Each row also shows the CPU time spent per
+unit at both ends (this process and its children, and the sshd host with all it
+started, each in a cgroup of its own), which a machine shared with other work changes
+less than the wall time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -194,43 +205,119 @@ async def frozen_one(
     return time.perf_counter() - frozen
 
 
+class CpuMeter:
+    """The CPU time of a process tree, by a cgroup of its own (v1 cpuacct, as root):
+    what a process forks stays in it, a daemonised ssh ControlMaster too."""
+
+    ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self, name: str, pid: int) -> None:
+        self.home = self._current(pid)
+        self.path = self.ROOT / f"fanout-bench-{os.getpid()}-{name}"
+        self.path.mkdir()
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    @classmethod
+    def start(cls, name: str, pid: int) -> CpuMeter | None:
+        try:
+            return cls(name, pid)
+        except OSError:
+            return None  # no cgroup v1 cpuacct here, or not root: no CPU column
+
+    def _current(self, pid: int) -> Path:
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, controllers, where = line.split(":", 2)
+            if "cpuacct" in controllers.split(","):
+                return self.ROOT / where.lstrip("/")
+        raise OSError("no cpuacct cgroup")
+
+    def seconds(self) -> float:
+        return int((self.path / "cpuacct.usage").read_text()) / 1e9
+
+    def close(self) -> None:
+        """Back where it came from (whatever still runs in it), and the cgroup gone."""
+        with contextlib.suppress(OSError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    (self.home / "cgroup.procs").write_text(pid)
+            self.path.rmdir()
+
+
 def main() -> None:
-    units = int(sys.argv[1]) if len(sys.argv) > 1 else 500
-    slots = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    flags = [arg for arg in sys.argv[1:] if arg.startswith("--")]
+    numbers = [int(arg) for arg in sys.argv[1:] if not arg.startswith("--")]
+    defaults = [500, 8, 1]
+    units, slots, rounds = [*numbers, *defaults[len(numbers) :]][:3]
+    quick = "--quick" in flags
     pool = make_pool()
     scratch = Path(tempfile.mkdtemp(prefix="fanout-bench-"))
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    here = CpuMeter.start("here", os.getpid())
+    host: CpuMeter | None = None
     try:
         server = pool.add("h1")
-        rows = [
-            ("fanout, sandbox none", fanout_rate(pool, server.port, units, slots, "none", scratch)),
-            (
-                "fanout, sandbox bwrap",
-                fanout_rate(pool, server.port, units, slots, "bwrap", scratch),
-            ),
+        assert server.process is not None
+        host = CpuMeter.start("host", server.process.pid)
+        port = server.port
+        measures: list[tuple[str, Callable[[Path], float]]] = [
+            ("fanout, sandbox none", lambda s: fanout_rate(pool, port, units, slots, "none", s)),
+            ("fanout, sandbox bwrap", lambda s: fanout_rate(pool, port, units, slots, "bwrap", s)),
             (
                 "fanout, none, prompt + stage + verify + collect",
-                fanout_full_rate(pool, server.port, units, slots, scratch),
+                lambda s: fanout_full_rate(pool, port, units, slots, s),
             ),
-            ("GNU parallel -S", parallel_rate(pool, server.port, units, slots, False, scratch)),
-            (
-                "GNU parallel -S, warm ControlMaster",
-                parallel_rate(pool, server.port, units, slots, True, scratch),
-            ),
+            (PARALLEL, lambda s: parallel_rate(pool, port, units, slots, False, s)),
+            (MASTER, lambda s: parallel_rate(pool, port, units, slots, True, s)),
         ]
-        frozen = frozen_detection(pool, scratch)
+        if quick:  # the slowest row, and the bwrap and full rows, left out
+            measures = [m for m in measures if m[0] in ("fanout, sandbox none", MASTER)]
+        # Rounds interleave the rows, so that a change in the machine's load touches
+        # each row alike; each row shows its median.
+        for number in range(rounds):
+            for index, (name, measure) in enumerate(measures):
+                folder = scratch / f"r{number}-{index}"  # short: a ControlPath is in it
+                folder.mkdir()
+                meters = [m for m in (here, host) if m is not None]
+                before = sum(m.seconds() for m in meters)
+                walls.setdefault(name, []).append(measure(folder))
+                time.sleep(0.5)  # the host's last processes exit
+                cpus.setdefault(name, []).append(sum(m.seconds() for m in meters) - before)
+        frozen = [] if quick else frozen_detection(pool, scratch)
     finally:
         pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    base = dict(rows)["GNU parallel -S, warm ControlMaster"]
-    print(f"{units} no-op units over one loopback sshd host, {slots} slots\n")
-    print("| tool | wall s | units/s | vs parallel + ControlMaster |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, wall in rows:
-        print(f"| {name} | {wall:.2f} | {units / wall:.0f} | {base / wall:.2f}x |")
-    print("\nA host frozen under a running unit (default keepalives), three hosts:\n")
-    print("| noticed after, s: min | max |")
-    print("| ---: | ---: |")
-    print(f"| {min(frozen):.1f} | {max(frozen):.1f} |")
+        for meter in (here, host):
+            if meter is not None:
+                meter.close()
+    measured = here is not None and host is not None
+    wall = {name: statistics.median(values) for name, values in walls.items()}
+    print(f"{units} no-op units over one loopback sshd host, {slots} slots,")
+    print(f"median of {rounds} interleaved round(s)\n")
+    print(
+        "| tool | wall s | units/s | vs parallel -S | vs parallel -S + ControlMaster"
+        " | CPU ms/unit, both ends |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, seconds in wall.items():
+        plain = f"{wall[PARALLEL] / seconds:.2f}x" if PARALLEL in wall else "-"
+        master = f"{wall[MASTER] / seconds:.2f}x"
+        cpu = f"{statistics.median(cpus[name]) / units * 1000:.1f}" if measured else "-"
+        print(f"| {name} | {seconds:.2f} | {units / seconds:.0f} | {plain} | {master} | {cpu} |")
+    if measured:
+        print(
+            "\n(CPU: this process and its children, and the sshd host with everything"
+            " it started, by a cgroup each: what the machine spent per unit.)"
+        )
+    if frozen:
+        print("\nA host frozen under a running unit (default keepalives), three hosts:\n")
+        print("| noticed after, s: min | max |")
+        print("| ---: | ---: |")
+        print(f"| {min(frozen):.1f} | {max(frozen):.1f} |")
+
+
+PARALLEL = "GNU parallel -S"
+MASTER = "GNU parallel -S, warm ControlMaster"
 
 
 if __name__ == "__main__":

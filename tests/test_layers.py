@@ -135,6 +135,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "transports.ssh.knownhosts",
             "transports.ssh.failures",
             "transports.ssh.wire",
+            # Run by a host's python3 beside each agent, never imported by fanout.
+            "transports.ssh.keeper",
             "transports.ssh.connection",
             "transports.ssh.forward",
             "transports.ssh.probe",

@@ -5,9 +5,13 @@ streamed as the files are read."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import io
 import json
 import os
+import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -21,6 +25,8 @@ from fanout.attempt.capture import OutputCapture
 from fanout.attempt.collecting import Entry, Kind
 from fanout.attempt.sandbox import Command, StagedFile
 from fanout.transports.ssh import wire
+
+from procs import pids_with, wait_until_gone
 
 TOKEN = "0123456789abcdef"
 
@@ -51,22 +57,31 @@ class Agent:
         return status, capture.tail
 
 
-@pytest.fixture
-async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
-    root = tmp_path / "root"
-    root.mkdir()
+async def _start(root: Path, python: str, path: str = os.environ["PATH"]) -> Agent:
+    """The agent as the pool starts it (its keeper run by ``python``; "": none)."""
     process = await asyncio.create_subprocess_exec(
         "sh",
         "-c",
         wire.agent_script(),
         "fanout",
         str(root),
+        secrets.token_hex(8),  # names the keeper's FIFOs in /tmp: one per agent
+        python,
+        wire.keeper_script() if python else "",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={"PATH": os.environ["PATH"], "AGENT_OWN": "never seen"},
+        env={"PATH": path, "AGENT_OWN": "never seen"},
     )
-    talking = Agent(process, root / f"fanout-{TOKEN}")
+    return Agent(process, root / f"fanout-{TOKEN}")
+
+
+@pytest.fixture(params=["keeper", "no python3"])
+async def agent(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Agent]:
+    root = tmp_path / "root"
+    root.mkdir()
+    talking = await _start(root, sys.executable if request.param == "keeper" else "")
+    process = talking.process
     await talking.send(wire.open_sandbox(TOKEN, ("work",)))
     try:
         yield talking
@@ -152,7 +167,7 @@ async def test_listing_cat_and_get_never_follow_a_symlink(agent: Agent, tmp_path
     assert got == sorted([*names, "d", "d/f"])
     for name in names:
         assert (destination / name).read_text() == name
-    await agent.send(wire.close(sweep=True))
+    await agent.send(wire.close("sweep"))
     await wire.done(agent.stdout)
     assert not agent.base.exists()
 
@@ -219,3 +234,130 @@ def test_only_regular_files_are_staged(tmp_path: Path) -> None:
         "not a regular file",
         str(tmp_path / "fifo"),
     )
+
+
+# What the agent spawns ------------------------------------------------------------
+
+LOGGED = ("mkdir", "rm", "grep")
+
+
+def _logging_path(tmp_path: Path) -> tuple[str, Path]:
+    """A PATH for the agent whose ``mkdir``, ``rm`` and ``grep`` write their names to a
+    log before they run (the steps have a PATH of their own: only the agent's count)."""
+    shims, log = tmp_path / "shims", tmp_path / "spawned.log"
+    shims.mkdir()
+    for name in LOGGED:
+        real = shutil.which(name)
+        shim = shims / name
+        shim.write_text(f'#!/bin/sh\necho {name} >> "{log}"\nexec {real} "$@"\n')
+        shim.chmod(0o755)
+    return f"{shims}:{os.environ['PATH']}", log
+
+
+async def _units(agent: Agent, tmp_path: Path, tokens: list[str], script: str = "true") -> None:
+    """One sandbox after another, each running ``script``, closed as under unshare."""
+    for token in tokens:
+        agent.base = agent.base.parent / f"fanout-{token}"
+        await agent.send(wire.open_sandbox(token, ("work",)))
+        status, _ = await agent.run(tmp_path, _command(agent, ["sh", "-c", script]))
+        assert status == 0
+        await agent.send(wire.close("ended"))
+        assert await wire.done(agent.stdout) is None
+        assert not agent.base.exists()
+
+
+async def _stop(agent: Agent) -> None:
+    assert agent.process.stdin is not None
+    agent.process.stdin.close()
+    await asyncio.wait_for(agent.process.wait(), 10)
+
+
+def _keeper(agent: Agent, root: Path) -> int:
+    (keeper,) = [pid for pid in pids_with(str(root)) if pid != agent.process.pid]
+    return keeper
+
+
+def agent_token(keeper: int) -> str:
+    """The agent's token, from its keeper's argv (its FIFOs' paths)."""
+    argv = Path(f"/proc/{keeper}/cmdline").read_bytes().split(b"\0")
+    return argv[-2].decode().removeprefix("/tmp/fanout-keeper-").removesuffix("-in")
+
+
+async def test_with_a_keeper_a_unit_costs_the_host_no_mkdir_rm_or_grep(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    path, log = _logging_path(tmp_path)
+    agent = await _start(root, sys.executable, path)
+    await _units(agent, tmp_path, [f"{n:016x}" for n in range(3)])
+    fifos = f"/tmp/fanout-keeper-{agent_token(_keeper(agent, root))}-*"
+    assert glob.glob(fifos) == []  # unlinked before the keeper's first answer
+    await _stop(agent)
+    assert not log.exists()
+    assert list(root.iterdir()) == []
+    assert wait_until_gone(str(root)) == []  # the keeper exited with its agent
+
+
+async def test_without_python3_the_agent_makes_and_removes_sandboxes_itself(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    path, log = _logging_path(tmp_path)
+    agent = await _start(root, "", path)
+    await _units(agent, tmp_path, [f"{n:016x}" for n in range(3)])
+    await _stop(agent)
+    # No grep: an unshare'd step's namespace was empty when its step returned.
+    assert log.read_text().split() == ["mkdir", "rm"] * 3
+    assert list(root.iterdir()) == []
+
+
+async def test_a_keeper_gone_leaves_the_agent_to_do_its_work(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    path, log = _logging_path(tmp_path)
+    agent = await _start(root, sys.executable, path)
+    await _units(agent, tmp_path, ["00000000000000a1"])
+    os.kill(_keeper(agent, root), signal.SIGKILL)
+    await _units(agent, tmp_path, ["00000000000000a2", "00000000000000a3"])
+    await _stop(agent)
+    assert log.read_text().split() == ["mkdir", "rm"] * 2
+    assert list(root.iterdir()) == []
+
+
+async def test_what_the_keeper_cannot_remove_the_agent_removes(tmp_path: Path) -> None:
+    """Folders a worker shut (chmod 000) and a tree deeper than Python's recursion limit:
+    the keeper gives up, the agent's ``rm`` and ``chmod`` do what they always did."""
+    root = tmp_path / "root"
+    root.mkdir()
+    path, log = _logging_path(tmp_path)
+    agent = await _start(root, sys.executable, path)
+    deep = "mkdir -p $(printf 'd/%.0s' $(seq 1200))"
+    await _units(agent, tmp_path, ["00000000000000b1"], "mkdir -p s/t && chmod 000 s/t s")
+    await _units(agent, tmp_path, ["00000000000000b2"], deep)
+    await _stop(agent)
+    assert set(log.read_text().split()) <= {"rm"}
+    assert list(root.iterdir()) == []
+
+
+async def test_the_last_step_closes_its_sandbox_in_its_answer(agent: Agent, tmp_path: Path) -> None:
+    """The attempt's last step with nothing to collect: its answer, the control file
+    and the sandbox's end come back together, and the agent serves the next one."""
+    for number, script in enumerate(["echo out", "echo '{}' > ../control.json; exit 3"]):
+        if number:  # the first: the fixture's
+            agent.base = agent.base.parent / "fanout-00000000000000c1"
+            await agent.send(wire.open_sandbox("00000000000000c1", ("work",)))
+        command = _command(agent, ["sh", "-c", script])
+        assert agent.process.stderr is not None
+        await agent.send(
+            wire.run(
+                command, backstop=30, mark="abc123", then=(100, "control.json"), ending="ended"
+            )
+        )
+        assert await wire.status(agent.stdout) == 3 * number
+        assert await wire.data(agent.stdout) == (b"{}\n" if number else None)
+        assert await wire.done(agent.stdout) is None
+        assert not agent.base.exists()
+        capture = OutputCapture(tmp_path / f"{number}.log", log_limit=1 << 20, tail_limit=1 << 20)
+        await wire.read_output(agent.process.stderr, "abc123", capture)
+        capture.close()
+        assert capture.tail == ("out\n" if number == 0 else "")

@@ -7,7 +7,9 @@ coordinator (``attempt``) and sent whole: the agent makes the sandbox directory,
 extracts the staged tar (streamed, never built in memory), runs each step's argv (bwrap's
 or unshare's, from ``sandbox.command``) with exactly the environment it is sent,
 lists the work directory, hands over the files the coordinator picked, and removes the
-sandbox.  Secrets travel on the channel's stdin into shell memory, never in argv or on
+sandbox (where the host has python3, through its ``keeper``: a process beside the
+agent that makes and removes sandbox directories, so a unit costs no ``mkdir`` or
+``rm``).  Secrets travel on the channel's stdin into shell memory, never in argv or on
 disk; no pty is requested (a pty echoes stdin).  Each step runs in a PID namespace of
 its own (bwrap's, or unshare's where the host allows one: ``probe.facilities`` finds
 out once per host), and so does the agent, so a step's whole tree dies with the step
@@ -29,7 +31,8 @@ left, ``run`` raises HostsUnavailable and the run stops, resumable.
 ``pool`` is the pool (hosts, connections, reconnects and quarantine, placement, agent
 channels), ``transport`` the transport on top of it (start, each host's sandbox, run),
 ``sandbox`` one attempt's sandbox spoken through an agent, ``wire`` the agent's wire
-format, ``agent`` one agent channel and its retirement, ``connection`` how a connection
+format, ``keeper`` the agent's keeper (run by the host's python3), ``agent`` one agent
+channel and its retirement, ``connection`` how a connection
 is made and how asyncssh's errors become fanout's, ``forward`` the remote port forward
 each connection makes to the API gateway (a job with APIs), ``probe`` what a run's
 start and ``fanout hosts check`` ask a host, ``hostkey`` what ``fanout hosts trust``

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ class HostState:
     reason: str = "not connected yet"
     sandbox: str = "none"
     unshare: str | None = None  # unshare flags for the agent (None: none)
+    python: str | None = None  # the host's python3, which runs each agent's keeper
     # The host's facts its sandboxes' commands are built from (``transport.Place``),
     # and the absolute sandbox root there: both learned when the host comes up.
     place: Place = field(default_factory=lambda: Place(host="", kind="none", base="", path=""))
@@ -99,6 +101,7 @@ class HostPool:
         self._rng = rng or random.Random()
         self._changed = asyncio.Condition()
         self._script = wire.agent_script()
+        self._keeper = wire.keeper_script()
         self._reapers: set[asyncio.Task[None]] = set()
         # The coordinator's API gateway (None: the run has none): every connection
         # forwards a loopback port of its host there.
@@ -336,8 +339,12 @@ class HostPool:
         # (``sandbox._INIT`` reads it).
         mount = " --mount-proc" if state.sandbox == "bwrap" else ""
         contained = f"unshare {state.unshare}{mount} " if state.unshare else ""
+        # The agent's keeper makes and removes its sandbox directories (where the host
+        # has python3); the token names the FIFOs it talks on.
+        keeper = (state.python or "", self._keeper if state.python else "")
         command = (
             f"exec {contained}sh -c {shlex.quote(self._script)} fanout {shlex.quote(state.root)}"
+            f" {secrets.token_hex(8)} {shlex.join(keeper)}"
         )
         connection, process = await self._channel(state, command)
         return Agent(connection=connection, process=process)

@@ -5,7 +5,9 @@ Writes and round trips are what a remote unit costs, so commands that need no an
 are not waited for: ``open``, the staged tar (all of a small one, the last chunk of a
 large one) and the first step go out in one write, and only the step's answer is read
 (an ``error`` from ``open`` arrives there); the control file comes back with the
-step's answer.
+step's answer.  The attempt's last step, when nothing is collected after it, closes
+the sandbox too (its answer says it is gone): nothing is asked of a sandbox after
+that step but the control file.  A no-op attempt is one round trip.
 Any command whose answer did not arrive whole (a lost channel, a cancellation, a
 deadline) leaves the channel in an unknown state: the sandbox is then left by retiring
 the agent (its lifeline cut: it kills everything and removes the sandbox itself),
@@ -42,7 +44,15 @@ class SshSandbox:
     """``$root/fanout-$TOKEN`` on one host, through one agent."""
 
     def __init__(
-        self, pool: HostPool, state: HostState, agent: Agent, token: str, place: Place
+        self,
+        pool: HostPool,
+        state: HostState,
+        agent: Agent,
+        token: str,
+        place: Place,
+        *,
+        steps: int,
+        collects: bool,
     ) -> None:
         self.place = place
         self._pool = pool
@@ -54,6 +64,11 @@ class SshSandbox:
         self._unsure = False  # a command's answer did not arrive whole
         # The control file as the last step left it, once read along with its answer.
         self._control: tuple[bytes | None] | None = None
+        # The steps still to run (the driver runs them in order, stopping at a failed
+        # gate); the last one closes the sandbox when nothing is collected after it.
+        self._steps = steps
+        self._collects = collects
+        self._closed = False  # the sandbox is gone: its agent is the next attempt's
 
     # The Sandbox protocol -------------------------------------------------------
 
@@ -80,13 +95,17 @@ class SshSandbox:
         """The step on the host; its output comes on stderr up to an end mark only this
         call knows.  Cancelled (fanout's deadline, Ctrl-C), it retires the agent, which
         kills the step, and returns when the host has cleaned up (bounded)."""
+        self._still_open()
         mark = secrets.token_hex(8)
+        self._steps -= 1
+        last = self._steps <= 0 and not self._collects
         try:
             message = wire.run(
                 command,
                 backstop=math.ceil(backstop),
                 mark=mark,
                 then=(LAYOUT.control_limit, LAYOUT.control),
+                ending=_ENDING[self.place.containment] if last else None,
             )
         except ValueError as exc:
             capture.feed(f"fanout: {exc}\n".encode())
@@ -102,6 +121,11 @@ class SshSandbox:
                 # The control file, read along with the answer: ``attempt`` reads it
                 # after the last step, and nothing runs in between.
                 self._control = (await wire.data(process.stdout),)
+                if last:
+                    left = await wire.done(process.stdout)
+                    self._closed = True
+                    if left is not None:
+                        self._pool.unremovable(self._state, left)
         except asyncio.CancelledError:
             await asyncio.shield(self._pool.retire(self._agent))
             raise
@@ -117,6 +141,8 @@ class SshSandbox:
             return None  # after a deadline: the agent took the sandbox down
         if name == LAYOUT.control and self._control is not None:
             return self._control[0]
+        if self._closed:
+            return None
         self._unsure = True
         async with self._talking():
             await self._send(wire.cat(name, LAYOUT.control_limit))
@@ -125,6 +151,7 @@ class SshSandbox:
         return data
 
     async def listing(self, roots: Sequence[str]) -> list[Entry]:
+        self._still_open()
         self._unsure = True
         async with self._talking():
             await self._send(wire.listing(roots))
@@ -133,6 +160,7 @@ class SshSandbox:
         return found  # in the host's order: ``Collect.select`` decides the order
 
     async def fetch(self, names: Sequence[str], destination: Path) -> None:
+        self._still_open()
         # Spooled to a file beside the collected files, never held in memory whole.
         with tempfile.TemporaryFile(dir=destination, prefix=".fetch-") as spool:
             self._unsure = True
@@ -143,6 +171,11 @@ class SshSandbox:
             spool.seek(0)
             await asyncio.to_thread(wire.extract, spool, names, destination)
 
+    def _still_open(self) -> None:
+        if self._closed:  # a driver that ran more than its attempt's steps
+            closed = f"{self._state.name}: the sandbox closed with the attempt's last step"
+            raise Lost(closed, host=self._state.name)
+
     # Leaving --------------------------------------------------------------------
 
     async def leave(self, clean: bool) -> None:
@@ -151,12 +184,12 @@ class SshSandbox:
         cancellation while it waits."""
         agent = self._agent
         if clean and not self._unsure and agent.usable():
-            if not self._opened:
-                self._pool.idle(self._state, agent)  # nothing reached the host
+            if not self._opened or self._closed:
+                # Nothing reached the host, or the last step's answer said it is gone.
+                self._pool.idle(self._state, agent)
                 return
-            sweep = self.place.containment is Containment.GROUP
             try:
-                await self._send(wire.close(sweep))
+                await self._send(wire.close(_ENDING[self.place.containment]))
                 left = await wire.done(agent.process.stdout)
             except (Lost, wire.Closed, wire.Refused, OSError, asyncssh.Error, EOFError):
                 pass
@@ -212,6 +245,17 @@ class SshSandbox:
                 raise Lost(stopped, host=state.name) from None
             await self._pool.lost(state, reason)
             raise Lost(f"lost {state.name}: {reason}", host=state.name) from None
+
+
+# What a step's end leaves to wait for (``wire.close``): a PID namespace that unshare
+# ended is empty when unshare returns; bwrap returns on its init's word, maybe before
+# the kernel has emptied it; a process group holds nothing a setsid'd process left.
+_ENDING: dict[Containment, wire.Ending] = {
+    Containment.GROUP: "sweep",
+    Containment.BWRAP: "settle",
+    Containment.UNSHARE: "ended",
+    Containment.PODMAN: "settle",  # not on SSH hosts
+}
 
 
 def _begin(files: Sequence[StagedFile]) -> tuple[wire.StagedTar, Iterator[bytes], bytes]:

@@ -123,6 +123,7 @@ class SshTransport(HostPool):
         if self._requested == "auto" and sandbox == "none" and not state.warned:
             self._notice(f"host {state.name} has no bwrap: its units run in plain directories")
         state.unshare = offered.unshare
+        state.python = offered.python
         root, place = host_place(state.name, state.host.sandbox_root, sandbox, offered)
         if sandbox == "bwrap":
             unseen = await unseen_commands(connection.conn, root, place, self._commands)
@@ -173,7 +174,15 @@ class SshTransport(HostPool):
                 # The forward of the connection the agent runs on: it dies with the
                 # attempt's own channel, never under a running attempt on its own.
                 place = agent.connection.forward.apply(place)
-            box = SshSandbox(self, state, agent, token, place)
+            box = SshSandbox(
+                self,
+                state,
+                agent,
+                token,
+                place,
+                steps=len(attempt.steps),
+                collects=bool(attempt.collect),
+            )
             clean = False
             try:
                 yield box

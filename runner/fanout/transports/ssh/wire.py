@@ -10,18 +10,27 @@ memory and the step's environment only: never argv, never disk.
 
     open TOKEN CODE          CODE: set -- DIR...      make $root/fanout-TOKEN and DIRs
     put LENGTH               + LENGTH bytes of tar    extracted into work/
-    run BACKSTOP MARK LENGTH LIMIT NAME CODE   + LENGTH bytes of stdin (and a '.')
+    run BACKSTOP MARK LENGTH LIMIT NAME ENDING CODE   + LENGTH bytes of stdin (and a '.')
                              CODE: cd, exports, program=, set -- ARGV; LIMIT > 0:
-                             then cat NAME
+                             then cat NAME; ENDING (not "-"): then close ENDING
     cat LIMIT CODE           CODE: set -- NAME        a regular file of the sandbox
     list CODE                CODE: set -- ROOT...     find -P ROOT... under work/
     get CODE                 CODE: set -- NAME...     a tar of those regular files
-    close SWEEP              kill what is left (SWEEP 1: search /proc), remove, say so
+    close HOW                wait for what is left to die, remove, say so; HOW:
+                             sweep   kill what is left first (by /proc), then settle
+                             settle  wait until nothing carries the sandbox's control
+                             ended   the steps' PID namespaces ended with them: settle
+                                     only after a step that did not end by itself
 
 The agent answers on its stdout: ``error MESSAGE`` (the host cannot run units: it
 exits), ``ran STATUS`` after a step (whose output came on stderr up to an end mark no
 worker knows), ``data LENGTH`` + bytes or ``none`` for ``cat`` and ``get``,
-NUL-terminated ``KIND PATH`` entries and an empty one for ``list``, ``closed``.
+NUL-terminated ``KIND PATH`` entries and an empty one for ``list``, ``closed``.  A
+``run`` that also cats and closes answers ``ran``, ``none`` and ``closed`` in one write.
+
+A no-op attempt is one write each way: ``open`` and ``run`` (which cats the control
+file and closes the sandbox), then ``ran``, ``none`` and ``closed`` (with the step's
+output and end mark on stderr).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Literal, Protocol
 
 from ...attempt import collecting
 from ...attempt.capture import OutputCapture
@@ -60,6 +69,11 @@ def agent_script() -> str:
     return "\n".join(line for line in lines if line and not line.startswith("#")) + "\n"
 
 
+def keeper_script() -> str:
+    """The agent's keeper (``keeper.py``) as sent: run by the host's python3."""
+    return resources.files("fanout.transports.ssh").joinpath("keeper.py").read_text("utf-8")
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -73,16 +87,26 @@ def _set(words: Sequence[str]) -> str:
     return "set -- " + " ".join(quote(word) for word in words)
 
 
+# How a sandbox ends (``close``): what its steps may have left to wait for.
+Ending = Literal["sweep", "settle", "ended"]
+
+
 def open_sandbox(token: str, directories: Sequence[str]) -> bytes:
     return f"open {token} {_set(directories)}\n".encode()
 
 
 def run(
-    command: Command, *, backstop: int, mark: str, then: tuple[int, str] | None = None
+    command: Command,
+    *,
+    backstop: int,
+    mark: str,
+    then: tuple[int, str] | None = None,
+    ending: Ending | None = None,
 ) -> bytes:
     """A step for the agent: its line, then its stdin; ``then``: (LIMIT, NAME) of a
-    file to ``cat`` right after the step's answer.  Raises ValueError for an
-    environment name the shell cannot export (the schema allows none)."""
+    file to ``cat`` right after the step's answer; ``ending``: ``close`` the sandbox
+    that way after that.  Raises ValueError for an environment name the shell cannot
+    export (the schema allows none)."""
     # cd sets (and dash exports) PWD and OLDPWD: the step gets exactly ``env``.
     words = [f"cd {quote(command.cwd)} || exit 126", "unset OLDPWD PWD"]
     for name, value in command.env.items():
@@ -94,7 +118,7 @@ def run(
     limit, name = then or (0, "-")
     if not _FILE_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a name of the sandbox's layout")
-    head = f"run {backstop} {mark} {len(command.stdin)} {limit} {name} "
+    head = f"run {backstop} {mark} {len(command.stdin)} {limit} {name} {ending or '-'} "
     line = head + "; ".join(words) + "\n"
     # The agent reads stdin with $(...), which drops trailing newlines: a '.' keeps them.
     return line.encode() + (command.stdin + b"." if command.stdin else b"")
@@ -113,8 +137,8 @@ def get(names: Sequence[str]) -> bytes:
     return f"get {_set(names)}\n".encode()
 
 
-def close(sweep: bool) -> bytes:
-    return f"close {int(sweep)}\n".encode()
+def close(how: Ending) -> bytes:
+    return f"close {how}\n".encode()
 
 
 def end_mark(mark: str) -> bytes:
