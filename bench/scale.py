@@ -47,17 +47,18 @@ def run_job(units: int, concurrency: int, workdir: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one `fanout run` of ``units`` no-op units."""
     job = workdir / "job.toml"
     job.write_text(JOB.format(units=units, concurrency=concurrency))
+    said = workdir / "run.err"
     start = time.perf_counter()
-    process = subprocess.Popen(
-        [*FANOUT, "run", str(job)],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    _, status, usage = os.wait4(process.pid, 0)
+    with said.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*FANOUT, "run", str(job)], cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+        _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"fanout run of {units} units failed ({status})")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        tail = said.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"fanout run of {units} units failed (exit {code}):\n{tail}")
     return wall, usage.ru_maxrss / 1024  # KiB on Linux
 
 

@@ -402,9 +402,12 @@ def _reported_at(path: KeyPath) -> KeyPath:
     """Where a hostile value at ``path`` may be reported instead of at its own line.  A
     record of inline data that breaks selection is reported by ``units`` (which decides
     what a unit's id is), not at the record; a rung's var that no program can be given
-    (a NUL byte) by the first template that renders it, the prompt."""
+    (a NUL byte) by the first template that renders it, the prompt; a limit renamed by
+    the task's reference to the old name (``task.limits``: an unknown limit)."""
     if path[:2] == ("inputs", "items"):
         return ("units",)
+    if path[:1] == ("limits",) and path[-1] == "name":
+        return ("task", "limits")
     if path[:2] == ("retry", "ladder") and "vars" in path:
         return ("task", "prompt")
     return ()
@@ -637,6 +640,17 @@ def test_wrong_types_anywhere(workspace: Path, case: Case) -> None:
 @given(case=hostile_values())
 def test_huge_numbers_unicode_and_deep_nesting(workspace: Path, case: Case) -> None:
     _load_and_plan(workspace, case)
+
+
+@fuzz(1)
+@given(length=st.just(5000))
+def test_a_renamed_limit_is_reported_where_the_task_names_it(workspace: Path, length: int) -> None:
+    # Found by test_huge_numbers_unicode_and_deep_nesting: a limit's name changed (here
+    # to 5,000 x's) is reported on task.limits' line, which still names the old one.
+    doc = copy.deepcopy(BASE)
+    path: KeyPath = ("limits", 0, "name")
+    put_value(doc, path, "x" * length)
+    _load_and_plan(workspace, _case(doc, frozenset(), path, also=_reported_at(path)))
 
 
 @pytest.mark.slow

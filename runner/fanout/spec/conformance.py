@@ -7,7 +7,7 @@ apply to; ``enum``, ``const`` and ``uniqueItems`` tell ``true`` from ``1``) and 
 schema's own types (``schema.py``: an integer is never a float or a boolean, a number
 never inf or nan).  It only answers: a schema with any other keyword raises Unknown,
 and ``schema`` asks jsonschema, which also says what is wrong whenever this says a
-document does not conform.  tests/test_conformance_schema.py holds the two to the same
+document does not conform.  tests/test_spec_conformance.py holds the two to the same
 answer.
 """
 
