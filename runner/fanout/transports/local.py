@@ -162,7 +162,7 @@ class LocalTransport:
         make = functools.partial(_make, self.root)
         base = make() if self._memory else await asyncio.to_thread(make)
         try:
-            yield _LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
+            yield LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
         finally:
             await self._remove(base)
 
@@ -263,8 +263,10 @@ def _out_of_time(directory: Path, more: int) -> str:
     )
 
 
-class _LocalSandbox:
-    """A sandbox directory on this machine (see ``transport.Sandbox``)."""
+class LocalSandbox:
+    """A sandbox directory on this machine (see ``transport.Sandbox``): made by
+    ``LocalTransport.sandbox``, or by a Ray node at the name its coordinator chose
+    (``ray.node``)."""
 
     def __init__(self, place: Place, base: Path, containment: sandbox.Containment) -> None:
         self.place = place

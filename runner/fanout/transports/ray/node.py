@@ -30,8 +30,7 @@ from ...attempt.sandbox import Command, Sandbox
 from ...isolation import escapees
 from ...isolation import tools as sandbox
 from ...isolation.place import Place
-from ..local import LocalTransport, clear
-from ..local import _LocalSandbox as local_sandbox
+from ..local import LocalSandbox, LocalTransport, clear
 from .facts import Ended, Opened, Opening, Piece, node_name, sandbox_name
 
 if TYPE_CHECKING:
@@ -172,7 +171,7 @@ class NodeSandbox:
         for name in LAYOUT.directories:
             (base / name).mkdir()
         place = replace(self._place, base=str(base))
-        self._box = local_sandbox(place, base, self._local.containment)
+        self._box = LocalSandbox(place, base, self._local.containment)
         self._base, self._token = base, token
         return self._box
 
