@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,17 @@ class Step:
         ``FANOUT_CONTROL``, at once.  In either case output still open after a moment
         means such an escapee (or bwrap's sandbox process when bwrap was killed before
         it armed --die-with-parent), so fanout searches again and gives it a last moment.
+
+        A step in unshare's namespace that is killed (a timeout, a cancellation) takes
+        its namespace down with it, but a moment after: the kernel empties the namespace
+        when its init dies, which is after unshare (its parent, the process fanout
+        watches) has already been reaped.  So fanout searches until nothing of the step
+        is found, as a run does for a dead run's sandboxes (``local.clear``), and
+        ``run`` returns with nothing left (the conformance suite's escaped daemon, seen
+        once in five full runs).  A step that exited had its namespace emptied before
+        unshare returned.
         """
+        live = self.process.returncode is None
         kill_group(self.process)
         search = functools.partial(escapees.kill, [str(self.directory)], pipe=self.pipe)
         waiting: set[asyncio.Future[Any]] = set() if reader is None else {reader}
@@ -165,6 +176,8 @@ class Step:
                 await asyncio.to_thread(search)
             elif self.init is not None:
                 await self.init.gone(_DRAIN_AFTER_KILL)
+            elif live:
+                await asyncio.to_thread(_until_none_found, search, _DRAIN_AFTER_KILL)
             if not waiting:
                 return
             _, pending = await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
@@ -177,6 +190,14 @@ class Step:
             # Closes fanout's ends of the pipes even if something outside still holds
             # them (it cannot keep the attempt's file descriptors alive).
             self.transport.close()
+
+
+def _until_none_found(search: Callable[[], int], within: float) -> None:
+    """Search (and kill) until a search finds nothing, at most ``within`` seconds: a
+    killed process is found again until it has exited."""
+    deadline = time.monotonic() + within
+    while search() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def feed(process: asyncio.subprocess.Process, data: bytes) -> None:
