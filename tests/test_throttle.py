@@ -21,7 +21,7 @@ from fanout.run.job import Options
 from fanout.transports.local import LocalTransport
 
 from api429 import Api, serve
-from helpers import cli, make_attempt, make_runner, run_report, write_job
+from helpers import cli, events_of, make_attempt, make_runner, only_run, run_report, write_job
 
 
 def test_retry_after_values() -> None:
@@ -225,8 +225,11 @@ def test_case_a_a_limit_nobody_declared_is_learned_from_one_throttle(
     assert statuses.count(200) == 6
     assert statuses.count(429) == 1
     assert mock_api.max_in_window(4.0) <= 3  # the refused one among them
-    answered = [seen.since for seen in posts if seen.status == 200]
-    assert answered[-1] - answered[0] <= 1.3 * 8 + 1  # start-up and the last's tail
+    # One pause, for the one throttle, and then the learned pace: before the ceiling, a
+    # pause per 429.  (How close the run comes to the least possible time is
+    # bench/adaptive.py's to show: a wall-time bound here failed under two full suites
+    # at once, 18 s for a least of 8.)
+    assert len(events_of(tmp_path, only_run(tmp_path).id, "limit.paused")) == 1
     learned = run_report(tmp_path)["limits"]["*"]
     assert (learned["learned"]["window"], learned["learned"]["rate"]) == (4.0, 0.5)
     assert learned["learnedText"].startswith("2.0 per 4.0s learned from 1 throttle")
