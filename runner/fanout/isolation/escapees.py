@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Sequence
 
 
@@ -28,6 +29,13 @@ def kill(directories: Sequence[str], *, pipe: str | None) -> int:
                 os.kill(int(entry.name), signal.SIGKILL)
                 signalled += 1
     return signalled
+
+
+def kill_until_gone(directories: Sequence[str], pipe: str | None, deadline: float) -> None:
+    """``kill`` until a search finds nothing, or until ``deadline`` (``time.monotonic``):
+    a killed process is found again until it has exited."""
+    while kill(directories, pipe=pipe) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _works_in(process_dir: str, inside: tuple[str, ...], controls: tuple[bytes, ...]) -> bool:

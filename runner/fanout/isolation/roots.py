@@ -75,8 +75,11 @@ def choose(
         if not candidate:
             continue
         path = Path(candidate)
-        if _type(types, path) == "tmpfs" and _writable(path) and room(path) >= need:
-            return Root(path, True, f"a tmpfs with {room(path) >> 20} MiB free")
+        if _type(types, path) != "tmpfs" or not _writable(path):
+            continue
+        free_bytes = room(path)
+        if free_bytes >= need:
+            return Root(path, True, f"a tmpfs with {free_bytes >> 20} MiB free")
     path = Path(tempfile.gettempdir())
     return Root(path, _type(types, path) == "tmpfs", "no tmpfs with room")
 

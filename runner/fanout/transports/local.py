@@ -170,7 +170,7 @@ class LocalTransport:
         """Remove a sandbox directory.  Most are left as they were made (a no-op unit):
         their few rmdirs first, where a walk opens and scans each directory (a sixth
         of a no-op unit's cost); the others by ``removal`` (off the loop)."""
-        unmade = functools.partial(_unmake, base)
+        unmade = functools.partial(unmake, base)
         if unmade() if self._memory else await asyncio.to_thread(unmade):
             return
         await removal.off_loop(functools.partial(_dispose, base), then=self._tell)
@@ -183,14 +183,20 @@ class LocalTransport:
 def _make(root: Path) -> Path:
     """A fresh sandbox directory in ``root``, laid out as ``LAYOUT`` (0700: mkdtemp)."""
     base = Path(tempfile.mkdtemp(prefix=f"fanout-{os.getpid()}-", dir=root))
-    for name in LAYOUT.directories:
-        (base / name).mkdir()
+    lay_out(base)
     return base
 
 
-def _unmake(base: Path) -> bool:
-    """Remove ``base`` if it is as ``_make`` left it (its folders empty): whether it is
-    gone."""
+def lay_out(base: Path) -> None:
+    """The folders ``LAYOUT`` puts in a fresh sandbox directory ``base`` (this
+    transport's, or a Ray node's made at the name its coordinator chose)."""
+    for name in LAYOUT.directories:
+        (base / name).mkdir()
+
+
+def unmake(base: Path) -> bool:
+    """Remove the sandbox ``base`` if it is as it was made (its folders empty): whether
+    it is gone.  A few rmdirs, where a walk opens and scans each directory first."""
     try:
         for name in LAYOUT.directories:
             os.rmdir(base / name)
@@ -228,9 +234,7 @@ def clear(directories: Sequence[Path]) -> list[str]:
     process is found again until it has exited), then remove them, all of it bounded
     by ``removal.PATIENCE``; what to tell the user (``removal.dispose``)."""
     deadline = time.monotonic() + removal.PATIENCE
-    searched = [str(directory) for directory in directories]
-    while escapees.kill(searched, pipe=None) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    escapees.kill_until_gone([str(directory) for directory in directories], None, deadline)
     said = []
     for index, directory in enumerate(directories):
         try:

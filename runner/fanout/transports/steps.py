@@ -177,7 +177,10 @@ class Step:
             elif self.init is not None:
                 await self.init.gone(_DRAIN_AFTER_KILL)
             elif live:
-                await asyncio.to_thread(_until_none_found, search, _DRAIN_AFTER_KILL)
+                until = time.monotonic() + _DRAIN_AFTER_KILL
+                await asyncio.to_thread(
+                    escapees.kill_until_gone, [str(self.directory)], self.pipe, until
+                )
             if not waiting:
                 return
             _, pending = await asyncio.wait(waiting, timeout=_DRAIN_AFTER_KILL)
@@ -190,14 +193,6 @@ class Step:
             # Closes fanout's ends of the pipes even if something outside still holds
             # them (it cannot keep the attempt's file descriptors alive).
             self.transport.close()
-
-
-def _until_none_found(search: Callable[[], int], within: float) -> None:
-    """Search (and kill) until a search finds nothing, at most ``within`` seconds: a
-    killed process is found again until it has exited."""
-    deadline = time.monotonic() + within
-    while search() and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def feed(process: asyncio.subprocess.Process, data: bytes) -> None:

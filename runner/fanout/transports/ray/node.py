@@ -30,7 +30,7 @@ from ...attempt.sandbox import Command, Sandbox
 from ...isolation import escapees
 from ...isolation import tools as sandbox
 from ...isolation.place import Place
-from ..local import LocalSandbox, LocalTransport, clear
+from ..local import LocalSandbox, LocalTransport, clear, lay_out, unmake
 from .facts import Ended, Opened, Opening, Piece, node_name, sandbox_name
 
 if TYPE_CHECKING:
@@ -168,8 +168,7 @@ class NodeSandbox:
             raise ValueError(f"not a sandbox token: {token!r}")
         base = self._root / sandbox_name(os.getpid(), token)
         os.mkdir(base, 0o700)  # as mkdtemp makes it: the unit's alone
-        for name in LAYOUT.directories:
-            (base / name).mkdir()
+        lay_out(base)
         place = replace(self._place, base=str(base))
         self._box = LocalSandbox(place, base, self._local.containment)
         self._base, self._token = base, token
@@ -293,24 +292,13 @@ class NodeSandbox:
         base, self._box, self._base = self._base, None, None
         if base is None:
             return []
-        if _unmade(base):
+        if unmake(base):
             return []
         return await asyncio.to_thread(clear, [base])
 
 
 # A token the coordinator chooses for each attempt's sandbox (``sandbox_name``).
 _TOKEN = re.compile(r"[0-9a-f]{12}")
-
-
-def _unmade(base: Path) -> bool:
-    """Remove ``base`` if it is as it was made (its folders empty): whether it is gone."""
-    try:
-        for name in LAYOUT.directories:
-            os.rmdir(base / name)
-        os.rmdir(base)
-    except OSError:
-        return False
-    return True
 
 
 def _write(work: Path, pieces: Sequence[Piece]) -> None:
