@@ -550,11 +550,11 @@ def pages(schema: Mapping[str, Any] | None = None) -> dict[Path, str]:
     default the one fanout ships), the app and the exit codes."""
     import typer.main
 
-    from fanout.cli import app
+    from fanout.cli import application
     from fanout.errors import EXIT_CODES
     from fanout.spec.schema import job_schema
 
-    tree = command_tree(typer.main.get_command(app))
+    tree = command_tree(typer.main.get_command(application()))
     said = [(str(int(row.code)), row.meaning.replace("`", "")) for row in EXIT_CODES]
     return {
         JOB_FILE_PAGE: job_file_page(schema if schema is not None else job_schema()),

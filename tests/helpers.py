@@ -22,7 +22,7 @@ from fanout.attempt.invocation import Invocation
 from fanout.attempt.model import Attempt
 from fanout.attempt.sandbox import StagedFile
 from fanout.attempt.seam import Transport
-from fanout.cli import app
+from fanout.cli import application
 from fanout.cli.app import set_dumpable
 from fanout.events import Events
 from fanout.isolation import tools as sandbox
@@ -30,6 +30,9 @@ from fanout.isolation.place import Kind, Place
 from fanout.journal import Journal
 from fanout.run.job import Runner
 from fanout.spec import Spec
+
+# The typer app with every command, as the console script runs it.
+APP = application()
 
 MINIMAL = """\
 version = 1
@@ -81,7 +84,7 @@ def cli(*args: str) -> Ran:
     so the next call, and the next test, starts as a fresh process would."""
     before = dict(os.environ)
     try:
-        result = CliRunner().invoke(app, list(args))
+        result = CliRunner().invoke(APP, list(args))
     finally:
         os.environ.update(before)
         set_dumpable(True)

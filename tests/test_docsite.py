@@ -20,11 +20,12 @@ import pytest
 import typer.main
 
 from fanout import errors
-from fanout.cli import app
+from fanout.cli import application
 from fanout.errors import EXIT_CODES, ExitCode, ExitMeaning
 from fanout.spec.schema import job_schema
 
 REPO = Path(__file__).resolve().parents[1]
+app = application()
 DOCS = REPO / "docs"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout.cli.jobs import github_annotation
+from fanout.cli.validating import github_annotation
 from fanout.errors import Problem
 
 from helpers import cli

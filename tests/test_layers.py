@@ -261,6 +261,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "plan.diff",
             "plan.diffview",
             "cli.starter",
+            "cli.validating",
             "progress.counts",
             "progress.live",
             "progress",

@@ -70,13 +70,39 @@ def test_version_among_other_arguments_is_the_app_s_option(tmp_path: Path) -> No
     assert "typer" in modules
 
 
-def test_validate_of_a_valid_job_imports_neither_jsonschema_nor_run_machinery(
+def test_validate_of_a_valid_job_imports_neither_typer_nor_jsonschema_nor_run_machinery(
     tmp_path: Path,
 ) -> None:
     printed, modules = fanout(tmp_path, "validate", "fanout.toml.example")
     assert printed == "1 job file(s) valid\n"
-    assert {"typer", "jinja2", "fanout.spec.conformance"} <= modules
-    assert not modules & {"jsonschema", *RUN_MACHINERY}
+    assert {"jinja2", "fanout.spec.conformance"} <= modules
+    assert not modules & {"typer", "fanout.cli.app", "jsonschema", *RUN_MACHINERY}
+
+
+def test_validate_with_an_option_is_the_cli_s(tmp_path: Path) -> None:
+    printed, modules = fanout(tmp_path, "validate", "--format", "json", "fanout.toml.example")
+    assert json.loads(printed) == []
+    assert "typer" in modules
+
+
+def test_validate_answered_before_the_cli_says_what_the_cli_says(tmp_path: Path) -> None:
+    """The same files through __main__'s early answer and through the typer command:
+    the same stdout, stderr and exit code, for valid, invalid and unreadable files."""
+    good = ROOT / "fanout.toml.example"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('version = 1\nname = "x"\n[inputs]\nitems = ["a"]\n[task]\ncommand = 1\n')
+    for files in ([good], [bad], [good, bad, tmp_path / "missing.toml"]):
+        args = ["validate", *map(str, files)]
+        early = subprocess.run(
+            [sys.executable, "-m", "fanout", *args], capture_output=True, text=True, check=False
+        )
+        assert "::" not in early.stdout  # it is text, not github annotations
+        expected = cli(*args)
+        assert (early.returncode, early.stdout, early.stderr) == (
+            expected.code,
+            expected.out,
+            expected.err,
+        )
 
 
 def test_validate_of_a_bad_job_asks_jsonschema_what_is_wrong(tmp_path: Path) -> None:

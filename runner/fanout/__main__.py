@@ -1,8 +1,15 @@
 """``fanout`` and ``python -m fanout``: the console script's entry point.
 
-``fanout --version`` is answered here, before the command line interface (typer and
-every command module) is imported: it is what a wrapper or a CI log runs to see which
-fanout it has, and it should start as fast as the interpreter.
+Two commands are answered here, before the command line interface (typer and every
+command module, a third of ``validate``'s start-up) is imported:
+
+- ``fanout --version``: what a wrapper or a CI log runs to see which fanout it has; it
+  should start as fast as the interpreter.
+- ``fanout validate FILE...`` with no option: what a pre-commit hook or an editor runs
+  on every save.  It calls ``cli.validating.check``, the function the typer command
+  calls.  Anything else (an option, ``--help``, ``-`` for stdin) goes to the full CLI,
+  and so does an unexpected error here: validating reads and writes nothing but the
+  console, so the CLI checks again and its one outermost handler reports the error.
 """
 
 from __future__ import annotations
@@ -11,15 +18,35 @@ import sys
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--version"]:
+    args = sys.argv[1:]
+    if args == ["--version"]:
         from . import __version__
 
         # What the app's eager --version option prints (cli.app._version).
         print(f"fanout {__version__}")
         return
+    if len(args) > 1 and args[0] == "validate" and not any(a.startswith("-") for a in args):
+        _validate(args[1:])
     from .cli import main as run_cli
 
     run_cli()
+
+
+def _validate(files: list[str]) -> None:
+    """Exit with ``fanout validate FILES``'s code, or return to let the CLI do it."""
+    from pathlib import Path
+
+    from .cli import validating
+    from .errors import ExitCode
+
+    try:
+        code = validating.check([Path(file) for file in files])
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)  # what the CLI's handler says (cli.app)
+        code = ExitCode.INTERRUPTED
+    except Exception:  # the CLI's handler reports it (see above)
+        return
+    sys.exit(code)
 
 
 if __name__ == "__main__":

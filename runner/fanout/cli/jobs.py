@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ExitCode, JobError, Problem, UsageError
+from ..errors import ExitCode, JobError, UsageError
+from . import validating
 from .app import JobFile, OutputFormat, app, environ, nothing_selected
 
 
@@ -38,59 +39,7 @@ def validate(
     Every problem is reported at once as FILE:LINE:COL: key.path: what is wrong.
     Input commands are not run (see 'fanout plan' for that).
     """
-    from .. import spec
-
-    problems = []
-    for file in files:
-        try:
-            spec.load(file, require_hosts=False)
-        except JobError as exc:
-            problems.extend(exc.problems)
-    if output is OutputFormat.json:
-        print(json.dumps([p.as_dict() for p in problems], indent=2))
-        raise typer.Exit(JobError.exit_code if problems else ExitCode.OK)
-    if output is OutputFormat.github:
-        # The runner reads workflow commands from stdout; the summary stays on stderr.
-        for problem in problems:
-            print(github_annotation(problem))
-    else:
-        for problem in problems:
-            print(problem, file=sys.stderr)
-    bad = len({p.file for p in problems})
-    if problems:
-        print(f"{len(problems)} problem(s) in {bad} of {len(files)} file(s)", file=sys.stderr)
-    else:
-        print(f"{len(files)} job file(s) valid")
-    raise typer.Exit(JobError.exit_code if problems else ExitCode.OK)
-
-
-def github_annotation(problem: Problem) -> str:
-    """``problem`` as a GitHub Actions workflow command, which the runner shows as an
-    error annotation on that line of the file (in the log and the pull request's diff).
-
-    Escaped as actions/toolkit's ``command.ts`` does: the message may not carry a raw
-    ``%``, CR or LF (they end or corrupt the command); property values also not ``:``
-    or ``,``, which separate properties.
-    """
-    where = ",".join(
-        f"{name}={_escape_property(value)}"
-        for name, value in (
-            ("file", problem.file),
-            ("line", str(problem.line)),
-            ("col", str(problem.col)),
-            ("title", "fanout"),
-        )
-    )
-    text = f"{problem.key}: {problem.message}" if problem.key else problem.message
-    return f"::error {where}::{_escape_data(text)}"
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+    raise typer.Exit(validating.check(files, output.value))
 
 
 class PlanFormat(StrEnum):
