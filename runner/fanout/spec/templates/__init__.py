@@ -126,7 +126,13 @@ class Templates:
             return Template(source=source, compiled=None)
         try:
             with _compiling():
-                return Template(source=source, compiled=self.env.from_string(source))
+                # Parsed once for both the checks' analysis and the compiler (a parse is
+                # half of a template's check).  The compiler comes second: its optimizer
+                # folds constants in place, and the checks read the tree as written.
+                tree = self.env.parse(source)
+                if source not in self._analyses:
+                    self._analyses[source] = analysis.analyse(tree)
+                return Template(source=source, compiled=self.env.from_string(tree))
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateProblem(self._syntax_message(exc), exc.lineno or 1) from None
         except RecursionError:
