@@ -32,7 +32,6 @@ and the next ``fanout run`` continues it; ``hint`` then says so under the messag
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
 import resource
@@ -340,5 +339,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     for option in options:
         if fold(option) == fold(word):
             return option
+    import difflib  # only when something is misspelt
+
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return close[0] if close else None
