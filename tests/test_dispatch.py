@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,9 +14,10 @@ from fanout import spec
 from fanout.attempt.model import Attempt
 from fanout.errors import HostsUnavailable, StateError
 from fanout.outcome import AttemptResult, Status
-from fanout.run import ladder
+from fanout.run import ladder, preparing
 from fanout.run.job import Options, Runner
 from fanout.spec import Backoff
+from fanout.spec.templates import render_off_loop
 from fanout.values import safetext
 
 from fakes import FakeTransport
@@ -493,3 +495,35 @@ async def test_a_success_or_a_failure_ends_a_throttle_streak(tmp_path: Path) -> 
     summary = await _runner(job, transport).execute(Options())
     assert summary.counts == {"succeeded": 1}
     assert len(transport.attempts) == 6
+
+
+@pytest.mark.parametrize(
+    ("task", "threaded"),
+    [
+        ('command = ["true"]\nenv = { MODE = "fast" }', False),
+        ('command = ["echo", "{{ unit.id }}"]', True),
+        ('command = ["true"]\nprompt = "{# a comment is Jinja too #}fix it"', True),
+        ('command = ["true"]\n[units]\nwhere = "record != \'x\'"', True),
+    ],
+)
+async def test_only_a_job_whose_text_runs_jinja_renders_its_attempts_in_a_thread(
+    tmp_path: Path, task: str, threaded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thread's hand-off per attempt was most of the coordinator's work for a unit of a
+    # job without templates, whose rendering copies the job's text (issue 26).
+    offloaded: list[str] = []
+
+    async def off_loop(work: Any, budget: Any = None) -> Any:
+        offloaded.append("render")
+        return await render_off_loop(work, budget)
+
+    monkeypatch.setattr(preparing, "render_off_loop", off_loop)
+    job = spec.load(
+        write_job(
+            tmp_path, f'version = 1\nname = "t"\n[inputs]\nitems = ["u0", "u1"]\n[task]\n{task}\n'
+        )
+    )
+    transport = FakeTransport(delay=0)
+    summary = await _runner(job, transport).execute(Options())
+    assert sum(summary.counts.values()) == len(transport.attempts) > 0
+    assert len(offloaded) == (len(transport.attempts) if threaded else 0)

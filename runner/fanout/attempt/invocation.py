@@ -15,14 +15,14 @@ All the templates of one attempt render under one Budget (``templates.bounds``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
 from ..backlog.units import Unit, base_context
 from ..spec import Rung, Spec
-from ..spec.templates import RenderError, Template, bounded
+from ..spec.templates import Expression, RenderError, Template, bounded
 
 NO_LAST_ATTEMPT: Mapping[str, Any] = MappingProxyType(
     {"status": "", "reason": "", "exitCode": None, "outputTail": "", "rung": "", "attempt": 0}
@@ -126,6 +126,32 @@ def _render(
         stage=paths(spec.units.stage, "units.stage"),
         collect=paths(spec.units.collect, "units.collect"),
     )
+
+
+def templated(spec: Spec) -> bool:
+    """Whether anything in ``spec`` runs Jinja: a template (text with ``{{``, ``{%`` or
+    ``{#``) or an expression.  Without either, rendering an attempt copies the job's
+    text, so ``run.preparing`` does it on the event loop instead of in a thread (the
+    hand-off was most of the coordinator's work for such a unit).  Every field of the
+    spec is looked at, not a list of those ``render`` reads, so a field added later
+    cannot be missed: at worst an unrendered one sends every attempt to the thread."""
+    return any(
+        isinstance(found, Expression) or found.compiled is not None for found in _jinja(spec)
+    )
+
+
+def _jinja(value: Any) -> Iterator[Template | Expression]:
+    if isinstance(value, Template | Expression):
+        yield value
+    elif is_dataclass(value) and not isinstance(value, type):
+        for item in fields(value):
+            yield from _jinja(getattr(value, item.name))
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _jinja(item)
+    elif isinstance(value, tuple | list | frozenset | set):
+        for item in value:
+            yield from _jinja(item)
 
 
 def stage_paths(

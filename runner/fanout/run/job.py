@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import view
+from ..attempt import invocation
 from ..attempt.seam import Transport
 from ..backlog.units import Unit
 from ..errors import (
@@ -432,6 +433,7 @@ class Runner:
             trigger=options.trigger,
             rng=self.rng,
             reuse=options.reuse,
+            templated=invocation.templated(self.spec),
         )
         self._current = ctx
         if self._stop is not None:  # asked for between rounds: this one starts nothing

@@ -49,19 +49,19 @@ async def prepare(ctx: Round, unit: Unit, progress: Progress) -> Prepared | Unpr
 
 async def _rendered(ctx: Round, unit: Unit, progress: Progress) -> invocation.Invocation:
     # Off the event loop, bounded (templates.bounds): a prompt's long loop runs in a
-    # worker thread while the gateway and the other units go on.
-    return await render_off_loop(
-        functools.partial(
-            invocation.render,
-            ctx.spec,
-            unit,
-            rung_index=progress.rung,
-            attempt=progress.attempts,
-            round_number=ctx.number,
-            last=progress.last or invocation.NO_LAST_ATTEMPT,
-            trigger=ctx.trigger,
-        )
+    # worker thread while the gateway and the other units go on.  A job whose text has
+    # no template renders by copying it, on the loop (``invocation.templated``).
+    render = functools.partial(
+        invocation.render,
+        ctx.spec,
+        unit,
+        rung_index=progress.rung,
+        attempt=progress.attempts,
+        round_number=ctx.number,
+        last=progress.last or invocation.NO_LAST_ATTEMPT,
+        trigger=ctx.trigger,
     )
+    return await render_off_loop(render) if ctx.templated else render()
 
 
 def _attempt(

@@ -125,6 +125,9 @@ class Round:
     trigger: Mapping[str, Any] | None = None
     # Whether a unit may reuse an earlier run's success (``run.reusing``).
     reuse: bool = True
+    # Whether the job's text runs Jinja (``invocation.templated``); if not, attempts are
+    # rendered on the loop.  True unless the run says otherwise: a thread is always safe.
+    templated: bool = True
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     counts: Counter[UnitState] = field(default_factory=Counter)
