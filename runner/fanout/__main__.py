@@ -6,10 +6,10 @@ command module, a third of ``validate``'s start-up) is imported:
 - ``fanout --version``: what a wrapper or a CI log runs to see which fanout it has; it
   should start as fast as the interpreter.
 - ``fanout validate FILE...`` with no option: what a pre-commit hook or an editor runs
-  on every save.  It calls ``cli.validating.check``, the function the typer command
-  calls.  Anything else (an option, ``--help``, ``-`` for stdin) goes to the full CLI,
-  and so does an unexpected error here: validating reads and writes nothing but the
-  console, so the CLI checks again and its one outermost handler reports the error.
+  on every save.  It calls the two halves of ``cli.validating.check``, which the typer
+  command calls.  Anything else (an option, ``--help``, ``-`` for stdin) goes to the full CLI,
+  and so does an unexpected error while checking (before anything is printed): the CLI
+  checks again, and its one outermost handler reports the error.
 """
 
 from __future__ import annotations
@@ -37,15 +37,23 @@ def _validate(files: list[str]) -> None:
     from pathlib import Path
 
     from .cli import validating
+    from .cli.console import closed_console
     from .errors import ExitCode
 
+    paths = [Path(file) for file in files]
     try:
-        code = validating.check([Path(file) for file in files])
+        problems = validating.problems_in(paths)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)  # what the CLI's handler says (cli.app)
-        code = ExitCode.INTERRUPTED
-    except Exception:  # the CLI's handler reports it (see above)
+        sys.exit(ExitCode.INTERRUPTED)
+    except Exception:  # nothing printed yet: the CLI checks again, its handler reports
         return
+    try:
+        code = validating.report(problems, len(paths))
+    except BrokenPipeError:  # `fanout validate x | head`: as the CLI's handler does
+        if not closed_console():
+            raise
+        code = ExitCode.CONSOLE_CLOSED
     sys.exit(code)
 
 

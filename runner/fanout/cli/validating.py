@@ -22,6 +22,11 @@ FORMATS = ("text", "json", "github")
 def check(files: Sequence[Path], output: str = "text") -> int:
     """Check ``files`` and print what is wrong with them as ``output`` (one of
     ``FORMATS``): 0 if all are valid, JobError's code (2) if not."""
+    return report(problems_in(files), len(files), output)
+
+
+def problems_in(files: Sequence[Path]) -> list[Problem]:
+    """Every problem of every file in ``files``; nothing printed."""
     from .. import spec
 
     problems: list[Problem] = []
@@ -30,6 +35,11 @@ def check(files: Sequence[Path], output: str = "text") -> int:
             spec.load(file, require_hosts=False)
         except JobError as exc:
             problems.extend(exc.problems)
+    return problems
+
+
+def report(problems: Sequence[Problem], files: int, output: str = "text") -> int:
+    """Print ``problems`` (of ``files`` job files) as ``output``; the exit code."""
     code = int(JobError.exit_code if problems else ExitCode.OK)
     if output == "json":
         print(json.dumps([p.as_dict() for p in problems], indent=2))
@@ -43,9 +53,9 @@ def check(files: Sequence[Path], output: str = "text") -> int:
             print(problem, file=sys.stderr)
     bad = len({p.file for p in problems})
     if problems:
-        print(f"{len(problems)} problem(s) in {bad} of {len(files)} file(s)", file=sys.stderr)
+        print(f"{len(problems)} problem(s) in {bad} of {files} file(s)", file=sys.stderr)
     else:
-        print(f"{len(files)} job file(s) valid")
+        print(f"{files} job file(s) valid")
     return code
 
 
