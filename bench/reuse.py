@@ -168,7 +168,7 @@ def _journal_of_a_run(job: spec.Spec) -> None:
     from fanout.outcome import RunState
 
     journal.finish_run(run_id, state=RunState.FINISHED, wall=1.0, note="", limits={})
-    # What each success's settle writes (``Journal.record_success``), at once.
+    # What each success's settle writes (``Journal._record_success``), at once.
     journal.db.execute(
         "INSERT OR REPLACE INTO successes (job, fingerprint, inputs, unit, run, collected,"
         " staged) SELECT ?, fingerprint, inputs, id, run, collected, staged FROM units"

@@ -331,3 +331,35 @@ def test_a_resumed_run_adds_up_its_counts_and_keeps_the_latest_learned(tmp_path:
     )
     # A stretch that learned nothing (a run resumed without its kept ceiling) keeps the last.
     assert (merged["*"]["learned"], merged["*"]["learnedText"]) == ({"rate": 0.3}, "3.0 per 10s")
+
+
+def test_a_success_ends_its_streak_and_is_kept_for_reuse_in_the_transaction_that_settles_it(
+    tmp_path: Path,
+) -> None:
+    # One transaction, not two: a crash between them left a settled success that the
+    # next run would not reuse, and it was a third transaction per unit (issue 26).
+    journal = Journal(tmp_path / "j.sqlite")
+    first = journal.create_run(job="j", job_file="j.toml", apply=False)
+    unit = Unit(id="u0", index=0, items=("a",), origin="x:1", fingerprint="f" * 32, inputs="i")
+    journal.add_units(first, 1, [unit])
+    journal.record_failure("j", first, unit, failure="failed", reason="exit 1", spent_usd=0)
+    assert set(journal.streaks("j", ["u0"])) == {"u0"}
+    second = journal.create_run(job="j", job_file="j.toml", apply=False)
+    journal.add_units(second, 1, [unit])
+    journal.attempt_dispatched(second, 1, "u0", 1, "default")
+    assert journal.attempt_settled(
+        second,
+        1,
+        "u0",
+        1,
+        AttemptResult(status=Status.SUCCEEDED, reason="ok"),
+        rung=0,
+        rung_attempts=1,
+        failures=0,
+        last={},
+        outcome=Outcome(unit_id="u0", round=1, state=UnitState.SUCCEEDED, reason="ok"),
+        job="j",
+    )
+    assert journal.streaks("j", ["u0"]) == {}
+    (kept,) = journal.db.execute("SELECT unit, run FROM successes WHERE job = 'j'").fetchall()
+    assert tuple(kept) == ("u0", second)

@@ -89,10 +89,12 @@ class Attempts(Store):
         last: dict[str, Any],
         staged: dict[str, str] | None = None,
         outcome: Outcome | None = None,
+        job: str = "",
     ) -> bool:
         """Record an attempt's end (and, for a success, the hashes of what it staged);
         with ``outcome`` (the attempt decided the unit's fate) settle the unit in the
-        same transaction.  False if the attempt had already been settled (or
+        same transaction, and if it succeeded, record the success for ``job`` there too
+        (``_record_success``).  False if the attempt had already been settled (or
         interrupted), or the unit had."""
 
         def work() -> bool:
@@ -136,9 +138,29 @@ class Attempts(Store):
                     unit_id,
                 ),
             )
-            return outcome is None or self._settle(run_id, outcome)
+            if outcome is None:
+                return True
+            if not self._settle(run_id, outcome):
+                return False
+            if job and outcome.state is UnitState.SUCCEEDED:
+                self._record_success(job, run_id, round_number, unit_id)
+            return True
 
         return self._atomic(work)
+
+    def _record_success(self, job: str, run_id: str, round_number: int, unit_id: str) -> None:
+        """The unit succeeded in ``run_id``: no streak of failures any more, and its
+        fingerprint's newest success is this one (what it collected and staged copied
+        from its row).  Inside the transaction that settles it: a crash cannot leave a
+        settled success that a later run would not reuse."""
+        self._run("DELETE FROM streaks WHERE job = ? AND unit = ?", (job, unit_id))
+        self._run(
+            "INSERT OR REPLACE INTO successes"
+            " (job, fingerprint, inputs, unit, run, collected, staged)"
+            " SELECT ?, fingerprint, inputs, id, run, collected, staged FROM units"
+            " WHERE run = ? AND round = ? AND id = ? AND fingerprint != ''",
+            (job, run_id, round_number, unit_id),
+        )
 
     def unit_settled(self, run_id: str, outcome: Outcome) -> bool:
         """Settle a unit once; False if it was already settled."""

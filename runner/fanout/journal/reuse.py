@@ -405,23 +405,6 @@ class Reuse(Store):
 
         return self._atomic(work)
 
-    def record_success(self, job: str, run_id: str, round_number: int, unit_id: str) -> None:
-        """The unit succeeded in ``run_id``: no streak of failures any more, and its
-        fingerprint's newest success is this one (what it collected and staged copied
-        from its row)."""
-
-        def work() -> None:
-            self._run("DELETE FROM streaks WHERE job = ? AND unit = ?", (job, unit_id))
-            self._run(
-                "INSERT OR REPLACE INTO successes"
-                " (job, fingerprint, inputs, unit, run, collected, staged)"
-                " SELECT ?, fingerprint, inputs, id, run, collected, staged FROM units"
-                " WHERE run = ? AND round = ? AND id = ? AND fingerprint != ''",
-                (job, run_id, round_number, unit_id),
-            )
-
-        self._atomic(work)
-
     def release(self, job: str, unit_id: str) -> Streak | None:
         """Let a quarantined unit run again: the next run starts it, and a failure there
         starts its streak from one.  The streak released, or None if it had none."""

@@ -276,6 +276,7 @@ def _settle_attempt(
         last=progress.last,
         staged=staged_hashes if result.status is Status.SUCCEEDED else None,
         outcome=final,
+        job=ctx.spec.name,
     )
 
 

@@ -182,14 +182,12 @@ def failure_class(result: AttemptResult | None) -> str:
 
 
 def record(ctx: Round, unit: Unit, outcome: Outcome, result: AttemptResult | None) -> None:
-    """Add the unit's end in this run to its streak: a failure extends it (or starts
-    one), a success ends it.  Said when the failure quarantines the unit from the next
-    run on.  A journal error stops the round, as every journal error does."""
+    """Add the unit's failure in this run to its streak (or start one).  Said when the
+    failure quarantines the unit from the next run on.  A success ends the streak in
+    the transaction that settles it (``journal.attempt_settled``).  A journal error
+    stops the round, as every journal error does."""
     job = ctx.spec.name
     try:
-        if outcome.state is UnitState.SUCCEEDED:
-            ctx.journal.record_success(job, ctx.run_id, ctx.number, unit.id)
-            return
         if outcome.state is not UnitState.FAILED or not unit.fingerprint:
             return
         streak = ctx.journal.record_failure(
