@@ -327,6 +327,40 @@ async def test_a_run_s_input_command_times_out_located_at_inputs_timeout(tmp_pat
     assert _recorded(runner)[0] == "stopped"
 
 
+@pytest.mark.slow
+async def test_an_input_command_held_back_by_the_run_is_not_timed_out(tmp_path: Path) -> None:
+    # 2,000 lines of 3 KB: the selection reads 1,000 units, then the rest waits on the
+    # pipe until they are dispatched, which takes longer than the command's 1 s.  The
+    # command was killed for it ("input command timed out after 1s"): with agents, a
+    # backlog of more than 1,000 units ran for an hour and stopped at unit 1,000.
+    script = (
+        'BEGIN { for (i = 0; i < 2000; i++) { printf "%d ", i;'
+        ' for (j = 0; j < 300; j++) printf "xxxxxxxxxx"; print "" } }'
+    )
+    job = spec.load(
+        write_job(
+            tmp_path,
+            f"""
+            version = 1
+            name = "held"
+            [inputs]
+            command = ["awk", {json.dumps(script)}]
+            format = "lines"
+            timeout = "1s"
+            [units]
+            id = "{{{{ unit.items[0].split(' ')[0] }}}}"
+            [task]
+            command = ["agent"]
+            [runtime]
+            maxConcurrentTasks = 4
+            """,
+        )
+    )
+    runner = make_runner(job, FakeTransport(delay=0.01), environ={"PATH": os.environ["PATH"]})
+    summary = await runner.execute(Options())
+    assert summary.counts == {"succeeded": 2000}
+
+
 async def test_a_run_stopped_by_units_limit_kills_its_input_command(tmp_path: Path) -> None:
     pidfile = tmp_path / "input.pid"
     listing = f"echo $$ > {pidfile}; echo u1; echo u2; echo u3; sleep 60"

@@ -187,15 +187,8 @@ async def running(
             raise command.start_failed(exc) from None
         finally:
             os.close(write_end)  # the command holds it now: end of file when it is done
-        timed_out = False
-
-        def expire() -> None:
-            nonlocal timed_out
-            timed_out = True
-            proc.kill()
-
-        deadline = loop.call_later(spec.inputs.timeout, expire)
         stream = Feed(loop)
+        deadline = _CommandTime(loop, spec.inputs.timeout, proc, stream)
         reading = os.fdopen(read_end, "rb", 0)
         pipe: asyncio.BaseTransport | None = None
         try:
@@ -205,7 +198,7 @@ async def running(
                 returncode = proc.wait_in_thread()
                 if returncode is None:
                     raise InputFailed("input command stopped: the run is ending")
-                command.check(returncode, timed_out, stderr)
+                command.check(returncode, deadline.expired, stderr)
 
             name = f"output of {command.argv[0]}"
             yield Started(
@@ -222,6 +215,37 @@ async def running(
                 reading.close()
             # Prompt: the group was sent SIGKILL (or the command had exited).
             await proc.reaped()
+
+
+class _CommandTime:
+    """A run's input command's timeout, on the event loop: SIGKILL its group once it
+    has had ``seconds`` of its own, and remember that it did.  Its own time is not
+    what the selection held it back: a backlog bigger than the feed waits on its pipe
+    while the units already read are dispatched (for hours, with agents), so that wait
+    (``Feed.held``) is added to the deadline; and a command that has exited by itself
+    did not time out, however long what it wrote waits to be read."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, seconds: float, proc: child.Child, feed: Feed
+    ) -> None:
+        self._loop, self._proc, self._feed = loop, proc, feed
+        self._credited = 0.0
+        self.expired = False
+        self._handle = loop.call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        if self._proc.returncode is not None:
+            return
+        held = self._feed.held()
+        if held > self._credited:
+            self._handle = self._loop.call_later(held - self._credited, self._expire)
+            self._credited = held
+            return
+        self.expired = True
+        self._proc.kill()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class _Deadline:

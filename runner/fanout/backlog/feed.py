@@ -31,6 +31,10 @@ class Feed(io.RawIOBase):
         self._ended = False
         self._abandoned = False
         self._paused = False
+        # How long the loop has left the pipe unread because the feed was full: the
+        # time the selection held the command back (``held``).
+        self._held = 0.0
+        self._paused_at = 0.0
         self._transport: asyncio.ReadTransport | None = None
 
     def protocol(self) -> asyncio.Protocol:
@@ -50,6 +54,7 @@ class Feed(io.RawIOBase):
             self._cond.notify()
             if len(self._chunks) >= _MOST_CHUNKS and not self._paused and self._transport:
                 self._paused = True
+                self._paused_at = self._loop.time()
                 self._transport.pause_reading()
 
     def end(self) -> None:
@@ -64,6 +69,13 @@ class Feed(io.RawIOBase):
             self._abandoned = True
             self._chunks.clear()
             self._cond.notify_all()
+
+    def held(self) -> float:
+        """Seconds the pipe has been left unread so far because the selection had not
+        read what waited (it goes at the pace units are dispatched): time the command
+        spent blocked on its pipe by fanout, which its timeout does not count."""
+        with self._cond:
+            return self._held + (self._loop.time() - self._paused_at if self._paused else 0.0)
 
     def _resume(self) -> None:
         transport = self._transport
@@ -93,6 +105,7 @@ class Feed(io.RawIOBase):
             resume = self._paused and len(self._chunks) <= _MOST_CHUNKS // 2
             if resume:
                 self._paused = False
+                self._held += self._loop.time() - self._paused_at
         if resume:
             # RuntimeError: the loop closed, the run is over.
             with contextlib.suppress(RuntimeError):
