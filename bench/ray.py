@@ -6,13 +6,19 @@ once, interleaved round after round on the same cluster:
 
 - fanout on Ray: fanout's whole path (``Runner``: selection, journal, events, report)
   through ``RayTransport``, sandbox none, each unit ``true`` in a sandbox on a node;
-- raw Ray tasks: ``@ray.remote`` tasks each running ``true`` (a subprocess), no sandbox;
+- raw Ray tasks: ``@ray.remote`` tasks each running ``true`` (a subprocess), no sandbox,
+  on the task workers a warm-up of 100 tasks (and the rounds before) left running;
+- raw Ray tasks on new workers: the same, with a runtime env of the round's own (one
+  variable), so Ray starts new worker processes for them, as it does for fanout's
+  actors (a worker that ran tasks never becomes an actor);
 - one actor call: 8 actors, one call of a method that does nothing per unit.
 
-"units/s" is units over the wall time of the whole batch (fanout's includes joining,
-probing the nodes and starting its 8 actors: "first unit s" is when the first unit
-ended); "steady" is the rate from the 100th unit's end to the last's.  The ratios are
-each way's over raw tasks', whole and steady.
+"units/s" is units over the wall time of the whole batch (fanout's includes probing
+the nodes and starting its 8 actors' worker processes, the new-worker tasks' starting
+theirs; the driver has joined the cluster before: "first unit s" is when the first
+unit ended); "steady" is the rate from the 100th unit's end to the last's.  The ratios
+are each way's over raw tasks' (warm workers), whole and steady, and, whole, over the
+new-worker tasks'.
 
 Usage: .venv/bin/python bench/ray.py [UNITS] [ROUNDS] [--address HOST:PORT]
 """
@@ -142,6 +148,7 @@ def main() -> None:
     rows: dict[str, list[tuple[float, float, float]]] = {
         "fanout on Ray": [],
         "raw Ray tasks running `true`": [],
+        "raw Ray tasks on new workers": [],
         "one actor call": [],
     }
     try:
@@ -164,6 +171,10 @@ def main() -> None:
             rows["one actor call"].append(await _many(units, lambda n: actors[n].call.remote()))
             for actor in actors:
                 ray.kill(actor)
+            fresh = true.options(runtime_env={"env_vars": {"FANOUT_BENCH_ROUND": str(round_)}})
+            rows["raw Ray tasks on new workers"].append(
+                await _many(units, lambda n: fresh.remote())
+            )
             workdir = scratch / f"round{round_}"
             rows["fanout on Ray"].append(await _fanout(address, root, workdir, units))
 
@@ -181,9 +192,13 @@ def main() -> None:
         f"\n{units} no-op units, {SLOTS} at once, a two-node loopback Ray cluster,"
         f" {rounds} rounds interleaved (median, range)\n"
     )
-    print("| way | units/s | steady units/s | first unit s | vs raw tasks (steady) |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| way | units/s | steady units/s | first unit s | vs raw tasks (steady)"
+        " | vs new-worker tasks |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     raw = [statistics.median(m[i] for m in rows["raw Ray tasks running `true`"]) for i in (0, 1)]
+    cold = statistics.median(m[0] for m in rows["raw Ray tasks on new workers"])
     for name, measured in rows.items():
         whole, steady, first = ([m[i] for m in measured] for i in (0, 1, 2))
         print(
@@ -191,7 +206,8 @@ def main() -> None:
             f" | {statistics.median(steady):.0f} ({min(steady):.0f}-{max(steady):.0f})"
             f" | {statistics.median(first):.2f}"
             f" | {statistics.median(whole) / raw[0]:.2f}x"
-            f" ({statistics.median(steady) / raw[1]:.2f}x) |"
+            f" ({statistics.median(steady) / raw[1]:.2f}x)"
+            f" | {statistics.median(whole) / cold:.2f}x |"
         )
 
 

@@ -11,7 +11,15 @@ included).  ``--synthetic`` skips the runs and fills a journal with that many se
 units instead (for status and report timings where a real run takes too long); its rows
 are labelled synthetic.
 
+``--keep DIR`` (one size) makes the run in DIR and keeps it, or, if DIR already holds
+one, times the commands on it without running anything (its row says "kept"): a 100k
+run takes minutes to make and one serves every timing.  ``--repeats N`` sets how many
+times each command is timed (the median is shown).  ``--against FANOUT`` times
+``report --format json`` of another fanout (e.g. /work/main/.venv/bin/fanout) on the
+same journal too, interleaved with this one's, and adds its median and the ratio.
+
 Usage: .venv/bin/python bench/scale.py [--synthetic] [SIZE...] [--concurrency N]
+       [--keep DIR] [--repeats N] [--against FANOUT]
 Prints a markdown table.
 """
 
@@ -101,12 +109,20 @@ def synthetic_journal(units: int, workdir: Path) -> None:
 
 
 def timed(argv: list[str], workdir: Path, repeats: int = 3) -> float:
-    samples = []
+    (median,) = interleaved([argv], workdir, repeats)
+    return median
+
+
+def interleaved(commands: list[list[str]], workdir: Path, repeats: int) -> list[float]:
+    """The median wall seconds of each command, run in turn ``repeats`` times (A B A B
+    ...), so a change in the machine's load falls on all of them alike."""
+    samples: list[list[float]] = [[] for _ in commands]
     for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run(argv, cwd=workdir, stdout=subprocess.DEVNULL, check=True)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for argv, times in zip(commands, samples, strict=True):
+            start = time.perf_counter()
+            subprocess.run(argv, cwd=workdir, stdout=subprocess.DEVNULL, check=True)
+            times.append(time.perf_counter() - start)
+    return [statistics.median(times) for times in samples]
 
 
 def tenths(workdir: Path) -> str:
@@ -137,37 +153,58 @@ def main() -> None:
     parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 30_000, 100_000])
     parser.add_argument("--synthetic", action="store_true")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--keep", type=Path, metavar="DIR")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--against", metavar="FANOUT")
     options = parser.parse_args()
+    if options.keep and len(options.sizes) != 1:
+        parser.error("--keep takes one size")
     rows = []
     for units in options.sizes:
         with tempfile.TemporaryDirectory() as scratch:
-            workdir = Path(scratch)
-            if options.synthetic:
+            workdir = options.keep or Path(scratch)
+            if options.keep and (workdir / ".fanout" / "journal.sqlite").exists():
+                rate, flat, rss = "kept", "-", "-"
+            elif options.synthetic:
                 synthetic_journal(units, workdir)
                 rate, flat, rss = "synthetic", "-", "-"
             else:
+                workdir.mkdir(parents=True, exist_ok=True)
                 wall, peak = run_job(units, options.concurrency, workdir)
                 rate, flat, rss = f"{units / wall:.0f}", tenths(workdir), f"{peak:.0f}"
-            (run_id,) = [p.name for p in (workdir / ".fanout" / "runs").glob("*")] or [
-                _only_run(workdir)
-            ]
-            status = timed([*FANOUT, "status"], workdir)
-            markdown = timed([*FANOUT, "report", run_id], workdir)
-            as_json = timed([*FANOUT, "report", run_id, "--format", "json"], workdir)
-            rows.append(
-                f"| {units:,} | {rate} | {flat} | {rss} | {journal_mib(workdir):.1f} | {status:.2f} "
-                f"| {markdown:.2f} | {as_json:.2f} |"
-            )
+            rows.append(time_commands(workdir, options, f"| {units:,} | {rate} | {flat} | {rss} "))
             print(rows[-1], file=sys.stderr, flush=True)
     kind = "synthetic journals of settled units" if options.synthetic else "no-op units"
     print(f"{kind}, sandbox none, concurrency {options.concurrency}\n")
+    against = " | report json s, against | ratio" if options.against else ""
     print(
         "| units | units/s | first / last tenth | peak RSS MiB | journal MiB | status s"
-        " | report s | report json s |"
+        f" | report s | report json s{against} |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        + " ---: |" * (2 * bool(against))
+    )
     for row in rows:
         print(row)
+    if options.against:
+        print(f"\nagainst: {options.against}; medians of {options.repeats}, interleaved")
+
+
+def time_commands(workdir: Path, options: argparse.Namespace, row: str) -> str:
+    """The rest of a table row: the journal's size and the commands' medians."""
+    (run_id,) = [p.name for p in (workdir / ".fanout" / "runs").glob("*")] or [_only_run(workdir)]
+    repeats = options.repeats
+    status = timed([*FANOUT, "status"], workdir, repeats)
+    markdown = timed([*FANOUT, "report", run_id], workdir, repeats)
+    as_json = [[*FANOUT, "report", run_id, "--format", "json"]]
+    if options.against:
+        as_json.append([options.against, "report", run_id, "--format", "json"])
+    times = interleaved(as_json, workdir, repeats)
+    row += f"| {journal_mib(workdir):.1f} | {status:.2f} | {markdown:.2f} | {times[0]:.2f} |"
+    if options.against:
+        row += f" {times[1]:.2f} | {times[0] / times[1]:.2f} |"
+    return row
 
 
 def _only_run(workdir: Path) -> str:
