@@ -16,12 +16,11 @@ from pathlib import Path
 
 from ..errors import ExitCode, JobError, Problem
 
-FORMATS = ("text", "json", "github")
-
 
 def check(files: Sequence[Path], output: str = "text") -> int:
-    """Check ``files`` and print what is wrong with them as ``output`` (one of
-    ``FORMATS``): 0 if all are valid, JobError's code (2) if not."""
+    """Check ``files`` and print what is wrong with them as ``output`` (``text``,
+    ``json`` or ``github``: ``cli.app.OutputFormat``'s values): 0 if all are valid,
+    JobError's code (2) if not."""
     return report(problems_in(files), len(files), output)
 
 

@@ -70,11 +70,7 @@ def choose(
         if _writable(path):
             return Root(path, _type(types, path) == "tmpfs", "TMPDIR is set")
     need = ROOM_BASE + ROOM_PER_SLOT * slots
-    for name in ("XDG_RUNTIME_DIR", None):
-        candidate = environ.get(name) if name else "/dev/shm"
-        if not candidate:
-            continue
-        path = Path(candidate)
+    for path in _memory_folders(environ):
         if _type(types, path) != "tmpfs" or not _writable(path):
             continue
         free_bytes = room(path)
@@ -133,8 +129,14 @@ def _type(types: Mapping[str, str], path: Path) -> str:
 def candidates(chosen: Path, environ: Mapping[str, str]) -> list[Path]:
     """``chosen`` and every other folder ``auto`` may choose here, that exists: where a
     run that was killed may have left its sandboxes."""
-    found = [chosen, Path(tempfile.gettempdir()), Path("/dev/shm")]
-    for name in ("TMPDIR", "XDG_RUNTIME_DIR"):
-        if environ.get(name):
-            found.append(Path(environ[name]))
+    found = [chosen, Path(tempfile.gettempdir()), *_memory_folders(environ)]
+    if environ.get("TMPDIR"):
+        found.append(Path(environ["TMPDIR"]))
     return [path for path in dict.fromkeys(found) if path.is_dir()]
+
+
+def _memory_folders(environ: Mapping[str, str]) -> list[Path]:
+    """The tmpfs folders ``auto`` looks at, in its order: ``$XDG_RUNTIME_DIR`` (if set),
+    then ``/dev/shm``."""
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    return [*([Path(runtime)] if runtime else []), Path("/dev/shm")]

@@ -336,8 +336,7 @@ def _check_runtime(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
         problems.append(ctx.at_value(("runtime", "sandbox"), "podman needs runtime.image"))
     if "image" in runtime and runtime.get("sandbox") != "podman":
         problems.append(ctx.at_key(("runtime", "image"), "only applies with sandbox = 'podman'"))
-    root = runtime.get("sandboxRoot")
-    if isinstance(root, str) and root != "auto" and not root.startswith("/"):
+    if _relative_root(runtime):
         problems.append(
             ctx.at_value(("runtime", "sandboxRoot"), 'must be "auto" or an absolute path')
         )
@@ -392,8 +391,7 @@ def _check_ray(runtime: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 " runtime.ray.gatewayHost)",
             )
         )
-    root = ray.get("sandboxRoot")
-    if isinstance(root, str) and root != "auto" and not root.startswith("/"):
+    if _relative_root(ray):
         problems.append(
             ctx.at_value(
                 ("runtime", "ray", "sandboxRoot"), 'must be "auto" or an absolute path on the nodes'
@@ -437,3 +435,10 @@ def _check_triggers(doc: Mapping[str, Any], ctx: Context) -> list[Problem]:
                 except ValueError as exc:
                     problems.append(ctx.at_value(("triggers", index, key), str(exc)))
     return problems
+
+
+def _relative_root(table: Mapping[str, Any]) -> bool:
+    """Whether ``table``'s ``sandboxRoot`` (runtime's, or runtime.ray's) is neither
+    ``auto`` nor an absolute path."""
+    root = table.get("sandboxRoot")
+    return isinstance(root, str) and root != "auto" and not root.startswith("/")
