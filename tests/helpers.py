@@ -27,7 +27,7 @@ from fanout.cli.app import set_dumpable
 from fanout.events import Events
 from fanout.isolation import tools as sandbox
 from fanout.isolation.place import Kind, Place
-from fanout.journal import Journal
+from fanout.journal import Journal, UnitRow
 from fanout.run.job import Runner
 from fanout.spec import Spec
 
@@ -433,3 +433,21 @@ sandbox = "none"
 # 2026-11-30 03:00 UTC, and a day.
 NIGHT = 1796007600.0
 DAY = 86400.0
+
+
+def unit_record(row: UnitRow) -> dict[str, Any]:
+    """A unit's record in report.json as its journal row says it, made here in Python:
+    what the report's lines (``json_object`` in SQLite) are checked against, up to its
+    ``activeSeconds``."""
+    return {
+        "unit": row.unit.id,
+        "round": row.round,
+        "state": str(row.state),
+        "rung": row.last.get("rung", ""),
+        "attempts": row.attempts,
+        "workerSeconds": round(row.worker_seconds, 3),
+        "reason": row.reason,
+        "origin": row.unit.origin,
+        "collected": [c.path for c in row.collected],
+        **({"reusedFrom": row.reused_from} if row.reused_from else {}),
+    }

@@ -19,7 +19,7 @@ from fanout.outcome import AttemptResult, Outcome, RunState, Status, UnitState
 from fanout.report import compute
 from fanout.report import document as report
 
-from helpers import cli, places, write_job
+from helpers import cli, places, unit_record, write_job
 
 GIB = 2**30
 # Unit a sleeps 0.3 s, c 0.1 s; b sleeps 0.2 s and fails its first attempt (rung
@@ -214,14 +214,23 @@ def _pinned_journal(path: Path, clock: _Clock, *, memory: int | None = GIB // 2)
 IDS = ("u1", "u2", "u3")
 
 
-def test_report_json_bills_each_unit_as_report_md_s_records_do(tmp_path: Path) -> None:
-    """report.json's units (read as tuples, the attempts summed by SQLite) are, key for
-    key and in the same order, the records report.md makes of the units' rows."""
+def test_report_json_bills_each_unit_what_its_attempts_add_up_to(tmp_path: Path) -> None:
+    """report.json's units (made by SQLite, the attempts summed there) are, key for key
+    and in the same order, what each unit's row and its attempts' rows say, summed here."""
     journal = _pinned_journal(tmp_path / "journal.sqlite", _Clock())
     out = io.StringIO()
     report.write_json(journal, RUN, out)
-    rows = map(report._row_record, journal.units(RUN))
-    expected = list(report._records(journal, RUN, rows))
+    attempts = journal.attempts(RUN)
+    expected = []
+    for row in journal.units(RUN):
+        own = [a for a in attempts if (a["round"], a["unit"]) == (row.round, row.unit.id)]
+        record = unit_record(row)
+        record["activeSeconds"] = round(sum(a["duration"] for a in own), 3)
+        record["gibSeconds"] = round(sum(a["duration"] * a["memory"] for a in own) / GIB, 3)
+        record["changes"] = []
+        if row.state is not UnitState.SUCCEEDED:
+            record["outputTail"] = row.tail
+        expected.append(record)
     assert [list(u.items()) for u in json.loads(out.getvalue())["units"]] == [
         list(u.items()) for u in expected
     ]

@@ -8,6 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from fanout.backlog.units import Unit
 from fanout.journal import Journal
 from fanout.journal.tables import SCHEMA
@@ -15,6 +17,8 @@ from fanout.outcome import AttemptResult, CollectedFile, Outcome, RunState, Stat
 from fanout.report import document as report
 from fanout.report import fleet
 from fanout.report.status import status_text
+
+from helpers import unit_record
 
 
 def _settled_run(journal: Journal, units: int, failed_every: int = 0) -> str:
@@ -455,7 +459,7 @@ def test_report_json_lists_each_unit_as_its_journal_row_has_it(tmp_path: Path) -
         changes = record.pop("changes")
         # The attempts' durations summed (``compute``): here the row's worker time.
         assert record.pop("activeSeconds") == record["workerSeconds"]
-        assert record == report.unit_record(row)
+        assert record == unit_record(row)
         assert [c["path"] for c in changes] == [c.path for c in row.collected]
 
 
@@ -476,3 +480,83 @@ def test_a_quarantine_from_before_a_resume_lasts_until_the_host_shows_up(tmp_pat
         ("back", False, ""),
         ("gone", True, "gone: no bwrap"),
     ]
+
+
+def test_host_events_are_found_across_the_blocks_the_log_is_read_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log is skimmed a block at a time: an event cut by a block's end is still
+    read, and a last line without its newline (a crash) too."""
+    log = tmp_path / "events.jsonl"
+    filler = [{"event": "unit.settled", "unit": f"u{n}", "reason": "ok " * n} for n in range(40)]
+    events = [
+        *filler[:10],
+        {"event": "host.up", "host": "h1", "slots": 2},
+        *filler[10:30],
+        {"event": "host.lost", "host": "h1", "slots": 2, "reason": "h1: connection lost"},
+        *filler[30:],
+    ]
+    text = "".join(json.dumps(event) + "\n" for event in events)
+    last = json.dumps({"event": "host.quarantined", "host": "h2", "reason": "h2: key changed"})
+    log.write_text(text + last)
+    whole = fleet.hosts({"h1": {"succeeded": 2}}, log)
+    assert [(r["host"], r["timesLost"], r["quarantined"]) for r in whole] == [
+        ("h1", 1, False),
+        ("h2", 0, True),
+    ]
+    for block in (7, 64, 100, 1000):
+        monkeypatch.setattr(fleet, "_BLOCK", block)
+        assert fleet.hosts({"h1": {"succeeded": 2}}, log) == whole
+
+
+def test_report_json_units_are_compact_json_lines_whatever_their_text(tmp_path: Path) -> None:
+    """SQLite writes a unit's line (``json_object``) and Python adds its tail and changes:
+    each line is, byte for byte, the record Python's compact encoder would write, for
+    text with quotes, backslashes, control characters, line separators and non-ASCII
+    in every field that comes from a unit or a worker."""
+    nasty = 'q"uo\\te \x00\x01\x07\x08\t\n\x0b\x0c\r\x1b\x1f\x7f \u2028\u2029 é 日本 🙂 </script>'
+    journal = Journal(tmp_path / "journal.sqlite", clock=lambda: 1796007600.0)
+    journal.create_run(job="j", job_file="j.toml", apply=False, run_id=RUN)
+    ids = [f"a{nasty}", f"b{nasty}"]
+    journal.add_units(
+        RUN,
+        1,
+        (
+            Unit(id=uid, index=n, items=({"id": uid},), origin=f"{nasty}:{n + 1}")
+            for n, uid in enumerate(ids)
+        ),
+    )
+    path = f"out/{nasty.replace(chr(0), '')}.md"
+    files = (CollectedFile(path=path, sha256="0" * 64, size=1),)
+    result = AttemptResult(status=Status.SUCCEEDED, reason=nasty, exit_code=0, duration=1.2345)
+    outcome = Outcome(
+        unit_id=ids[0],
+        round=1,
+        state=UnitState.SUCCEEDED,
+        attempts=1,
+        reason=nasty,
+        collected=files,
+    )
+    _attempt(journal, ids[0], 1, result, outcome)
+    failed = AttemptResult(
+        status=Status.FAILED, reason=nasty, exit_code=1, duration=0.0005, output_tail=nasty
+    )
+    outcome = Outcome(
+        unit_id=ids[1], round=1, state=UnitState.FAILED, attempts=1, reason=nasty, output_tail=nasty
+    )
+    _attempt(journal, ids[1], 1, failed, outcome)
+    out = io.StringIO()
+    report.write_json(journal, RUN, out)
+    start = out.getvalue().index('  "units": [\n') + len('  "units": [\n')
+    lines = out.getvalue()[start:].split("\n")[:2]
+    records = [json.loads(line.strip().rstrip(",")) for line in lines]
+    assert [r["unit"] for r in records] == ids
+    assert records[1]["reason"] == records[1]["outputTail"] == nasty
+    assert [r["origin"] for r in records] == [f"{nasty}:1", f"{nasty}:2"]
+    assert records[0]["collected"] == [path]
+    # SQLite rounds the decimal digits half away from zero: 1.2345 is 1.235 (Python's
+    # round, of the binary 1.23449999..., would say 1.234).
+    assert (records[0]["activeSeconds"], records[1]["activeSeconds"]) == (1.235, 0.001)
+    for line, record in zip(lines, records, strict=True):
+        compact = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        assert line.strip().rstrip(",") == compact

@@ -113,7 +113,7 @@ def test_a_parked_run_is_continued_by_the_scheduler_at_the_reset(
     try:
         (row,) = journal.runs(job.name)
         assert row.state == "finished"
-        assert journal.attempt_kinds(row.id) == {"success": 1, "usage-window": 1}
+        assert journal.attempt_tally(row.id).by_kind() == {"success": 1, "usage-window": 1}
     finally:
         journal.close()
     report = json.loads((job.runtime.state_dir / "runs" / row.id / "report.json").read_text())

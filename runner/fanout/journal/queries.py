@@ -4,11 +4,13 @@ hold 100k units."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..outcome import UnitState
 from .store import Store, unit_pages
 from .tables import SETTLED_SQL, UnitRow, unit_row
 
@@ -25,6 +27,46 @@ class FailedUnit:
     attempts: int
     rounds: int
     in_group: int
+
+
+# A unit that needs no output tail in the report: it succeeded, here or in an earlier run.
+_DONE = f"('{UnitState.SUCCEEDED}', '{UnitState.REUSED}')"
+# Whether a text that ``_unit_object`` extracts holds a NUL character (written
+# ``\u0000`` in JSON): SQLite's ``json_extract`` returns it cut at the NUL.  No rung name
+# or file path can hold one; an origin could (a JSON pointer a job file spells with
+# ``\u0000``).
+_NUL = r"instr(u.last, '\u0000') OR instr(u.data, '\u0000') OR instr(u.collected, '\u0000')"
+_ATTEMPTS = "FROM attempts a WHERE a.run = u.run AND a.round = u.round AND a.unit = u.id"
+
+
+def _unit_object(attempt_columns: set[str], with_memory: bool) -> str:
+    """The SQL of report.json's object for the unit row ``u`` (see
+    ``Queries.unit_objects``), in the key order report.json has always had; the keys
+    after ``gibSeconds`` are added by the caller.  A unit reused from another run adds
+    ``reusedFrom``: ``json_object`` cannot leave a key out, so that is a second object,
+    chosen per row."""
+    memory = "a.memory" if "memory" in attempt_columns else "NULL"  # an older fanout's journal
+    head = (
+        "'unit', u.id, 'round', u.round, 'state', u.state,"
+        " 'rung', COALESCE(json_extract(u.last, '$.rung'), ''), 'attempts', u.attempts,"
+        " 'workerSeconds', round(u.worker_seconds, 3), 'reason', u.reason,"
+        " 'origin', json_extract(u.data, '$.origin'),"
+        " 'collected', CASE WHEN u.collected = '[]' THEN json_array() ELSE"
+        " json((SELECT json_group_array(json_extract(c.value, '$.path'))"
+        " FROM json_each(u.collected) c)) END"
+    )
+    tail = f", 'activeSeconds', round((SELECT COALESCE(SUM(a.duration), 0) {_ATTEMPTS}), 3)"
+    if with_memory:
+        # An attempt that ran (duration > 0) with no memory makes the sum unknown: null.
+        tail += (
+            f", 'gibSeconds', (SELECT CASE WHEN SUM({memory} IS NULL AND a.duration > 0) > 0"
+            f" THEN NULL ELSE round(COALESCE(SUM(a.duration * {memory}), 0) / {2**30}.0, 3)"
+            f" END {_ATTEMPTS})"
+        )
+    return (
+        f"CASE WHEN u.reused_from IS NULL OR u.reused_from = '' THEN json_object({head}{tail})"
+        f" ELSE json_object({head}, 'reusedFrom', u.reused_from{tail}) END"
+    )
 
 
 class Queries(Store):
@@ -75,52 +117,77 @@ class Queries(Store):
                     break
                 after = rows[-1]["idx"]
 
-    def unit_summaries(
-        self, run_id: str, *, with_memory: bool = True, batch: int = 500
-    ) -> Iterator[tuple[Any, ...]]:
-        """What report.json lists of each unit, in the order of ``units``, as plain
-        tuples: its row's id, round, state, rung, attempts, worker_seconds, reason,
-        origin, collected (JSON text), tail and reused_from; the sums of its attempts
-        (as ``Compute.compute_of`` has them): active seconds (0 without attempts) and
-        byte-seconds (NULL if one that ran had no memory; None without ``with_memory``,
-        a run none of whose attempts declared one); last, its idx.  SQLite
-        extracts the rung and origin and sums the attempts, one index seek a unit, so
-        a unit's records, last context and staged hashes are never parsed and no page
-        costs a second query: ``unit_row`` was most of a 100k-unit report."""
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
-        memory = "a.memory" if "memory" in columns else "NULL"  # an older fanout's journal
-        attempts = "FROM attempts a WHERE a.run = u.run AND a.round = u.round AND a.unit = u.id"
-        byte_seconds = (
-            f"(SELECT CASE WHEN SUM({memory} IS NULL AND a.duration > 0) > 0 THEN NULL"
-            f" ELSE COALESCE(SUM(a.duration * {memory}), 0) END {attempts})"
-            if with_memory
-            else "NULL"
-        )
+    def unit_objects(
+        self,
+        run_id: str,
+        *,
+        with_memory: bool = True,
+        units: Iterable[tuple[int, str]] | None = None,
+        batch: int = 500,
+    ) -> Iterator[tuple[int, str, str, str | None]]:
+        """Each unit as report.json lists it, made by SQLite: (round, id, the object's
+        JSON text up to its ``changes``, and the output tail if the unit did not
+        succeed or reuse, else None), every unit of every round in order, or those of
+        ``units`` (round, id pairs, read a page a round at a time) in the order given.
+
+        The object is ``json_object`` over the row: the rung and origin extracted, the
+        collected paths, the attempts' active seconds (and, ``with_memory``, their
+        GiB-seconds: null if one that ran had no memory) summed in one index seek, the
+        figures rounded to milliseconds.  Nothing of a unit is parsed or built in
+        Python: that was two thirds of a 100k-unit report (issue 26)."""
         sql = (
-            "SELECT u.id, u.round, u.state, COALESCE(json_extract(u.last, '$.rung'), ''),"  # noqa: S608 - constant SQL
-            " u.attempts, u.worker_seconds, u.reason, json_extract(u.data, '$.origin'),"
-            " u.collected, u.tail, u.reused_from,"
-            f" (SELECT COALESCE(SUM(a.duration), 0) {attempts}),"
-            f" {byte_seconds}, u.idx"
-            " FROM units u WHERE u.run = ? AND u.round = ? AND u.idx > COALESCE(?, -1)"
-            " ORDER BY u.idx LIMIT ?"
+            f"SELECT u.round, u.id, {_unit_object(self._attempt_columns(), with_memory)},"  # noqa: S608 - constant SQL
+            f" CASE WHEN u.state IN {_DONE} THEN NULL ELSE u.tail END, {_NUL}, u.idx"
+            " FROM units u"
         )
         cursor = self.db.cursor()
         cursor.row_factory = None  # tuples: a name lookup per field was a tenth of a report
+        if units is not None:
+            order = {key: n for n, key in enumerate(units)}
+            found = []
+            for number, page, marks in unit_pages(order):
+                where = f" WHERE u.run = ? AND u.round = ? AND u.id IN ({marks})"
+                found += cursor.execute(sql + where, (run_id, number, *page)).fetchall()
+            found.sort(key=lambda row: order[(row[0], row[1])])
+            yield from (self._whole(run_id, row) for row in found)
+            return
         numbers = [
             r[0]
             for r in cursor.execute(
                 "SELECT DISTINCT round FROM units WHERE run = ? ORDER BY round", (run_id,)
             )
         ]
+        page_sql = sql + (
+            " WHERE u.run = ? AND u.round = ? AND u.idx > COALESCE(?, -1) ORDER BY u.idx LIMIT ?"
+        )
         for number in numbers:
             after = None
             while True:
-                rows = cursor.execute(sql, (run_id, number, after, batch)).fetchall()
-                yield from rows
+                rows = cursor.execute(page_sql, (run_id, number, after, batch)).fetchall()
+                yield from (self._whole(run_id, row) for row in rows)
                 if len(rows) < batch:
                     break
                 after = rows[-1][-1]
+
+    def _whole(self, run_id: str, row: tuple[Any, ...]) -> tuple[int, str, str, str | None]:
+        """A row of ``unit_objects``, its object made again from the unit's JSON where
+        SQLite's ``json_extract`` would cut a text at a NUL character (``_NUL``)."""
+        number, unit_id, head, tail, nul = row[:5]
+        if not nul:
+            return number, unit_id, head, tail
+        last, data, collected = self.db.execute(
+            "SELECT last, data, collected FROM units WHERE run = ? AND round = ? AND id = ?",
+            (run_id, number, unit_id),
+        ).fetchone()
+        record = json.loads(head)
+        rung = json.loads(last).get("rung")
+        record["rung"] = "" if rung is None else rung
+        record["origin"] = json.loads(data).get("origin")
+        record["collected"] = [c["path"] for c in json.loads(collected)]
+        return number, unit_id, json.dumps(record, ensure_ascii=False, separators=(",", ":")), tail
+
+    def _attempt_columns(self) -> set[str]:
+        return {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
 
     def units_with_files(
         self, run_id: str, round_number: int, batch: int = 500
@@ -281,32 +348,6 @@ class Queries(Store):
         return list(
             self.db.execute("SELECT * FROM attempts WHERE run = ? ORDER BY started", (run_id,))
         )
-
-    def attempt_counts(self, run_id: str) -> dict[str, int]:
-        rows = self.db.execute(
-            "SELECT status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY status", (run_id,)
-        )
-        return {str(r["status"]): r["n"] for r in rows}
-
-    def attempt_kinds(self, run_id: str) -> dict[str, int]:
-        """The run's attempts of an agent task counted by the class its output read as."""
-        rows = self.db.execute(
-            "SELECT kind, COUNT(*) AS n FROM attempts WHERE run = ? AND kind != ''"
-            " GROUP BY kind ORDER BY kind",
-            (run_id,),
-        )
-        return {str(r["kind"]): r["n"] for r in rows}
-
-    def host_attempts(self, run_id: str) -> dict[str, dict[str, int]]:
-        """Per host, the run's attempts counted by status."""
-        rows = self.db.execute(
-            "SELECT host, status, COUNT(*) AS n FROM attempts WHERE run = ? GROUP BY host, status",
-            (run_id,),
-        )
-        found: dict[str, dict[str, int]] = {}
-        for r in rows:
-            found.setdefault(str(r["host"]), {})[str(r["status"])] = r["n"]
-        return found
 
     def changes(
         self, run_id: str, units: Iterable[tuple[int, str]] | None = None

@@ -26,12 +26,12 @@ per unit that ran here prices those (and a changed backlog) by multiplying, and
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..journal import Journal
 from ..journal.past import UnitSums
+from ..journal.worktime import AttemptTally
 from ..outcome import RunState, UnitState
 from ..values.quantities import size_text
 from . import estimate
@@ -40,24 +40,29 @@ GIB = 2**30
 
 
 def totals(
-    journal: Journal, run_id: str, *, counts: Mapping[str, int] | None = None
+    journal: Journal,
+    run_id: str,
+    *,
+    tally: AttemptTally | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The report's ``compute`` object: the run's sums, why it has no GiB-seconds if it
-    has none, and the next run's estimate.  ``counts``: the run's ``unit_counts``, if
-    the caller has them (a count of 100k units is a tenth of a second)."""
-    row = journal.compute_totals(run_id)
-    attempts, active = int(row["attempts"]), float(row["active_seconds"])
-    low, high = row["memory_min"], row["memory_max"]
+    has none, and the next run's estimate.  ``tally`` (the run's
+    ``Journal.attempt_tally``) and ``counts`` (its ``unit_counts``), if the caller has
+    them: each is a scan of the run (a count of 100k units is a tenth of a second)."""
+    tally = journal.attempt_tally(run_id) if tally is None else tally
+    attempts, active = tally.attempts, tally.active_seconds
+    low, high = tally.memory_min, tally.memory_max
     # None: no memory declared at all, or an attempt that ran had none.
     gib_seconds = None
-    if high is not None and row["byte_seconds"] is not None:
-        gib_seconds = row["byte_seconds"] / GIB
+    if high is not None and tally.byte_seconds is not None:
+        gib_seconds = tally.byte_seconds / GIB
     note = ""
     if high is None:
         note = "the job declares no task.memory, so there is no allocation to bill"
     elif gib_seconds is None:
         note = (
-            f"{row['unallocated']} attempt(s) ran without a declared memory"
+            f"{tally.unallocated} attempt(s) ran without a declared memory"
             " (task.memory or their rung's)"
         )
     return {
@@ -120,20 +125,6 @@ def next_run(
 
 
 _UNSETTLED = (UnitState.PENDING, UnitState.RUNNING, UnitState.INTERRUPTED)
-
-
-def annotate(
-    journal: Journal, run_id: str, page: Sequence[dict[str, Any]], *, with_memory: bool
-) -> None:
-    """Add ``activeSeconds`` (and, in a run that declares memory, ``gibSeconds``: None
-    where an attempt ran without one) to each unit record of ``page``."""
-    sums = journal.compute_of(run_id, [(r["round"], r["unit"]) for r in page])
-    for record in page:
-        row: sqlite3.Row | None = sums.get((record["round"], record["unit"]))
-        record["activeSeconds"] = round(float(row["active_seconds"]), 3) if row else 0.0
-        if with_memory:
-            byte_seconds = row["byte_seconds"] if row else 0
-            record["gibSeconds"] = None if byte_seconds is None else round(byte_seconds / GIB, 3)
 
 
 def markdown(compute: dict[str, Any]) -> list[str]:

@@ -34,28 +34,13 @@ SHOWN_UNITS = 200
 T = TypeVar("T")
 
 
-def unit_record(row: UnitRow) -> dict[str, Any]:
-    """One unit's result, as the report and the aggregate command's JSONL see it."""
-    return {
-        "unit": row.unit.id,
-        "round": row.round,
-        "state": str(row.state),
-        "rung": row.last.get("rung", ""),
-        "attempts": row.attempts,
-        "workerSeconds": round(row.worker_seconds, 3),
-        "reason": row.reason,
-        "origin": row.unit.origin,
-        "collected": [c.path for c in row.collected],
-        **({"reusedFrom": row.reused_from} if row.reused_from else {}),
-    }
-
-
 def summary(journal: Journal, run_id: str) -> dict[str, Any]:
     """The run-level part of the report (everything but the unit lists), from
     aggregate queries: its cost does not grow with the units held in memory."""
     run = journal.run(run_id)
     worker = journal.worker_seconds(run_id)
     counts = journal.unit_counts(run_id)
+    tally = journal.attempt_tally(run_id)
     return {
         "run": run.id,
         "job": run.job,
@@ -81,51 +66,20 @@ def summary(journal: Journal, run_id: str) -> dict[str, Any]:
         "limits": run.limits,
         "totals": dict(sorted(counts.items())),
         # Active seconds x allocated memory, the seeds' cost model (``compute``).
-        "compute": compute.totals(journal, run_id, counts=counts),
+        "compute": compute.totals(journal, run_id, tally=tally, counts=counts),
         # What the units' requests through the gateway used, per API (none without one).
         "apis": [usage.as_dict() for usage in journal.usage_totals(run_id)],
-        "attempts": dict(sorted(journal.attempt_counts(run_id).items())),
+        "attempts": tally.by_status(),
         # An agent task's attempts by what its output said (agents.taxonomy.Kind).
-        "agentOutcomes": journal.attempt_kinds(run_id),
+        "agentOutcomes": tally.by_kind(),
         # Host states (lost, quarantined) are events, not journal rows: the run's event
         # log, in its folder beside the journal, says them.
         "hosts": fleet.hosts(
-            journal.host_attempts(run_id), journal.path.parent / "runs" / run_id / "events.jsonl"
+            tally.by_host(), journal.path.parent / "runs" / run_id / "events.jsonl"
         ),
         # The job's quarantined units: a count to alert on, and the first of them.
         **attention.summary(journal, run_id),
     }
-
-
-def _row_record(row: UnitRow) -> dict[str, Any]:
-    return {**unit_record(row), "tail": row.tail}
-
-
-def _records(
-    journal: Journal, run_id: str, records: Iterable[dict[str, Any]]
-) -> Iterator[dict[str, Any]]:
-    """Report records (with a ``tail`` key, dropped here), with their changes and the
-    output tail of the units that did not succeed, fetched a page at a time."""
-    with_changes = journal.has_changes(run_id)
-    with_usage = journal.has_usage(run_id)
-    budget = journal.unit_budget(run_id)
-    with_memory = journal.compute_totals(run_id)["memory_max"] is not None
-    for page in _pages(records, 500):
-        compute.annotate(journal, run_id, page, with_memory=with_memory)
-        keys = [(r["round"], r["unit"]) for r in page]
-        usage = journal.usage_of(run_id, keys) if with_usage else {}
-        by_unit = _changes(journal, run_id, keys) if with_changes else {}
-        for record in page:
-            tail = record.pop("tail")
-            key = (record["round"], record["unit"])
-            record["changes"] = by_unit.get(key, [])
-            if with_usage:
-                record["usage"] = [u.as_dict() for u in usage.get(key, [])]
-            if budget is not None:  # task.budget: the most the unit could spend
-                record["budget"] = {"usd": budget}
-            if record["state"] not in (UnitState.SUCCEEDED, UnitState.REUSED):
-                record["outputTail"] = tail
-            yield record
 
 
 def _changes(
@@ -151,68 +105,57 @@ def _pages(records: Iterable[T], size: int) -> Iterator[list[T]]:
         yield page
 
 
-def unit_records(
-    journal: Journal, run_id: str, *, with_memory: bool | None = None
-) -> Iterator[dict[str, Any]]:
-    """Every unit of every round of the run, in order, as report.json lists them: each
-    record is what ``_records`` makes of the unit's row (report.md's units), built in
-    one pass from a ``Journal.unit_summaries`` tuple, which carries the attempts' sums
-    too; changes and usage are read a page at a time.  ``with_memory``: whether an
-    attempt of the run declared a memory (``gibSeconds``), read here unless given."""
+def unit_lines(
+    journal: Journal,
+    run_id: str,
+    *,
+    with_memory: bool | None = None,
+    units: Iterable[tuple[int, str]] | None = None,
+) -> Iterator[str]:
+    """Every unit of every round of the run in order (or those of ``units``, round and
+    id pairs, in the order given), each as its line of report.json: compact JSON, one
+    object a unit.  SQLite makes each object up to its ``changes``
+    (``Journal.unit_objects``); a page of 500 at a time, the changes, usage, budget and
+    the output tail of a unit that did not succeed are added here, with an encoder
+    whose separators and escapes are SQLite's (``json_object``).  ``with_memory``:
+    whether an attempt of the run declared a memory (``gibSeconds``), read here
+    unless given."""
     with_changes = journal.has_changes(run_id)
     with_usage = journal.has_usage(run_id)
     budget = journal.unit_budget(run_id)
     if with_memory is None:
-        with_memory = journal.compute_totals(run_id)["memory_max"] is not None
-    settled = frozenset({str(UnitState.SUCCEEDED), str(UnitState.REUSED)})
-    for page in _pages(journal.unit_summaries(run_id, with_memory=with_memory), 500):
-        keys = [(row[1], row[0]) for row in page]
+        with_memory = journal.attempt_tally(run_id).memory_max is not None
+    # What every unit adds when it has nothing more: no changes, no usage, no budget.
+    plain = _COMPACT({"changes": []})[1:]
+    objects = journal.unit_objects(run_id, with_memory=with_memory, units=units)
+    for page in _pages(objects, 500):
+        keys = [(number, unit) for number, unit, _, _ in page]
         usage = journal.usage_of(run_id, keys) if with_usage else {}
         by_unit = _changes(journal, run_id, keys) if with_changes else {}
-        for (
-            unit,
-            number,
-            state,
-            rung,
-            attempts,
-            worker_seconds,
-            reason,
-            origin,
-            collected,
-            tail,
-            reused_from,
-            active_seconds,
-            byte_seconds,
-            _,
-        ) in page:
-            record = {
-                "unit": unit,
-                "round": number,
-                "state": state,
-                "rung": rung,
-                "attempts": attempts,
-                "workerSeconds": round(worker_seconds, 3),
-                "reason": reason,
-                "origin": origin,
-                "collected": []
-                if collected == "[]"
-                else [c["path"] for c in json.loads(collected)],
-            }
-            if reused_from:
-                record["reusedFrom"] = reused_from
-            record["activeSeconds"] = round(float(active_seconds), 3)
-            if with_memory:
-                record["gibSeconds"] = (
-                    None if byte_seconds is None else round(byte_seconds / compute.GIB, 3)
-                )
-            record["changes"] = by_unit.get((number, unit), [])
+        for number, unit, head, tail in page:
+            changes = by_unit.get((number, unit))
+            if not (changes or with_usage or budget is not None or tail is not None):
+                yield f"{head[:-1]},{plain}"
+                continue
+            more: dict[str, Any] = {"changes": changes or []}
             if with_usage:
-                record["usage"] = [u.as_dict() for u in usage.get((number, unit), [])]
+                more["usage"] = [u.as_dict() for u in usage.get((number, unit), [])]
             if budget is not None:  # task.budget: the most the unit could spend
-                record["budget"] = {"usd": budget}
-            if state not in settled:
-                record["outputTail"] = tail
-            yield record
+                more["budget"] = {"usd": budget}
+            if tail is not None:
+                more["outputTail"] = tail
+            yield f"{head[:-1]},{_COMPACT(more)[1:]}"
+
+
+def unit_records(
+    journal: Journal,
+    run_id: str,
+    *,
+    with_memory: bool | None = None,
+    units: Iterable[tuple[int, str]] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The units as report.json lists them (``unit_lines``), as dicts."""
+    return map(json.loads, unit_lines(journal, run_id, with_memory=with_memory, units=units))
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
@@ -228,25 +171,28 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
 def write_json(journal: Journal, run_id: str, out: TextIO) -> None:
     """Write the report as JSON, one unit at a time: a 100k-unit run's report costs the
     memory of one page of units.  The run's fields are indented; each unit (and each
-    failed id) is one line, which keeps 100k units greppable and lets the C encoder
-    write them (an indented dump is pure Python and was half the time)."""
+    failed id) is one line, which keeps 100k units greppable, and SQLite writes most of
+    a unit's line (``unit_lines``)."""
     run = summary(journal, run_id)
     head = json.dumps(run, indent=2, ensure_ascii=False)
     out.write(head[: -len("\n}")] + ',\n  "units": ')
     with_memory = run["compute"]["memoryBytes"] is not None
-    _write_list(out, unit_records(journal, run_id, with_memory=with_memory))
+    _write_lines(out, unit_lines(journal, run_id, with_memory=with_memory))
     out.write(',\n  "failed": ')
-    _write_list(out, journal.failed_ids(run_id))
+    # None failed in its latest round (the totals count those): no scan for their ids.
+    failed = journal.failed_ids(run_id) if run["totals"].get(str(UnitState.FAILED)) else ()
+    _write_lines(out, map(_COMPACT, failed))
     out.write("\n}\n")
 
 
-def _encoder() -> Callable[[Any], str]:
-    """One encoder for every unit: ``json.dumps`` with an option builds a new one per
-    call, and ``JSONEncoder.encode`` a new C encoder per call (a fifth of 100k units'
-    report), so the C encoder it would make is made once, with the same arguments but
-    one: no check for cycles (``markers``), which a record made of journal rows cannot
-    have, and which cost a dict insert and delete per list and dict."""
-    options = json.JSONEncoder(ensure_ascii=False)
+def _compact() -> Callable[[Any], str]:
+    """One encoder for what report.json's unit lines add to SQLite's objects, with
+    ``json_object``'s separators (none of Python's spaces) and the same escapes (both
+    escape quotes, backslashes and control characters only, with the same short forms,
+    and keep the rest as UTF-8).  ``JSONEncoder.encode`` makes a new C encoder per
+    call, so the C encoder is made once, without the check for cycles (``markers``),
+    which values read from the journal cannot have."""
+    options = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
     make = getattr(json_encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython has the C encoder
         return options.encode
@@ -264,13 +210,14 @@ def _encoder() -> Callable[[Any], str]:
     return lambda value: "".join(encode(value, 0))
 
 
-_ENCODE = _encoder()
+_COMPACT = _compact()
 
 
-def _write_list(out: TextIO, values: Iterable[Any]) -> None:
+def _write_lines(out: TextIO, lines: Iterable[str]) -> None:
+    """A JSON list of ``lines`` (each a JSON value's text), one value a line."""
     first = True
-    for value in values:
-        out.write(("[\n    " if first else ",\n    ") + _ENCODE(value))
+    for page in _pages(lines, 500):
+        out.write(("[\n    " if first else ",\n    ") + ",\n    ".join(page))
         first = False
     out.write("[]" if first else "\n  ]")
 
@@ -290,7 +237,7 @@ def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
     rows = sorted(chosen.values(), key=lambda r: (r.round, r.unit.index))
     return {
         **summary(journal, run_id),
-        "units": list(_records(journal, run_id, map(_row_record, rows))),
+        "units": list(unit_records(journal, run_id, units=[(r.round, r.unit.id) for r in rows])),
         "failures": failures.read(journal, run_id),
         "unitCount": journal.unit_count(run_id),
         "changedCount": changed_count,

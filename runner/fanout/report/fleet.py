@@ -76,24 +76,43 @@ _RESUMED = "run.resumed"
 
 
 def _host_events(events_log: Path) -> list[dict[str, Any]]:
-    """The host events of the log and each ``run.resumed`` between them, in order."""
-    events = []
+    """The host events of the log and each ``run.resumed`` between them, in order.  The
+    log is read a block at a time and a block without either is skipped unsplit: a run
+    on this machine has none, and its 100,000 units' log is 45 MB."""
+    events: list[dict[str, Any]] = []
     try:
-        with events_log.open(encoding="utf-8", errors="replace") as stream:
-            for line in stream:
-                # Most lines: skipped without parsing.
-                if '"event": "host.' not in line and f'"event": "{_RESUMED}"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:  # the last line of a log a crash cut short
-                    continue
-                if not isinstance(event, dict):
-                    continue
-                if "host" in event or event.get("event") == _RESUMED:
-                    events.append(event)
+        with events_log.open("rb") as stream:
+            rest = b""
+            while block := stream.read(_BLOCK):
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                block, rest = block[:cut], block[cut:]
+                events += _parsed(block)
+            events += _parsed(rest)  # the last line of a log a crash cut short
     except FileNotFoundError:
         pass
+    return events
+
+
+_BLOCK = 1 << 20
+_MARKS = (b'"event": "host.', f'"event": "{_RESUMED}"'.encode())
+
+
+def _parsed(lines: bytes) -> list[dict[str, Any]]:
+    """The host events and resumes among ``lines``, whole lines of the log."""
+    if not any(mark in lines for mark in _MARKS):
+        return []
+    events = []
+    for line in lines.split(b"\n"):
+        # Most lines: skipped without parsing.
+        if not any(mark in line for mark in _MARKS):
+            continue
+        try:
+            event = json.loads(line.decode("utf-8", errors="replace"))
+        except ValueError:  # a line a crash cut short
+            continue
+        if isinstance(event, dict) and ("host" in event or event.get("event") == _RESUMED):
+            events.append(event)
     return events
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -253,10 +252,8 @@ class Runner:
                 self.spec,
                 run_id=run_id,
                 run_dir=self.run_dir(run_id),
-                results=(
-                    json.dumps(report.unit_record(row), ensure_ascii=False) + "\n"
-                    for row in self.journal.units(run_id)
-                ),
+                # Each unit's line of report.json.
+                results=(f"{line}\n" for line in report.unit_lines(self.journal, run_id)),
                 trigger=options.trigger,
                 secrets=secrets,
                 environ=self.environ,
