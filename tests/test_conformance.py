@@ -27,6 +27,7 @@ import pytest_asyncio
 from fanout.attempt.model import Attempt
 from fanout.attempt.sandbox import StagedFile
 from fanout.attempt.seam import Sandboxes
+from fanout.isolation import spawner
 from fanout.isolation.place import Containment
 from fanout.outcome import AttemptResult, Status
 from fanout.transports.local import LocalTransport
@@ -40,8 +41,17 @@ from procs import marker, pids_with
 # One event loop for the module: the SSH transports are started once (see ``Sshs``).
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+# "local-chain": sandbox none on a machine without fanout's spawner (no C compiler),
+# where setpriv, unshare and an init shell start each step.
 TRANSPORTS = places(
-    "local-none", "local-bwrap", "ssh-none", "ssh-bwrap", "fake", "ray-none", "ray-bwrap"
+    "local-none",
+    "local-chain",
+    "local-bwrap",
+    "ssh-none",
+    "ssh-bwrap",
+    "fake",
+    "ray-none",
+    "ray-bwrap",
 )
 # Small enough to keep the suite fast, large enough that starting a step under load
 # (bwrap, an SSH channel) never eats the part of it a test gives its steps.
@@ -57,6 +67,14 @@ class Harness:
     root: Path  # where its sandboxes' directories appear, one per running attempt
     path: str  # the PATH its workers get
     containment: Containment
+
+    @property
+    def shell_init(self) -> bool:
+        """Whether a step's PID namespace has a shell (dash) for its init: unshare's
+        chain, on an SSH host or on this machine without fanout's spawner."""
+        if self.containment is not Containment.UNSHARE:
+            return False
+        return self.name.startswith("ssh-") or spawner.spawner() is None
 
 
 @dataclass(frozen=True)
@@ -192,7 +210,11 @@ async def rays() -> AsyncIterator[Rays]:
 
 @pytest_asyncio.fixture(params=TRANSPORTS, loop_scope="module")
 async def harness(
-    request: pytest.FixtureRequest, tmp_path: Path, sshs: Sshs, rays: Rays
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sshs: Sshs,
+    rays: Rays,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Harness]:
     name: str = request.param
     path = os.environ["PATH"]
@@ -204,9 +226,11 @@ async def harness(
     if name.startswith("local-"):
         root = tmp_path / "sandboxes"
         root.mkdir()
-        local = LocalTransport(
-            slots=4, sandbox_kind=name.removeprefix("local-"), root=root, path=path
-        )
+        kind = name.removeprefix("local-")
+        if kind == "chain":
+            kind = "none"
+            monkeypatch.setattr(spawner, "spawner", lambda: None)
+        local = LocalTransport(slots=4, sandbox_kind=kind, root=root, path=path)
         await local.start()
         yield Harness(name, local, root, path, local.containment)
         await local.close()
@@ -831,10 +855,11 @@ async def test_a_worker_killed_by_a_signal_exits_128_plus_its_number(
     harness: Harness, tmp_path: Path
 ) -> None:
     result = await harness.transport.run(_attempt(tmp_path, _sh("echo dying; kill -KILL $$")))
-    # Without bwrap the step's PID namespace has a shell (dash) for its init, which says
-    # how its child died on the step's output; keeping that off costs a fork per step
-    # (``sandbox._INIT``), so the one difference between transports is that line.
-    said = "dying\nKilled\n" if harness.containment is Containment.UNSHARE else "dying\n"
+    # Behind unshare's chain the step's PID namespace has a shell (dash) for its init,
+    # which says how its child died on the step's output; keeping that off costs a fork
+    # per step (``sandbox._INIT``), so the one difference between transports is that
+    # line.  fanout's spawner, like bwrap's init, says nothing.
+    said = "dying\nKilled\n" if harness.shell_init else "dying\n"
     assert _outcome(result) == (
         Status.FAILED,
         f"worker exited with status 137: {said.splitlines()[-1]}",

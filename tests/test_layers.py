@@ -130,6 +130,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "transports",
         (
             "isolation.escapees",
+            # Builds (once a machine) the one-exec spawner of a local step.
+            "isolation.spawner",
             "transports.steps",
             "transports.local",
             "transports.ssh.knownhosts",

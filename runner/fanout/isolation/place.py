@@ -37,6 +37,9 @@ class Place:
     # machine fanout's PID (``sandbox.guarded``); None on a host, whose agent has a
     # lifeline of its own.
     lifeline: int | None = None
+    # fanout's spawner on this machine (``spawner.spawner``), which stands in for the
+    # namespace's chain of setpriv, unshare and the init shell; None: the chain.
+    spawner: str | None = None
     image: str | None = None  # podman only
     root: bool = False  # the sandbox's user is root there: bwrap drops capabilities
     containment: Containment = Containment.GROUP

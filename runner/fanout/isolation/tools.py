@@ -216,26 +216,20 @@ def pid_namespace() -> tuple[str, ...]:
     )
     for user in users:
         prefix = (UNSHARE, *user, *kill)
-        try:
-            probe = subprocess.run(
-                [*prefix, "--", "true"], capture_output=True, timeout=10, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if probe.returncode == 0:
+        if succeeds([*prefix, "--", "true"]):
             return prefix
     return ()
 
 
 def _bwrap_works() -> bool:
+    return succeeds(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"])
+
+
+def succeeds(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (a probe of what this machine allows) exits 0 within 10 s."""
     try:
-        probe = subprocess.run(
-            ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        probe = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
         return False
     return probe.returncode == 0
 
@@ -255,6 +249,8 @@ def command(
     base = place.base
     work = f"{base}/work"
     if place.kind == "none":
+        if place.spawner is not None and place.lifeline is not None:
+            return [place.spawner, str(place.lifeline), "--", *argv]
         if not place.namespace:
             return list(argv)
         lifeline = "" if place.lifeline is None else str(place.lifeline)
@@ -337,8 +333,8 @@ def guarded(argv: Sequence[str], program: str, place: Place) -> list[str]:
     fork instead of vfork for every worker); without setpriv, ``preexec`` does the same
     in Python.  In a PID namespace of unshare's with a lifeline, the init makes both
     checks itself (``_INIT``), and setpriv execs unshare directly."""
-    if SETPRIV is None:
-        return list(argv)
+    if SETPRIV is None or (place.kind == "none" and place.spawner is not None):
+        return list(argv)  # the spawner makes both checks itself (``spawner.c``)
     if place.kind == "none" and place.namespace and place.lifeline is not None:
         return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
     return [
@@ -356,9 +352,9 @@ def guarded(argv: Sequence[str], program: str, place: Place) -> list[str]:
     ]
 
 
-def preexec(kind: Kind) -> Callable[[], None] | None:
+def preexec(place: Place) -> Callable[[], None] | None:
     """The preexec_fn that keeps a worker from outliving fanout where setpriv is missing."""
-    if SETPRIV is not None or kind == "podman":
+    if SETPRIV is not None or place.kind == "podman" or place.spawner is not None:
         return None
     coordinator = os.getpid()
 

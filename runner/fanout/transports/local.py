@@ -43,7 +43,7 @@ from ..attempt.driver import execute
 from ..attempt.model import LAYOUT, Attempt
 from ..attempt.sandbox import Command, Sandbox, StagedFile
 from ..errors import EnvironmentProblem
-from ..isolation import escapees, removal, roots
+from ..isolation import escapees, removal, roots, spawner
 from ..isolation import tools as sandbox
 from ..isolation.exposure import network_refusal
 from ..isolation.place import Place
@@ -120,6 +120,9 @@ class LocalTransport:
             for said in await removal.off_loop(functools.partial(sweep, place)):
                 self._warn(said)
         choice = await asyncio.to_thread(sandbox.choose, self._requested, self._image)
+        namespace = sandbox.pid_namespace() if choice.kind == "none" else ()
+        # Built (once a machine) and probed in a thread: a compile takes a second.
+        steps_by = await asyncio.to_thread(spawner.spawner) if namespace else None
         if self._network == "apis":
             refusal = network_refusal(choice.kind)
             if refusal is not None:
@@ -137,8 +140,9 @@ class LocalTransport:
             path=self._path,
             hidden=sandbox.hidden_entries(self._hidden),
             tools=tuple(str(tool) for tool in self._tools),
-            namespace=sandbox.pid_namespace() if choice.kind == "none" else (),
+            namespace=namespace,
             lifeline=os.getpid(),
+            spawner=steps_by,
             image=self._image,
             containment=choice.containment,
             root=os.geteuid() == 0,
@@ -316,7 +320,7 @@ class LocalSandbox:
                 argv,
                 cwd=command.cwd,
                 env=command.env,
-                preexec=sandbox.preexec(kind),
+                preexec=sandbox.preexec(self.place),
                 pass_fds=() if status is None else (status[1],),
             )
         )
