@@ -560,3 +560,78 @@ def test_report_json_units_are_compact_json_lines_whatever_their_text(tmp_path: 
     for line, record in zip(lines, records, strict=True):
         compact = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         assert line.strip().rstrip(",") == compact
+
+
+def _sums(journal: Journal) -> dict[str, float]:
+    """Each unit's attempts' durations, summed here from the attempts' rows."""
+    found: dict[str, float] = {}
+    for attempt in journal.attempts(RUN):
+        found[attempt["unit"]] = found.get(attempt["unit"], 0.0) + attempt["duration"]
+    return {unit: round(seconds, 3) for unit, seconds in found.items()}
+
+
+def _active(journal: Journal) -> dict[str, float]:
+    return {r["unit"]: r["activeSeconds"] for r in report.unit_records(journal, RUN)}
+
+
+def test_a_unit_s_active_seconds_count_every_attempt_however_it_ended(tmp_path: Path) -> None:
+    """The units' running sums (``active_seconds``) against their attempts' rows: a
+    success after a lost attempt, an attempt settled after its unit was, an attempt
+    interrupted with its unit, and a unit never started."""
+    now = [1796007600.0]
+    journal = Journal(tmp_path / "journal.sqlite", clock=lambda: now[0])
+    journal.create_run(job="j", job_file="j.toml", apply=False, run_id=RUN)
+    ids = ["a", "b", "c", "d"]
+    journal.add_units(
+        RUN,
+        1,
+        (Unit(id=u, index=n, items=({"id": u},), origin=f"x:{n}") for n, u in enumerate(ids)),
+    )
+    lost = AttemptResult(status=Status.LOST, reason="lost", duration=4.5)
+    ok = AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0, duration=10.25)
+
+    def done(unit: str, attempts: int) -> Outcome:
+        return Outcome(unit_id=unit, round=1, state=UnitState.SUCCEEDED, attempts=attempts)
+
+    _attempt(journal, "a", 1, lost)
+    _attempt(journal, "a", 2, ok, done("a", 2))
+    # b: two attempts at once; the second settles after the first settled the unit.
+    journal.attempt_dispatched(RUN, 1, "b", 1, "default")
+    journal.attempt_dispatched(RUN, 1, "b", 2, "default")
+    settle = {"rung": 0, "rung_attempts": 1, "failures": 0, "last": {}}
+    journal.attempt_settled(RUN, 1, "b", 1, ok, outcome=done("b", 1), **settle)
+    late = AttemptResult(status=Status.FAILED, reason="late", exit_code=1, duration=2.5)
+    journal.attempt_settled(RUN, 1, "b", 2, late, **settle)
+    # c: interrupted 3 s after its attempt started.
+    journal.attempt_dispatched(RUN, 1, "c", 1, "default")
+    now[0] += 3.0
+    journal.unit_interrupted(RUN, 1, "c")
+    assert _active(journal) == {"a": 14.75, "b": 12.75, "c": 3.0, "d": 0.0}
+    assert {u: s for u, s in _active(journal).items() if u != "d"} == _sums(journal)
+
+
+def test_a_journal_an_older_fanout_wrote_sums_its_units_attempts(tmp_path: Path) -> None:
+    """A journal without ``active_seconds``: read as it is, its report sums each unit's
+    attempts; upgraded by a run, its old rows stay unknown (NULL) and are still summed,
+    a later attempt of theirs included, and new units keep their own sums."""
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path, clock=lambda: 1796007600.0)
+    journal.create_run(job="j", job_file="j.toml", apply=False, run_id=RUN)
+    journal.add_units(RUN, 1, [Unit(id="old", index=0, items=({"id": "old"},), origin="x:1")])
+    lost = AttemptResult(status=Status.LOST, reason="lost", duration=4.5)
+    _attempt(journal, "old", 1, lost)
+    journal.close()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE units DROP COLUMN active_seconds")
+    older = Journal(path, read_only=True)
+    assert _active(older) == {"old": 4.5}
+    older.close()
+    upgraded = Journal(path, clock=lambda: 1796007600.0)
+    ok = AttemptResult(status=Status.SUCCEEDED, reason="ok", exit_code=0, duration=10.25)
+    outcome = Outcome(unit_id="old", round=1, state=UnitState.SUCCEEDED, attempts=2)
+    _attempt(upgraded, "old", 2, ok, outcome)
+    upgraded.add_units(RUN, 1, [Unit(id="new", index=1, items=({"id": "new"},), origin="x:2")])
+    _attempt(upgraded, "new", 1, ok)
+    row = upgraded.db.execute("SELECT active_seconds FROM units WHERE id = 'old'").fetchone()
+    assert row[0] is None
+    assert _active(upgraded) == {"old": 14.75, "new": 10.25} == _sums(upgraded)

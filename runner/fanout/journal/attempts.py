@@ -45,7 +45,7 @@ class Attempts(Store):
         self._atomic(
             lambda: self.db.executemany(
                 "INSERT OR IGNORE INTO units (run, round, id, idx, data, state, fingerprint,"
-                " inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " inputs, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
                 rows,
             )
         )
@@ -119,6 +119,12 @@ class Attempts(Store):
             )
             if not settled:
                 return False
+            # Whatever the unit's state: a late attempt was paid for too.
+            self._run(
+                "UPDATE units SET active_seconds = active_seconds + ?"
+                " WHERE run = ? AND round = ? AND id = ?",
+                (result.duration, run_id, round_number, unit_id),
+            )
             self._run(
                 "UPDATE units SET rung = ?, rung_attempts = ?, failures = ?,"  # noqa: S608 - constant SQL (SETTLED_SQL)
                 " worker_seconds = worker_seconds + ?, reason = ?, tail = ?, last = ?,"
@@ -194,6 +200,13 @@ class Attempts(Store):
             # Its worker ran (and was paid for) from dispatch until now: the duration
             # the report's active seconds count, as the journal's clock measured it.
             now = self.clock()
+            self._run(
+                "UPDATE units SET active_seconds = active_seconds + (SELECT"
+                " COALESCE(SUM(MAX(0, ? - started)), 0) FROM attempts WHERE run = ?"
+                " AND round = ? AND unit = ? AND status IS NULL)"
+                " WHERE run = ? AND round = ? AND id = ?",
+                (now, run_id, round_number, unit_id, run_id, round_number, unit_id),
+            )
             self._run(
                 "UPDATE attempts SET status = 'interrupted', finished = ?, reason = 'interrupted',"
                 " duration = MAX(0, ? - started)"

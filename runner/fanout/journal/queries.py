@@ -39,7 +39,7 @@ _NUL = r"instr(u.last, '\u0000') OR instr(u.data, '\u0000') OR instr(u.collected
 _ATTEMPTS = "FROM attempts a WHERE a.run = u.run AND a.round = u.round AND a.unit = u.id"
 
 
-def _unit_object(attempt_columns: set[str], with_memory: bool) -> str:
+def _unit_object(attempt_columns: set[str], with_memory: bool, *, summed: bool = True) -> str:
     """The SQL of report.json's object for the unit row ``u`` (see
     ``Queries.unit_objects``), in the key order report.json has always had; the keys
     after ``gibSeconds`` are added by the caller.  A unit reused from another run adds
@@ -55,7 +55,10 @@ def _unit_object(attempt_columns: set[str], with_memory: bool) -> str:
         " json((SELECT json_group_array(json_extract(c.value, '$.path'))"
         " FROM json_each(u.collected) c)) END"
     )
-    tail = f", 'activeSeconds', round((SELECT COALESCE(SUM(a.duration), 0) {_ATTEMPTS}), 3)"
+    active = f"(SELECT COALESCE(SUM(a.duration), 0) {_ATTEMPTS})"
+    if summed:  # the row's sum, or its attempts' for a row an older fanout wrote
+        active = f"COALESCE(u.active_seconds, {active})"
+    tail = f", 'activeSeconds', round({active}, 3)"
     if with_memory:
         # An attempt that ran (duration > 0) with no memory makes the sum unknown: null.
         tail += (
@@ -131,12 +134,15 @@ class Queries(Store):
         ``units`` (round, id pairs, read a page a round at a time) in the order given.
 
         The object is ``json_object`` over the row: the rung and origin extracted, the
-        collected paths, the attempts' active seconds (and, ``with_memory``, their
-        GiB-seconds: null if one that ran had no memory) summed in one index seek, the
-        figures rounded to milliseconds.  Nothing of a unit is parsed or built in
-        Python: that was two thirds of a 100k-unit report (issue 26)."""
+        collected paths, the active seconds (the row's running sum of its attempts'
+        durations; a row an older fanout wrote sums its attempts in one index seek) and,
+        ``with_memory``, the GiB-seconds (summed from the attempts: null if one that ran
+        had no memory), the figures rounded to milliseconds.  Nothing of a unit is
+        parsed or built in Python: that was two thirds of a 100k-unit report (issue 26)."""
+        summed = "active_seconds" in self._columns_of("units")  # not in an older journal
+        unit = _unit_object(self._columns_of("attempts"), with_memory, summed=summed)
         sql = (
-            f"SELECT u.round, u.id, {_unit_object(self._attempt_columns(), with_memory)},"  # noqa: S608 - constant SQL
+            f"SELECT u.round, u.id, {unit},"  # noqa: S608 - constant SQL
             f" CASE WHEN u.state IN {_DONE} THEN NULL ELSE u.tail END, {_NUL}, u.idx"
             " FROM units u"
         )
@@ -186,8 +192,8 @@ class Queries(Store):
         record["collected"] = [c["path"] for c in json.loads(collected)]
         return number, unit_id, json.dumps(record, ensure_ascii=False, separators=(",", ":")), tail
 
-    def _attempt_columns(self) -> set[str]:
-        return {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
+    def _columns_of(self, table: str) -> set[str]:
+        return {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
 
     def units_with_files(
         self, run_id: str, round_number: int, batch: int = 500

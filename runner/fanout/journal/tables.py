@@ -66,6 +66,10 @@ CREATE TABLE IF NOT EXISTS units (
     attempts INTEGER NOT NULL DEFAULT 0,
     failures INTEGER NOT NULL DEFAULT 0,
     worker_seconds REAL NOT NULL DEFAULT 0,
+    -- The durations of all its attempts, summed as each is settled or interrupted (the
+    -- report's active seconds, read without a seek into its attempts); NULL in a row an
+    -- older fanout wrote, whose report sums its attempts instead.
+    active_seconds REAL,
     reason TEXT NOT NULL DEFAULT '',
     tail TEXT NOT NULL DEFAULT '',
     last TEXT NOT NULL DEFAULT '{}',
@@ -202,6 +206,9 @@ MIGRATIONS = (
     ("units", "inputs", "ALTER TABLE units ADD COLUMN inputs TEXT NOT NULL DEFAULT ''"),
     ("rounds", "unchanged", "ALTER TABLE rounds ADD COLUMN unchanged INTEGER NOT NULL DEFAULT 0"),
     ("runs", "quarantine_after", "ALTER TABLE runs ADD COLUMN quarantine_after INTEGER"),
+    # No default: the rows already there stay NULL (their sum is not known here), and
+    # NULL plus a duration stays NULL, so a unit that straddles the upgrade is summed.
+    ("units", "active_seconds", "ALTER TABLE units ADD COLUMN active_seconds REAL"),
 )
 # The states of a settled unit, for SQL (``outcome.SETTLED``).
 SETTLED_SQL = "('succeeded', 'failed', 'reused', 'quarantined')"

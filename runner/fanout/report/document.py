@@ -235,9 +235,12 @@ def markdown_data(journal: Journal, run_id: str) -> dict[str, Any]:
     # Selection order keeps the first SHOWN_UNITS units first, where the units table
     # takes them from.
     rows = sorted(chosen.values(), key=lambda r: (r.round, r.unit.index))
+    run = summary(journal, run_id)
+    with_memory = run["compute"]["memoryBytes"] is not None
+    keys = [(r.round, r.unit.id) for r in rows]
     return {
-        **summary(journal, run_id),
-        "units": list(unit_records(journal, run_id, units=[(r.round, r.unit.id) for r in rows])),
+        **run,
+        "units": list(unit_records(journal, run_id, with_memory=with_memory, units=keys)),
         "failures": failures.read(journal, run_id),
         "unitCount": journal.unit_count(run_id),
         "changedCount": changed_count,
