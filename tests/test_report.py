@@ -598,10 +598,11 @@ def test_a_unit_s_active_seconds_count_every_attempt_however_it_ended(tmp_path: 
     # b: two attempts at once; the second settles after the first settled the unit.
     journal.attempt_dispatched(RUN, 1, "b", 1, "default")
     journal.attempt_dispatched(RUN, 1, "b", 2, "default")
-    settle = {"rung": 0, "rung_attempts": 1, "failures": 0, "last": {}}
-    journal.attempt_settled(RUN, 1, "b", 1, ok, outcome=done("b", 1), **settle)
+    journal.attempt_settled(
+        RUN, 1, "b", 1, ok, rung=0, rung_attempts=1, failures=0, last={}, outcome=done("b", 1)
+    )
     late = AttemptResult(status=Status.FAILED, reason="late", exit_code=1, duration=2.5)
-    journal.attempt_settled(RUN, 1, "b", 2, late, **settle)
+    journal.attempt_settled(RUN, 1, "b", 2, late, rung=0, rung_attempts=2, failures=1, last={})
     # c: interrupted 3 s after its attempt started.
     journal.attempt_dispatched(RUN, 1, "c", 1, "default")
     now[0] += 3.0
