@@ -193,8 +193,7 @@ class History(Store):
     @property
     def _unchanged(self) -> str:
         """``rounds.unchanged``, or 0 in a journal from before it (opened read-only)."""
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(rounds)")}
-        return "unchanged" if "unchanged" in columns else "0"
+        return "unchanged" if "unchanged" in self._columns("rounds") else "0"
 
 
 def _history(

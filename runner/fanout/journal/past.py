@@ -26,7 +26,6 @@ weight is), picked by SQLite's window functions, so no unit's row leaves the dat
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -392,9 +391,3 @@ class Past(Store):
                 cost_squares=float(r["squares"]),
             )
         return found
-
-    def _columns(self, table: str) -> set[str]:
-        try:
-            return {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
-        except sqlite3.Error:
-            return set()

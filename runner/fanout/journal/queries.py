@@ -139,8 +139,8 @@ class Queries(Store):
         ``with_memory``, the GiB-seconds (summed from the attempts: null if one that ran
         had no memory), the figures rounded to milliseconds.  Nothing of a unit is
         parsed or built in Python: that was two thirds of a 100k-unit report (issue 26)."""
-        summed = "active_seconds" in self._columns_of("units")  # not in an older journal
-        unit = _unit_object(self._columns_of("attempts"), with_memory, summed=summed)
+        summed = "active_seconds" in self._columns("units")  # not in an older journal
+        unit = _unit_object(self._columns("attempts"), with_memory, summed=summed)
         sql = (
             f"SELECT u.round, u.id, {unit},"  # noqa: S608 - constant SQL
             f" CASE WHEN u.state IN {_DONE} THEN NULL ELSE u.tail END, {_NUL}, u.idx"
@@ -191,9 +191,6 @@ class Queries(Store):
         record["origin"] = json.loads(data).get("origin")
         record["collected"] = [c["path"] for c in json.loads(collected)]
         return number, unit_id, json.dumps(record, ensure_ascii=False, separators=(",", ":")), tail
-
-    def _columns_of(self, table: str) -> set[str]:
-        return {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
 
     def units_with_files(
         self, run_id: str, round_number: int, batch: int = 500

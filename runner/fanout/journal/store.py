@@ -52,8 +52,7 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
             for table, column, sql in MIGRATIONS:
-                columns = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
-                if column not in columns:
+                if column not in self._columns(table):
                     self.db.execute(sql)
         except (sqlite3.Error, OSError) as exc:
             raise StateError(f"cannot open the journal {path}: {exc}") from None
@@ -61,6 +60,14 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def _columns(self, table: str) -> set[str]:
+        """The columns ``table`` has in this journal: one an older fanout wrote, opened
+        read-only (``fanout report``), lacks those added since (``MIGRATIONS``)."""
+        try:
+            return {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+        except sqlite3.Error:
+            return set()
 
     def keep_reserve(self) -> None:
         """Make sure the reserve is there before a run dispatches anything (put it back

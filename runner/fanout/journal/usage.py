@@ -70,8 +70,8 @@ class Usage(Store):
     def _usage_sums(self) -> str:
         """``_SUMS`` over this journal: one an older fanout wrote, opened read-only
         (``fanout report``), has no ``reserved_usd`` column; it reserved nothing."""
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(usage)")}
-        return _SUMS.format(reserved="reserved_usd" if "reserved_usd" in columns else "0.0")
+        reserved = "reserved_usd" if "reserved_usd" in self._columns("usage") else "0.0"
+        return _SUMS.format(reserved=reserved)
 
     def usage_totals(self, run_id: str) -> list[ApiUsage]:
         """The run's usage per API, by API name."""

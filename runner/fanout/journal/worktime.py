@@ -92,8 +92,7 @@ class Compute(Store):
         """The run's attempts grouped by host, status and kind, with their sums."""
         # A journal an older fanout wrote, opened read-only (``fanout report``), has no
         # ``memory`` column: its attempts declared none.
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(attempts)")}
-        memory = "memory" if "memory" in columns else "NULL"
+        memory = "memory" if "memory" in self._columns("attempts") else "NULL"
         sql = (
             "SELECT host, status, kind, COUNT(*), COALESCE(SUM(duration), 0),"  # noqa: S608 - constant SQL
             f" COALESCE(SUM(duration * {memory}), 0), SUM({memory} IS NULL AND duration > 0),"
