@@ -130,3 +130,29 @@ def test_report_json_reads_the_journal_without_the_job_language(tmp_path: Path) 
     printed, modules = fanout(tmp_path, "report", run, "--format", "json", cwd=tmp_path)
     assert json.loads(printed)["units"][0]["unit"] == "a"
     assert not modules & {"fanout.spec", "jsonschema", "jinja2", *RUN_MACHINERY}
+
+
+def test_a_ray_node_imports_its_sandboxes_without_the_job_language_or_the_driver() -> None:
+    """What a Ray actor's worker process imports of fanout when it starts (each of a
+    run's actors pays it before its first unit): the node's side and the local sandbox,
+    never the coordinator's transport, the attempt driver or the job language."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; import fanout.transports.ray.node;"
+            " print(json.dumps(sorted(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = set(json.loads(done.stdout))
+    assert {"fanout.transports.ray.node", "fanout.transports.local"} <= modules
+    assert not modules & {
+        "fanout.transports.ray.transport",
+        "fanout.attempt.driver",
+        "fanout.spec",
+        "jsonschema",
+        "jinja2",
+    }

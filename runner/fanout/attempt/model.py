@@ -22,14 +22,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..isolation import tools as sandbox
 from ..isolation.place import Place
-from ..spec import presets
 from .collecting import Collect
-from .invocation import Invocation
 from .sandbox import Command, StagedFile
+
+if TYPE_CHECKING:
+    # The job language, which a Ray node (importing this module for ``LAYOUT``) never
+    # runs: imported where attempts are built.
+    from .invocation import Invocation
 
 # How long after the coordinator's deadline a host kills a step by itself: for when
 # the coordinator can no longer reach it (a partition); never the deadline that counts.
@@ -144,6 +147,8 @@ class Attempt:
         the file itself its stdin (``command``), so nothing is read through a shell."""
         if self.agent is None:
             return None
+        from ..spec import presets  # see ``agent_config``
+
         written = presets.config_file(self.agent, base_url=None, token_env="")
         if written is None:
             return None
@@ -153,6 +158,10 @@ class Attempt:
     def agent_config(self, place: Place) -> bytes:
         """The agent's config file for a sandbox at ``place`` (the gateway's URL for
         the agent's API is where that host reaches it)."""
+        # Imported here, where an attempt is built: a Ray node imports this module for
+        # ``LAYOUT`` and never runs the job language (0.1 s of each actor's start).
+        from ..spec import presets
+
         access = next((a for a in self.apis if a.name == self.agent_api), None)
         base_url = None
         if access is not None and place.gateway is not None:

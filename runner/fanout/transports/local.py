@@ -34,12 +34,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..attempt import collecting, staging
 from ..attempt.capture import OutputCapture
 from ..attempt.collecting import Entry, Kind
-from ..attempt.driver import execute
 from ..attempt.model import LAYOUT, Attempt
 from ..attempt.sandbox import Command, Sandbox, StagedFile
 from ..errors import EnvironmentProblem
@@ -47,8 +46,10 @@ from ..isolation import escapees, removal, roots, spawner
 from ..isolation import tools as sandbox
 from ..isolation.exposure import network_refusal
 from ..isolation.place import Place
-from ..outcome import AttemptResult
 from . import steps
+
+if TYPE_CHECKING:
+    from ..outcome import AttemptResult
 
 # A sandbox that cannot be removed is renamed with this prefix (fanout-<pid>-* becomes
 # fanout-unremovable-<pid>-*), which no sweep takes for a run's.
@@ -159,6 +160,10 @@ class LocalTransport:
         return None
 
     async def run(self, attempt: Attempt) -> AttemptResult:
+        # Imported here: a Ray node imports this module for its sandboxes and never
+        # drives an attempt (the driver brings the job language: 0.1 s of an actor's start).
+        from ..attempt.driver import execute
+
         return await execute(attempt, self)
 
     @contextlib.asynccontextmanager

@@ -10,6 +10,22 @@ runtime.ray never needs it, and one with it but without ray installed gets an er
 naming the extra (``transport.load``).
 """
 
-from .transport import EXTRA, RayTransport
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .transport import EXTRA, RayTransport
 
 __all__ = ["EXTRA", "RayTransport"]
+
+
+def __getattr__(name: str) -> Any:
+    """``RayTransport`` and ``EXTRA``, imported on first use: a node's actor imports
+    ``rayapi`` and ``node`` through this package and never the coordinator's side
+    (the attempt driver and the job language: 0.1 s of each actor's start)."""
+    if name in __all__:
+        from . import transport
+
+        return getattr(transport, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
