@@ -15,7 +15,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 from test_gateway_run import KEY, WORKER
@@ -431,6 +431,115 @@ async def test_each_attempt_asks_ray_for_its_own_memory() -> None:
     assert again is small
     assert _Actor.placed == [1 << 30, 4 << 30]
     await transport.close()
+
+
+class _Gated:
+    """A stand-in for ``rayapi.Actor`` whose start (its ``open``) ends when the test
+    opens its gate, with its node's facts or with ``failure``."""
+
+    made: ClassVar[list[_Gated]] = []
+
+    def __init__(self, placement: Any) -> None:
+        self.gate = asyncio.Event()
+        self.failure: BaseException | None = None
+        self.killed = False
+        self.made.append(self)
+
+    async def open(self, opening: Any) -> Opened:
+        await self.gate.wait()
+        if self.failure is not None:
+            raise self.failure
+        place = Place(host="node", kind="none", base="/tmp/x", path="/usr/bin:/bin")
+        return Opened(version=fanout.__version__, node="node", node_id="n1", pid=1, place=place)
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def _gated_transport(slots: int) -> RayTransport:
+    _Gated.made = []
+    transport = RayTransport(Ray(), slots=slots)
+    transport._api = types.SimpleNamespace(  # type: ignore[assignment]
+        Actor=_Gated, Placement=types.SimpleNamespace
+    )
+    return transport
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_an_attempt_takes_the_first_actor_free_not_only_its_own() -> None:
+    # A logic test: the attempts waiting for actors are served first come, first
+    # served, by whichever actor is free first (a new one started, or one another
+    # attempt left), so no attempt waits on its own actor's start (a worker process,
+    # seconds; or an autoscaler's node) while another actor is free.  Before, each
+    # attempt waited for the actor it had asked Ray for.
+    transport = _gated_transport(slots=2)
+    try:
+        first = asyncio.ensure_future(transport._open(None))
+        second = asyncio.ensure_future(transport._open(None))
+        await _settle()
+        one, two = _Gated.made
+        two.gate.set()  # the second attempt's actor starts first
+        await _settle()
+        assert (first.done(), second.done()) == (True, False)
+        actor, opened = first.result()
+        assert cast(Any, actor) is two
+        transport._hand(actor, None, opened)  # the first attempt left it cleanly
+        await _settle()
+        assert (second.done(), one.gate.is_set()) == (True, False)
+        assert second.result()[0] is two
+        # The other start, which no attempt waits for any more, is idle once it is
+        # in; a third attempt takes it and asks Ray for nothing more.
+        one.gate.set()
+        await _settle()
+        third, _ = await transport._open(None)
+        assert (cast(Any, third), len(_Gated.made)) == (one, 2)
+    finally:
+        await transport.close()
+
+
+async def test_a_start_that_fails_fails_an_attempt_only_when_no_other_start_is_on_its_way() -> None:
+    from fanout.attempt.sandbox import Lost
+    from fanout.transports.ray.facts import Gone
+
+    transport = _gated_transport(slots=2)
+    try:
+        first = asyncio.ensure_future(transport._open(None))
+        second = asyncio.ensure_future(transport._open(None))
+        await _settle()
+        one, two = _Gated.made
+        one.failure = Gone("the node died")
+        one.gate.set()
+        await _settle()
+        # Two attempts wait and one start is left: the last attempt is lost.
+        assert (first.done(), type(second.exception()), one.killed) == (False, Lost, True)
+        assert "the node died" in str(second.exception())
+        two.gate.set()
+        assert cast(Any, (await first)[0]) is two
+    finally:
+        await transport.close()
+
+
+async def test_a_cancelled_wait_stops_the_start_nobody_waits_for_and_close_stops_the_rest() -> None:
+    transport = _gated_transport(slots=2)
+    first = asyncio.ensure_future(transport._open(None))
+    second = asyncio.ensure_future(transport._open(None))
+    await _settle()
+    one, two = _Gated.made
+    second.cancel()  # its deadline, or Ctrl-C, while Ray places the actors
+    await _settle()
+    assert (one.killed, two.killed) == (False, True)
+    first.cancel()
+    await _settle()
+    assert one.killed
+    third = asyncio.ensure_future(transport._open(None))
+    await _settle()
+    await transport.close()
+    assert (len(_Gated.made), _Gated.made[-1].killed) == (3, True)
+    third.cancel()
 
 
 def test_a_node_must_offer_the_most_memory_any_rung_asks(tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ runs past the node's window (or prints a chunk) streams the rest of its output (
 generator; the coordinator's capture redacts it and caps the log).  Collecting files
 adds the listing, the files back a piece at a time, and the removal.  An actor serves
 one attempt at a time, attempt after attempt, like an SSH agent per slot: a Ray worker
-process costs about a second to start.
+process costs about a second to start.  An attempt takes the first actor free (one
+another attempt left, or a new one once it is in), never waiting on its own actor's
+start while another is free (``_open``).
 
 Leaving the sandbox: cleanly, the sandbox is gone (or the actor removes it) and the
 actor waits ``IDLE_KEEP`` for the next attempt (then it is killed, freeing its node);
@@ -127,6 +129,10 @@ class RayTransport:
         # Actors a clean attempt left, waiting for the next one (the last one first),
         # with the memory Ray gave each (an attempt takes one that has its own).
         self._idle: list[tuple[Actor, int | None, Opened, asyncio.TimerHandle]] = []
+        # Attempts waiting for an actor (first come, first served), and the actors on
+        # their way (placed by Ray, their worker process starting), each with its memory.
+        self._waiting: list[tuple[int | None, asyncio.Future[tuple[Actor, Opened]]]] = []
+        self._starting: list[tuple[int | None, asyncio.Task[None]]] = []
 
     @property
     def capacity(self) -> int:
@@ -231,6 +237,10 @@ class RayTransport:
             )
 
     async def close(self) -> None:
+        starting = [task for _, task in self._starting]
+        for task in starting:
+            task.cancel()  # its actor is killed
+        await asyncio.gather(*starting, return_exceptions=True)
         for actor, _, _, timer in self._idle:
             timer.cancel()
             actor.kill()
@@ -267,8 +277,8 @@ class RayTransport:
 
     @contextlib.asynccontextmanager
     async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
-        """A sandbox in an idle actor (the last one left), or in a new one that Ray
-        places.  The sandbox is made by the attempt's first call, at a name chosen
+        """A sandbox in an idle actor (the last one left), or in the first one free
+        (``_open``).  The sandbox is made by the attempt's first call, at a name chosen
         here, so a warm actor's attempt costs no call before its first step; its final
         step removes it (``driver.last_look``), so leaving cleanly costs none after.
         Left cleanly, the actor waits (``IDLE_KEEP``) for the next attempt; otherwise
@@ -301,19 +311,56 @@ class RayTransport:
                     async with asyncio.timeout(LEAVE_TIMEOUT):
                         reusable = await asyncio.shield(box.leave(clean))
             if reusable:
-                self._keep(actor, memory, opened)
+                self._hand(actor, memory, opened)
             else:
                 actor.kill()
 
     async def _open(self, memory: int | None) -> tuple[Actor, Opened]:
-        """An actor with ``memory`` (bytes) from Ray: an idle one (no call), or a new
-        one, asked for its node's facts (one call).  An idle actor found gone by the
-        attempt's first call makes the attempt lost (it runs again, no rung used)."""
+        """An actor with ``memory`` (bytes) from Ray: an idle one (no call), or the first
+        one free, whichever that is: an actor another attempt leaves cleanly, or a new
+        one once its node's facts are in (one call).  A new actor is asked for only when
+        no start already on its way is spare, so a run holds at most one actor per slot
+        (and the idle); an attempt never waits on its own actor's start while another
+        actor sits free.  An idle actor found gone by the attempt's first call makes
+        the attempt lost (it runs again, no rung used)."""
         match = [n for n, (_, held, _, _) in enumerate(self._idle) if held == memory]
         if match:
             actor, _, opened, timer = self._idle.pop(match[-1])
             timer.cancel()
             return actor, opened
+        if self._count(self._starting, memory) <= self._count(self._waiting, memory):
+            self._starting.append((memory, asyncio.ensure_future(self._start(memory))))
+        wanted: asyncio.Future[tuple[Actor, Opened]] = asyncio.get_running_loop().create_future()
+        entry = (memory, wanted)
+        self._waiting.append(entry)
+        try:
+            return await wanted
+        except asyncio.CancelledError:
+            if entry in self._waiting:
+                self._waiting.remove(entry)
+            elif wanted.done() and not wanted.cancelled() and wanted.exception() is None:
+                actor, opened = wanted.result()
+                self._hand(actor, memory, opened)
+            self._trim(memory)
+            raise
+
+    @staticmethod
+    def _count(entries: Sequence[tuple[int | None, object]], memory: int | None) -> int:
+        return sum(1 for held, _ in entries if held == memory)
+
+    def _trim(self, memory: int | None) -> None:
+        """Starts no attempt waits for any more (a waiting one was cancelled): stopped,
+        the newest first, their actors killed (Ray may still be placing them)."""
+        while self._count(self._starting, memory) > self._count(self._waiting, memory):
+            entry = next(e for e in reversed(self._starting) if e[0] == memory)
+            self._starting.remove(entry)
+            entry[1].cancel()
+
+    async def _start(self, memory: int | None) -> None:
+        """A new actor with ``memory``, asked for its node's facts, then handed to the
+        first attempt waiting for one (or left idle).  If it cannot start, and fewer
+        starts are left on the way than attempts waiting, the last of those fails with
+        why (the attempt is lost: it runs again, no rung used)."""
         opening = Opening(
             version=__version__,
             sandbox=self._kind,
@@ -321,29 +368,64 @@ class RayTransport:
             hidden=self._hidden,
             network=self._network,
         )
-        api = self._rayapi()
-        actor = api.Actor(
-            api.Placement(
-                cpus=self._ray.cpus,
-                resources=self._ray.resources,
-                labels=self._ray.labels,
-                memory=memory,
-            )
-        )
+        this = asyncio.current_task()
+        actor: Actor | None = None
         try:
-            opened = await actor.open(opening)
+            try:
+                api = self._rayapi()
+                actor = api.Actor(
+                    api.Placement(
+                        cpus=self._ray.cpus,
+                        resources=self._ray.resources,
+                        labels=self._ray.labels,
+                        memory=memory,
+                    )
+                )
+                opened = await actor.open(opening)
+            finally:
+                self._starting = [e for e in self._starting if e[1] is not this]
         except Gone as exc:
+            assert actor is not None  # only its open says Gone
             actor.kill()
-            raise Lost(f"lost the unit's Ray actor before it started: {exc}", host="ray") from None
-        except BaseException:  # a cancellation while Ray places it
-            actor.kill()
+            self._short(
+                memory, Lost(f"lost the unit's Ray actor before it started: {exc}", host="ray")
+            )
+            return
+        except asyncio.CancelledError:  # the run ends, or no attempt waits for it
+            if actor is not None:
+                actor.kill()
             raise
+        except Exception as exc:  # what else Ray raises: the waiting attempt's error
+            if actor is not None:
+                actor.kill()
+            self._short(memory, exc)
+            return
         if opened.place is None:
             actor.kill()
-            raise HostsUnavailable(_mismatch(opened.node, opened.version))
+            self._short(memory, HostsUnavailable(_mismatch(opened.node, opened.version)))
+            return
         for warning in opened.warnings:
             self._warn(opened.node, warning)
-        return actor, opened
+        self._hand(actor, memory, opened)
+
+    def _short(self, memory: int | None, error: BaseException) -> None:
+        """A start failed with ``error``: the last attempt waiting with ``memory`` gets
+        it, if fewer starts are on their way than attempts waiting."""
+        waiting = [e for e in self._waiting if e[0] == memory and not e[1].done()]
+        if len(waiting) > self._count(self._starting, memory):
+            self._waiting.remove(waiting[-1])
+            waiting[-1][1].set_exception(error)
+
+    def _hand(self, actor: Actor, memory: int | None, opened: Opened) -> None:
+        """A free actor (new, or left cleanly): to the first attempt waiting for one with
+        its memory, else idle (``_keep``)."""
+        for entry in self._waiting:
+            # A done one: its attempt was cancelled and has yet to take itself off.
+            if entry[0] == memory and not entry[1].done():
+                self._waiting.remove(entry)
+                entry[1].set_result((actor, opened))
+                return
+        self._keep(actor, memory, opened)
 
     def _keep(self, actor: Actor, memory: int | None, opened: Opened) -> None:
         loop = asyncio.get_running_loop()
