@@ -1,7 +1,7 @@
 """No-op units on a two-node Ray cluster: fanout beside raw Ray doing the least it can.
 
 A real two-node Ray cluster on loopback (``tests/raycluster.py``: 4 CPUs a node, so 8
-at once), or the one at ``--address``.  Three ways to get UNITS no-op units done, 8 at
+at once), or the one at ``--address``.  Five ways to get UNITS no-op units done, 8 at
 once, interleaved round after round on the same cluster:
 
 - fanout on Ray: fanout's whole path (``Runner``: selection, journal, events, report)
@@ -11,7 +11,12 @@ once, interleaved round after round on the same cluster:
 - raw Ray tasks on new workers: the same, with a runtime env of the round's own (one
   variable), so Ray starts new worker processes for them, as it does for fanout's
   actors (a worker that ran tasks never becomes an actor);
-- one actor call: 8 actors, one call of a method that does nothing per unit.
+- one actor call: 8 actors, one call of a method that does nothing per unit;
+- fanout's node side as raw tasks: each unit one raw task on the warm task workers
+  that does what a node does for fanout's no-op unit (``node.NodeSandbox``: the
+  sandbox made, ``true`` run in it behind the PID namespace, the control file read,
+  the sandbox removed), with nothing of the coordinator's side (no journal, no events,
+  no driver): the most a design that ran attempts as tasks on warm workers could get.
 
 "units/s" is units over the wall time of the whole batch (fanout's includes probing
 the nodes and starting its 8 actors' worker processes, the new-worker tasks' starting
@@ -26,6 +31,7 @@ Usage: .venv/bin/python bench/ray.py [UNITS] [ROUNDS] [--address HOST:PORT]
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
@@ -128,6 +134,46 @@ async def _many(units: int, call: Any) -> tuple[float, float, float]:
     return _rates(start, ends)
 
 
+def _node_side(token: str) -> int:
+    """One no-op unit's work on a node, as ``node.NodeSandbox`` does it for an actor's
+    step, in this worker process: its sandbox made, ``true`` run in it, the control file
+    read and the sandbox removed (``final``).  The node's set-up (its local transport,
+    an event loop) is made once a worker process and kept in a module of its own."""
+    import types
+    from dataclasses import replace
+
+    from fanout import __version__
+    from fanout.attempt.model import LAYOUT
+    from fanout.attempt.sandbox import Command
+    from fanout.isolation import tools
+    from fanout.transports.ray.facts import Opening, sandbox_name
+    from fanout.transports.ray.node import NodeSandbox
+
+    state: Any = sys.modules.get("fanout_bench_node")
+    if state is None:
+        state = types.ModuleType("fanout_bench_node")
+        state.loop = asyncio.new_event_loop()
+        state.box = NodeSandbox("0" * 8, "127.0.0.1")
+        opening = Opening(version=__version__, sandbox="none", root="auto")
+        state.place = state.loop.run_until_complete(state.box.open(opening)).place
+        sys.modules["fanout_bench_node"] = state
+    place = state.place
+    base = f"{place.base}/{sandbox_name(os.getpid(), token)}"
+    argv = tools.command(replace(place, base=base), ("true",), network=False, env_names=("PATH",))
+    command = Command(
+        argv=tuple(argv),
+        program="true",
+        env={"PATH": place.path, "HOME": base, "TMPDIR": base},
+        stdin=b"",
+        cwd=f"{base}/{LAYOUT.work}",
+    )
+    _, ended = state.loop.run_until_complete(state.box.step(token, command, 60.0, [], True))
+    assert ended is not None, "a no-op step ends within the node's window"
+    assert ended[2], "a final step removes its sandbox"
+    code: int = ended[0]
+    return code
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--address")]
     address = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--address=")), "")
@@ -150,6 +196,7 @@ def main() -> None:
         "raw Ray tasks running `true`": [],
         "raw Ray tasks on new workers": [],
         "one actor call": [],
+        "fanout's node side as raw tasks": [],
     }
     try:
         rayapi.connect(address)  # fanout's transport joins this connection and leaves it
@@ -157,6 +204,10 @@ def main() -> None:
         @ray.remote
         def true() -> int:
             return subprocess.run(["true"], check=False).returncode
+
+        @ray.remote
+        def node_side(token: str) -> int:
+            return _node_side(token)
 
         @ray.remote
         class Nop:
@@ -177,6 +228,11 @@ def main() -> None:
             )
             workdir = scratch / f"round{round_}"
             rows["fanout on Ray"].append(await _fanout(address, root, workdir, units))
+            tokens = iter(range(units + SKIP))
+            await _many(SKIP, lambda n: node_side.remote(f"{next(tokens):012x}"))
+            rows["fanout's node side as raw tasks"].append(
+                await _many(units, lambda n: node_side.remote(f"{next(tokens):012x}"))
+            )
 
         for round_ in range(rounds):
             asyncio.run(measure(round_))
