@@ -1,7 +1,7 @@
 """No-op units on a two-node Ray cluster: fanout beside raw Ray doing the least it can.
 
 A real two-node Ray cluster on loopback (``tests/raycluster.py``: 4 CPUs a node, so 8
-at once), or the one at ``--address``.  Five ways to get UNITS no-op units done, 8 at
+at once), or the one at ``--address``.  Six ways to get UNITS no-op units done, 8 at
 once, interleaved round after round on the same cluster:
 
 - fanout on Ray: fanout's whole path (``Runner``: selection, journal, events, report)
@@ -11,6 +11,9 @@ once, interleaved round after round on the same cluster:
 - raw Ray tasks on new workers: the same, with a runtime env of the round's own (one
   variable), so Ray starts new worker processes for them, as it does for fanout's
   actors (a worker that ran tasks never becomes an actor);
+- raw Ray tasks from a new driver: the same tasks from a Python process of their own
+  that has just joined the cluster, as a Ray script a user would write instead of a
+  fanout job runs (a new job, whose workers Ray starts for it);
 - one actor call: 8 actors, one call of a method that does nothing per unit;
 - fanout's node side as raw tasks: each unit one raw task on the warm task workers
   that does what a node does for fanout's no-op unit (``node.NodeSandbox``: the
@@ -31,6 +34,7 @@ Usage: .venv/bin/python bench/ray.py [UNITS] [ROUNDS] [--address HOST:PORT]
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -134,6 +138,44 @@ async def _many(units: int, call: Any) -> tuple[float, float, float]:
     return _rates(start, ends)
 
 
+# The tasks of "raw Ray tasks running `true`", from a driver of their own: argv is the
+# cluster's address, the units and the slots; it prints when each unit ended (s after
+# its first submission, once it has joined).
+_NEW_DRIVER = """
+import asyncio, json, subprocess, sys, time
+import ray
+
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+
+@ray.remote
+def true():
+    return subprocess.run(["true"], check=False).returncode
+
+async def main(units, slots):
+    left, ends = list(range(units)), []
+    async def slot():
+        while left:
+            left.pop()
+            await true.remote()
+            ends.append(time.perf_counter())
+    start = time.perf_counter()
+    await asyncio.gather(*(slot() for _ in range(slots)))
+    print(json.dumps([end - start for end in ends]))
+
+asyncio.run(main(int(sys.argv[2]), int(sys.argv[3])))
+"""
+
+
+def _new_driver(address: str, units: int) -> tuple[float, float, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", _NEW_DRIVER, address, str(units), str(SLOTS)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return _rates(0.0, json.loads(done.stdout.splitlines()[-1]))
+
+
 def _node_side(token: str) -> int:
     """One no-op unit's work on a node, as ``node.NodeSandbox`` does it for an actor's
     step, in this worker process: its sandbox made, ``true`` run in it, the control file
@@ -195,6 +237,7 @@ def main() -> None:
         "fanout on Ray": [],
         "raw Ray tasks running `true`": [],
         "raw Ray tasks on new workers": [],
+        "raw Ray tasks from a new driver": [],
         "one actor call": [],
         "fanout's node side as raw tasks": [],
     }
@@ -226,6 +269,7 @@ def main() -> None:
             rows["raw Ray tasks on new workers"].append(
                 await _many(units, lambda n: fresh.remote())
             )
+            rows["raw Ray tasks from a new driver"].append(_new_driver(address, units))
             workdir = scratch / f"round{round_}"
             rows["fanout on Ray"].append(await _fanout(address, root, workdir, units))
             tokens = iter(range(units + SKIP))
