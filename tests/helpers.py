@@ -10,6 +10,8 @@ import subprocess
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from datetime import time as clock
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from fanout.attempt import verdict
 from fanout.attempt.collecting import Collect
 from fanout.attempt.invocation import Invocation
 from fanout.attempt.model import Attempt
@@ -375,6 +378,22 @@ def assert_throttled_then_succeeded(directory: Path, kind: str, reason: str) -> 
     assert report["agentOutcomes"] == {kind: 1, "success": 1}
     (unit,) = report["units"]
     assert unit["rung"] == "default"
+
+
+def far_from_resets() -> datetime:
+    """Tomorrow at 06:00 UTC, on this machine's clock: hours from every reset the mock's
+    agents name (a Gemini quota's midnight Pacific is 07:00 or 08:00 UTC, Claude's
+    "resets 3:45pm (Europe/Dublin)" 14:45 or 15:45 UTC), so a test that wants a reset
+    past ``retry.throttle.max`` gets one at any time of day (at the real time, one of
+    them is minutes away for a while every day)."""
+    tomorrow = datetime.now(UTC).date() + timedelta(days=1)
+    return datetime.combine(tomorrow, clock(6, 0), tzinfo=UTC).astimezone()
+
+
+def pin_wall_clock(monkeypatch: pytest.MonkeyPatch, at: datetime) -> None:
+    """The wall clock that attempts' verdicts read agents' resets against, set to ``at``
+    for the runs this process makes (``verdict.wall_clock``)."""
+    monkeypatch.setattr(verdict, "wall_clock", lambda: at)
 
 
 def assert_parked_then_continued(job: Path, ran: Ran, kind: str, said: str) -> None:

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import claude_own_key_job, cli, finished_attempts, own_key, run_report
+from helpers import (
+    claude_own_key_job,
+    cli,
+    far_from_resets,
+    finished_attempts,
+    own_key,
+    pin_wall_clock,
+    run_report,
+)
 from mockapi import Fault, MockApi
 
 pytestmark = pytest.mark.slow
@@ -63,9 +71,11 @@ def test_a_429_is_a_throttle_and_the_unit_then_succeeds(
 
 
 def test_a_usage_window_hours_away_parks_the_run_with_exit_8(
-    claude_job: Path, mock_api: MockApi
+    claude_job: Path, mock_api: MockApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # "resets 3:45pm (Europe/Dublin)": at most a day away, always past throttle.max.
+    # "resets 3:45pm (Europe/Dublin)", read at a time of day hours before it: past
+    # throttle.max (at the real time it is minutes away for a while every day).
+    pin_wall_clock(monkeypatch, far_from_resets())
     mock_api.script(Fault.USAGE_WINDOW)
     ran = cli("run", str(claude_job))
     assert ran.code == 8, ran.out + ran.err

@@ -57,8 +57,10 @@ from helpers import (
     assert_parked_then_continued,
     assert_throttled_then_succeeded,
     cli,
+    far_from_resets,
     finished_attempts,
     own_key,
+    pin_wall_clock,
     replay_job,
     run_report,
     write_job,
@@ -260,9 +262,12 @@ def test_codex_an_exit_0_beside_turn_failed_is_a_false_success_and_fails_the_att
 
 
 def test_gemini_a_daily_quota_parks_the_run_with_exit_8_and_a_second_run_continues_it(
-    gemini_mock: MockApi, tmp_path: Path
+    gemini_mock: MockApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A per-day quota resets at the next midnight Pacific: past throttle.max (10m).
+    # A per-day quota resets at the next midnight Pacific, read at a time of day hours
+    # before it: past throttle.max (10m).  (At the real time it is minutes away for a
+    # while every day: the run then paused the unit, as it should, and this test hung.)
+    pin_wall_clock(monkeypatch, far_from_resets())
     gemini_mock.script(Fault.DAILY_QUOTA, retry_after=43)
     job = _gemini_job(tmp_path, gemini_mock)
     ran = cli("run", str(job))

@@ -13,15 +13,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fanout.agents import Kind, Reading, gemini, read
+from fanout.attempt.verdict import Verdict
+from fanout.outcome import Status
 
-from helpers import run_agent
+from helpers import make_attempt, pin_wall_clock, run_agent
 from mockapi import Fault, MockApi, Usage
 
 GOLDEN = Path(__file__).parent / "data" / "agents" / "gemini"
@@ -123,6 +125,36 @@ def test_the_daily_quota_resets_at_midnight_pacific(output_format: str) -> None:
     # In summer Pacific time is UTC-7.
     summer = gemini.read(exit_code=173, output=output, now=datetime(2026, 7, 1, 12, tzinfo=UTC))
     assert summer.reset_at == datetime(2026, 7, 2, 7, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("before", "status"),
+    [(timedelta(minutes=5), Status.THROTTLED), (timedelta(hours=3), Status.INTERRUPTED)],
+)
+async def test_a_daily_quota_minutes_from_its_reset_pauses_the_unit_and_hours_from_it_parks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: timedelta, status: Status
+) -> None:
+    # The reset (midnight Pacific) and its distance are read on one wall clock: within
+    # retry.throttle.max (here 10 minutes) the unit waits it out, no rung used; past it
+    # the run stops, resumable at the reset.
+    midnight = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)  # 00:00 in Los Angeles
+    pin_wall_clock(monkeypatch, (midnight - before).astimezone())
+    doc, output = _golden("daily_quota")
+    attempt = make_attempt(tmp_path, ["gemini"])
+    verdict = Verdict(dataclasses.replace(attempt, agent="gemini", longest_pause=600.0))
+    verdict.capture.feed(output.encode())
+
+    async def nothing() -> tuple[()]:
+        return ()
+
+    result = await verdict.decide(
+        code=doc["exit_code"], stage="worker", control=None, collect=nothing
+    )
+    assert (result.status, result.kind) == (status, "daily-quota")
+    if status is Status.THROTTLED:
+        assert result.retry_after == pytest.approx(before.total_seconds())
+    else:
+        assert result.resume_at == midnight.timestamp()
 
 
 def test_a_log_cut_before_the_json_reads_by_the_exit_code() -> None:

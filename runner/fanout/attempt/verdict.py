@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from .model import Attempt
 
 
+def wall_clock() -> datetime:
+    """Now on this machine's wall clock, aware: what an agent's words are read against
+    ("resets 3:45pm", a quota's next midnight Pacific) and what their reset is waited
+    from.  One clock for both, so a reset's distance is measured once (and a test can
+    set the time of day)."""
+    return datetime.now().astimezone()
+
+
 class Verdict:
     """Watches one attempt's output and decides its result."""
 
@@ -134,7 +142,7 @@ class Verdict:
                 # The CLI's verdict is its last line (claude's stream-json `result`),
                 # which a long session pushes past the log's cut: the tail holds it.
                 output += "\n" + self.capture.tail
-        return agents.read(agent, exit_code=code, output=output, now=datetime.now().astimezone())
+        return agents.read(agent, exit_code=code, output=output, now=wall_clock())
 
     def _agent_result(self, reading: Reading, code: int, stage: str) -> AttemptResult:
         """The result of an attempt whose agent said it did not succeed, by the one
@@ -156,7 +164,8 @@ class Verdict:
                 **common,
             )
         if kind in (Kind.USAGE_WINDOW, Kind.DAILY_QUOTA):
-            wait = None if reading.reset_at is None else max(0.0, reading.reset_at - time.time())
+            now = wall_clock().timestamp()
+            wait = None if reading.reset_at is None else max(0.0, reading.reset_at - now)
             if wait is not None and wait <= self.attempt.longest_pause:
                 # Parked: every start waits out the window, and no rung is used.
                 return self.result(Status.THROTTLED, said, retry_after=wait, **common)
