@@ -23,6 +23,7 @@ from fanout.attempt.sandbox import StagedFile
 from fanout.isolation import removal
 from fanout.isolation.place import Kind
 from fanout.outcome import Status
+from fanout.transports import local
 from fanout.transports.local import LocalTransport
 from fanout.transports.steps import SandboxInit
 
@@ -530,6 +531,42 @@ async def test_a_sandbox_a_worker_filled_is_removed_off_the_loop(
         assert (result.status, result.reason) == (Status.SUCCEEDED, "ok")
         _assert_torn_down(tmp_path)
     assert threads == [False]
+
+
+async def test_a_cancellation_while_a_thread_makes_a_sandbox_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a disk a thread makes each sandbox.  A cancellation that comes meanwhile (Ctrl-C
+    as a unit starts, its deadline) does not stop the thread: the directory it makes is
+    removed before the cancellation goes on.  Before, it was left behind (for the next
+    run's sweep), after a Ctrl-C whose message says the sandboxes were removed."""
+    transport = await _transport(tmp_path, "none")
+    transport._memory = False  # a disk's way, wherever this test's folder is
+    go, made = threading.Event(), threading.Event()
+    make = local._make
+
+    def slow(root: Path) -> Path:
+        go.wait(10)
+        try:
+            return make(root)
+        finally:
+            made.set()
+
+    monkeypatch.setattr(local, "_make", slow)
+
+    async def enter() -> None:
+        async with transport.sandbox(_attempt(tmp_path, ["true"])):
+            pytest.fail("the sandbox was entered")
+
+    task = asyncio.ensure_future(enter())
+    await asyncio.sleep(0.1)  # the thread waits in _make
+    task.cancel()
+    await asyncio.sleep(0.05)
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert made.wait(10)
+    _assert_torn_down(tmp_path)
 
 
 DEEP = """

@@ -168,12 +168,27 @@ class LocalTransport:
 
     @contextlib.asynccontextmanager
     async def sandbox(self, attempt: Attempt) -> AsyncIterator[Sandbox]:
-        make = functools.partial(_make, self.root)
-        base = make() if self._memory else await asyncio.to_thread(make)
+        base = await self._made()
         try:
             yield LocalSandbox(replace(self._place, base=str(base)), base, self.containment)
         finally:
             await self._remove(base)
+
+    async def _made(self) -> Path:
+        """A new sandbox directory: on a tmpfs here, on a disk in a thread.  A
+        cancellation (Ctrl-C, a unit's deadline) while the thread makes it does not stop
+        the thread: the directory is removed once it is made, then the cancellation goes
+        on (before, it was left behind for the next run to sweep)."""
+        make = functools.partial(_make, self.root)
+        if self._memory:
+            return make()
+        making = asyncio.ensure_future(asyncio.to_thread(make))
+        try:
+            return await asyncio.shield(making)
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):  # making it failed: nothing to remove
+                await self._remove(await making)
+            raise
 
     async def _remove(self, base: Path) -> None:
         """Remove a sandbox directory.  Most are left as they were made (a no-op unit):
