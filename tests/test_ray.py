@@ -433,13 +433,14 @@ async def test_each_attempt_asks_ray_for_its_own_memory() -> None:
     await transport.close()
 
 
-class _Gated:
+class _Gated(_Actor):
     """A stand-in for ``rayapi.Actor`` whose start (its ``open``) ends when the test
     opens its gate, with its node's facts or with ``failure``."""
 
     made: ClassVar[list[_Gated]] = []
 
     def __init__(self, placement: Any) -> None:
+        super().__init__(placement)
         self.gate = asyncio.Event()
         self.failure: BaseException | None = None
         self.killed = False
@@ -449,20 +450,28 @@ class _Gated:
         await self.gate.wait()
         if self.failure is not None:
             raise self.failure
-        place = Place(host="node", kind="none", base="/tmp/x", path="/usr/bin:/bin")
-        return Opened(version=fanout.__version__, node="node", node_id="n1", pid=1, place=place)
+        return await super().open(opening)
 
     def kill(self) -> None:
         self.killed = True
 
 
-def _gated_transport(slots: int) -> RayTransport:
+async def _two_waiting() -> tuple[
+    RayTransport, asyncio.Task[Any], asyncio.Task[Any], _Gated, _Gated
+]:
+    """A transport of two slots whose actors are ``_Gated``, and two attempts waiting
+    for an actor, each of which has asked Ray for one: the transport, the two attempts
+    and the two actors, in the order asked."""
     _Gated.made = []
-    transport = RayTransport(Ray(), slots=slots)
+    transport = RayTransport(Ray(), slots=2)
     transport._api = types.SimpleNamespace(  # type: ignore[assignment]
         Actor=_Gated, Placement=types.SimpleNamespace
     )
-    return transport
+    first = asyncio.ensure_future(transport._open(None))
+    second = asyncio.ensure_future(transport._open(None))
+    await _settle()
+    one, two = _Gated.made
+    return transport, first, second, one, two
 
 
 async def _settle() -> None:
@@ -476,12 +485,8 @@ async def test_an_attempt_takes_the_first_actor_free_not_only_its_own() -> None:
     # attempt left), so no attempt waits on its own actor's start (a worker process,
     # seconds; or an autoscaler's node) while another actor is free.  Before, each
     # attempt waited for the actor it had asked Ray for.
-    transport = _gated_transport(slots=2)
+    transport, first, second, one, two = await _two_waiting()
     try:
-        first = asyncio.ensure_future(transport._open(None))
-        second = asyncio.ensure_future(transport._open(None))
-        await _settle()
-        one, two = _Gated.made
         two.gate.set()  # the second attempt's actor starts first
         await _settle()
         assert (first.done(), second.done()) == (True, False)
@@ -505,12 +510,8 @@ async def test_a_start_that_fails_fails_an_attempt_only_when_no_other_start_is_o
     from fanout.attempt.sandbox import Lost
     from fanout.transports.ray.facts import Gone
 
-    transport = _gated_transport(slots=2)
+    transport, first, second, one, two = await _two_waiting()
     try:
-        first = asyncio.ensure_future(transport._open(None))
-        second = asyncio.ensure_future(transport._open(None))
-        await _settle()
-        one, two = _Gated.made
         one.failure = Gone("the node died")
         one.gate.set()
         await _settle()
@@ -524,11 +525,7 @@ async def test_a_start_that_fails_fails_an_attempt_only_when_no_other_start_is_o
 
 
 async def test_a_cancelled_wait_stops_the_start_nobody_waits_for_and_close_stops_the_rest() -> None:
-    transport = _gated_transport(slots=2)
-    first = asyncio.ensure_future(transport._open(None))
-    second = asyncio.ensure_future(transport._open(None))
-    await _settle()
-    one, two = _Gated.made
+    transport, first, second, one, two = await _two_waiting()
     second.cancel()  # its deadline, or Ctrl-C, while Ray places the actors
     await _settle()
     assert (one.killed, two.killed) == (False, True)

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 def wall_clock() -> datetime:
     """Now on this machine's wall clock, aware: what an agent's words are read against
     ("resets 3:45pm", a quota's next midnight Pacific) and what their reset is waited
-    from.  One clock for both, so a reset's distance is measured once (and a test can
-    set the time of day)."""
+    from.  Both read this one clock (before, the one read ``datetime.now`` and the
+    other ``time.time``), so a test can set the time of day for both."""
     return datetime.now().astimezone()
 
 
